@@ -1,0 +1,26 @@
+# The README's test command is `make test`; .ci/run runs exactly that.
+GO ?= go
+FUZZTIME ?= 10s
+
+.PHONY: test unit fuzz vet demo
+
+test: vet unit fuzz
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+unit:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Each Fuzz target runs for a bounded time (FUZZTIME) on top of its seed corpus.
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+demo:
+	$(GO) run ./cmd/rxed demo
