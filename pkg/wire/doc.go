@@ -1,0 +1,37 @@
+// Package wire encodes and decodes RoCEv2 packets (InfiniBand transport
+// headers over UDP port 4791) exactly as Linux's rdma_rxe does: the opcode
+// table, typed byte-slice views of every transport header (BTH, RETH, AETH,
+// AtomicETH, AtomicAckETH, DETH, ImmDt, IETH, FETH, CNP), a zero-copy
+// Packet parser, a zero-allocation builder (Headers) and the ICRC.
+//
+// Nothing here does I/O or allocates per packet. Views alias the caller's
+// buffer; Parse validates lengths once so accessors need no checks.
+//
+// # ICRC on the receive side
+//
+// The ICRC covers the IP header, but a program reading a UDP socket never
+// sees it. Every covered field is known from the socket (addresses, ports,
+// lengths) or masked (TOS, TTL, checksums, IPv6 traffic class, flow label,
+// hop limit) except two IPv4 fields: Identification and the DF flag.
+// rdma_rxe fills the ID from the kernel's per-destination counter, so it is
+// effectively unknown. Flow.Verify exploits the linearity of CRC-32 over
+// GF(2): it computes the ICRC with ID 0 and DF set, and solves for the 16
+// ID bits that explain the difference, leaving a 16-bit residual check. If
+// that fails it tries DF clear (rxe and Linux always set DF, but nothing
+// forbids a peer from clearing it). The verifier therefore gives about 15
+// bits of protection against random corruption (false accept probability
+// 2^-16 per hypothesis, two hypotheses), not CRC-32's 32, and it cannot
+// see corruption confined to the IPv4 ID. The solved ID is returned so a
+// caller can cross-check it (rxe's IDs increase by one per packet to a
+// destination). UDP checksums (rxe sends 0) and Ethernet FCS protect the
+// same bytes on real links. IPv6 has no unknown covered field: Verify is a
+// full 32-bit check there. A receive path that sees the real IP header
+// (raw sockets, pcap) should use VerifyICRC instead.
+//
+// # ICRC on the send side
+//
+// Flow.Seal computes the ICRC for the header Linux puts on a datagram from
+// an unconnected UDP socket with IP_PMTUDISC_DO: IPv4 ID 0 and DF (a
+// connect()ed socket would get a per-socket ID and break the ICRC), so a
+// kernel rxe peer, which checks against the real header, accepts it.
+package wire

@@ -1,0 +1,157 @@
+package wire
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// naiveICRC is the specification written out: build the masked byte string
+// and run hash/crc32 over it.
+func naiveICRC(ip, udp, roce []byte) uint32 {
+	var b []byte
+	b = append(b, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF)
+	m := append([]byte(nil), ip...)
+	if m[0]>>4 == 4 {
+		m[1], m[8], m[10], m[11] = 0xFF, 0xFF, 0xFF, 0xFF
+	} else {
+		m[0] |= 0x0F
+		m[1], m[2], m[3], m[7] = 0xFF, 0xFF, 0xFF, 0xFF
+	}
+	b = append(b, m...)
+	u := append([]byte(nil), udp...)
+	u[6], u[7] = 0xFF, 0xFF
+	b = append(b, u...)
+	r := append([]byte(nil), roce...)
+	r[4] = 0xFF
+	b = append(b, r...)
+	return crc32.ChecksumIEEE(b)
+}
+
+func TestICRCMatchesNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200; i++ {
+		roce := make([]byte, 12+rng.IntN(300))
+		for j := range roce {
+			roce[j] = byte(rng.Uint32())
+		}
+		var ip []byte
+		if i%2 == 0 {
+			ip = make([]byte, 20)
+			ip[0] = 0x45
+		} else {
+			ip = make([]byte, 40)
+			ip[0] = 0x60
+		}
+		for j := 1; j < len(ip); j++ {
+			ip[j] = byte(rng.Uint32())
+		}
+		udp := make([]byte, 8)
+		for j := range udp {
+			udp[j] = byte(rng.Uint32())
+		}
+		require.Equal(t, naiveICRC(ip, udp, roce), ICRC(ip, udp, roce))
+	}
+}
+
+func TestGFInverse(t *testing.T) {
+	// x * x^-1 = 1, and un-advancing undoes crc32's zero-byte advance.
+	require.Equal(t, uint32(gfOne), gfMul(gfX, gfDivX(gfOne)))
+	for _, n := range []int{0, 1, 7, 100, 4096, 65535} {
+		r := uint32(0x12345678)
+		adv := r
+		for range n {
+			adv = ieee[byte(adv)] ^ adv>>8
+		}
+		require.Equal(t, r, unadvance(adv, n), "n=%d", n)
+	}
+}
+
+func TestSolveIDAllValues(t *testing.T) {
+	for id := 0; id < 1<<16; id++ {
+		got, ok := solveID(lin2(byte(id>>8), byte(id)))
+		if !ok || got != uint16(id) {
+			t.Fatalf("id %#x: got %#x ok=%v", id, got, ok)
+		}
+	}
+}
+
+func TestFlowVerifySolvesIDAndDF(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	src := netip.MustParseAddrPort("10.77.0.12:49552")
+	dst := netip.MustParseAddrPort("10.77.0.11:4791")
+	f := Flow{Src: src, Dst: dst}
+	for i := 0; i < 300; i++ {
+		pkt := make([]byte, 16+4*rng.IntN(1100))
+		for j := range pkt {
+			pkt[j] = byte(rng.Uint32())
+		}
+		id := uint16(rng.Uint32())
+		df := i%3 != 0
+		var ip [20]byte
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(28+len(pkt)))
+		binary.BigEndian.PutUint16(ip[4:], id)
+		if df {
+			ip[6] = 0x40
+		}
+		ip[9] = 17
+		copy(ip[12:], src.Addr().AsSlice())
+		copy(ip[16:], dst.Addr().AsSlice())
+		var udp [8]byte
+		binary.BigEndian.PutUint16(udp[0:], src.Port())
+		binary.BigEndian.PutUint16(udp[2:], dst.Port())
+		binary.BigEndian.PutUint16(udp[4:], uint16(8+len(pkt)))
+		n := len(pkt) - 4
+		binary.LittleEndian.PutUint32(pkt[n:], ICRC(ip[:], udp[:], pkt[:n]))
+
+		v, got := f.Verify(pkt)
+		require.Equal(t, ICRCOK, v)
+		require.Equal(t, id, got)
+		// The wrong direction or port must not verify.
+		v, _ = f.Reverse().Verify(pkt)
+		require.Equal(t, ICRCBad, v)
+	}
+}
+
+func TestFlowSealMatchesLinuxHeader(t *testing.T) {
+	for _, tc := range []struct{ src, dst string }{
+		{"10.0.0.1:49152", "10.0.0.2:4791"},
+		{"[::ffff:10.0.0.1]:49152", "[::ffff:10.0.0.2]:4791"},
+		{"[fd77::11]:50000", "[fd77::12]:4791"},
+	} {
+		f := Flow{Src: netip.MustParseAddrPort(tc.src), Dst: netip.MustParseAddrPort(tc.dst)}
+		pkt := make([]byte, 12+64+4)
+		pkt[0] = byte(RCSendOnly)
+		f.Seal(pkt)
+		var ip [40]byte
+		var udp [8]byte
+		h := f.headers(&ip, &udp, len(pkt))
+		if f.IsIPv4() {
+			require.Equal(t, byte(0x40), h[6], "DF")
+			require.Equal(t, []byte{0, 0}, h[4:6], "ID 0")
+		}
+		require.Equal(t, ICRCOK, VerifyICRC(h, udp[:], pkt))
+		v, id := f.Verify(pkt)
+		require.Equal(t, ICRCOK, v)
+		require.Zero(t, id)
+	}
+}
+
+func TestVerifyUnverifiable(t *testing.T) {
+	f := Flow{Src: netip.MustParseAddrPort("10.0.0.1:1"), Dst: netip.MustParseAddrPort("10.0.0.2:4791")}
+	v, _ := f.Verify(make([]byte, 15))
+	require.Equal(t, ICRCUnverifiable, v)
+	v, _ = Flow{}.Verify(make([]byte, 64))
+	require.Equal(t, ICRCUnverifiable, v)
+	mixed := Flow{Src: netip.MustParseAddrPort("10.0.0.1:1"), Dst: netip.MustParseAddrPort("[fd00::1]:4791")}
+	v, _ = mixed.Verify(make([]byte, 64))
+	require.Equal(t, ICRCUnverifiable, v)
+	require.Equal(t, ICRCUnverifiable, VerifyICRC(nil, nil, make([]byte, 10)))
+	// Short headers must not panic.
+	require.NotPanics(t, func() { ICRC(nil, nil, nil); ICRC([]byte{0x60}, []byte{1}, []byte{1, 2}) })
+}
