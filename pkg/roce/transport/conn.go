@@ -1,0 +1,101 @@
+// Package transport moves RoCEv2 datagrams (UDP payloads: BTH … ICRC) between
+// a RoCE engine and the network.
+//
+// The design is batch-first, after wireguard-go's conn package: one call moves
+// many datagrams so that system-call and wake-up costs are shared by a batch.
+// Implementations:
+//
+//   - OpenUDP: real UDP sockets (recvmmsg/sendmmsg, UDP GSO/GRO on Linux).
+//   - NewMemNetwork: in-process delivery between several Conns, no sockets.
+//   - NewFaulty: a wrapper injecting loss, duplication, reordering,
+//     corruption and delay, reproducibly from a seed.
+//   - NewPcapRecorder: a wrapper writing every datagram to a pcap file as an
+//     Ethernet/IP/UDP frame whose IP header is the one the kernel sends.
+package transport
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+)
+
+// RoCEv2Port is the IANA UDP destination port of RoCEv2.
+const RoCEv2Port = 4791
+
+// DefaultBatchSize is the number of datagrams a Conn moves per call unless
+// configured otherwise. 64 matches what sendmmsg/recvmmsg amortise well
+// without holding much memory per socket.
+const DefaultBatchSize = 64
+
+// MaxDatagramSize is the largest UDP payload any Conn carries. RoCE packets
+// are at most 4096 bytes of payload plus headers; the limit leaves room for
+// jumbo frames while keeping receive buffers small.
+const MaxDatagramSize = 9216
+
+// Endpoint names both ends of a datagram.
+//
+// On receive, Local is the address and port the datagram was sent to and
+// Remote the sender. On send, Local selects the source address (and must be
+// either the zero AddrPort, an address with port 0, or one of LocalAddrs) and
+// Remote is the destination. Both are compared after Unmap, so IPv4-mapped
+// IPv6 addresses (the form of a RoCE v2 IPv4 GID) are accepted.
+type Endpoint struct {
+	Local, Remote netip.AddrPort
+}
+
+// Conn is a batched datagram transport.
+//
+// Buffer ownership: the caller owns every buffer it passes. Receive copies
+// datagrams into bufs[i][:sizes[i]] and keeps no reference to bufs after it
+// returns; Send reads bufs during the call only, so the caller may reuse them
+// as soon as Send returns. Wrappers that must keep a datagram (delay,
+// reordering, in-memory queues) copy it into memory of their own.
+type Conn interface {
+	// Receive blocks until at least one datagram is available, then fills up
+	// to len(bufs) of them: datagram i is bufs[i][:sizes[i]], received on
+	// eps[i]. sizes and eps must be at least as long as bufs. A datagram
+	// longer than its buffer is dropped (and counted where the
+	// implementation keeps counters), never truncated, because a truncated
+	// RoCE packet is useless. After Close it returns an error for which
+	// errors.Is(err, net.ErrClosed) holds, promptly, also to a caller that
+	// was already blocked. Calls may come from several goroutines; they are
+	// serialised.
+	Receive(bufs [][]byte, sizes []int, eps []Endpoint) (n int, err error)
+
+	// Send transmits each of bufs as one datagram from ep.Local to
+	// ep.Remote. It is safe for concurrent use. Like UDP, success means the
+	// datagrams were handed on, not that they arrive.
+	Send(bufs [][]byte, ep Endpoint) error
+
+	// BatchSize is the number of datagrams the Conn prefers per call; larger
+	// batches are accepted and split.
+	BatchSize() int
+
+	// LocalAddrs lists the addresses and ports the Conn receives on, with
+	// the actual port when an ephemeral one was requested.
+	LocalAddrs() []netip.AddrPort
+
+	// Close releases the Conn and wakes blocked Receive calls. Closing twice
+	// returns net.ErrClosed.
+	Close() error
+}
+
+// ErrNoLocalAddr is returned by Send when ep.Local names no address the Conn
+// has, or when the Conn has no address of ep.Remote's family.
+var ErrNoLocalAddr = errors.New("transport: no local address for endpoint")
+
+// ErrTooLarge is returned by Send for a datagram longer than MaxDatagramSize.
+var ErrTooLarge = errors.New("transport: datagram too large")
+
+// errClosed wraps net.ErrClosed so that errors.Is(err, net.ErrClosed) holds
+// for every Conn in this package.
+var errClosed = net.ErrClosed
+
+// checkRecvArgs validates Receive's slices once so the implementations can
+// index without bounds surprises.
+func checkRecvArgs(bufs [][]byte, sizes []int, eps []Endpoint) error {
+	if len(sizes) < len(bufs) || len(eps) < len(bufs) {
+		return errors.New("transport: Receive: sizes and eps must be as long as bufs")
+	}
+	return nil
+}

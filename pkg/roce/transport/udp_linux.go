@@ -1,0 +1,454 @@
+//go:build linux
+
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The Linux implementation calls recvmmsg/sendmmsg itself on preallocated
+// mmsghdr arrays instead of going through x/net's ipv4/ipv6 ReadBatch: x/net
+// allocates a *net.UDPAddr (and its IP slice) for every received message,
+// which would break the zero-allocation data path. The technique is the same
+// (syscall.RawConn.Read/Write around a non-blocking mmsg call, so Go's
+// netpoller does the waiting).
+
+// mmsghdr is struct mmsghdr; Go pads it to the kernel's size on every
+// architecture (Msghdr's alignment).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
+}
+
+// rxOOBSize holds an in6_pktinfo and a UDP_GRO cmsg with room to spare.
+const rxOOBSize = 128
+
+// groSlotSize is the receive slot size when GRO may coalesce: the largest
+// UDP payload of an IP packet.
+const groSlotSize = 1 << 16
+
+// Kernel limits for one UDP_SEGMENT send (UDP_MAX_SEGMENTS is 128 on older
+// kernels; 64 stays within it and still makes 64 KiB messages for 1 KiB
+// datagrams).
+const (
+	maxGSOSegments = 64
+	maxGSOBytes4   = 0xFFFF - 20 - 8
+	maxGSOBytes6   = 0xFFFF - 8
+)
+
+type rxBatchSys struct {
+	hdrs  []mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6 // large enough for either family
+	oob   []byte
+	bufs  [][]byte
+}
+
+type sockSys struct {
+	rc  syscall.RawConn
+	gso atomic.Bool // cleared at run time if the kernel or device refuses GSO
+	gro bool
+
+	// Receive side, used only by the socket's reader goroutine.
+	rxHdrs []mmsghdr
+	rxN    int
+	rxErr  error
+	recvFn func(uintptr) bool
+
+	// Send side, under txMu.
+	txMu    sync.Mutex
+	txHdrs  []mmsghdr
+	txIovs  []unix.Iovec
+	txSegs  []int // bufs carried by each message
+	txOOB   []byte
+	txName  unix.RawSockaddrInet6
+	txNameN uint32
+	txOff   int
+	txEnd   int
+	txN     int
+	txErr   error
+	sendFn  func(uintptr) bool
+}
+
+var txOOBSpace = unix.CmsgSpace(2)
+
+// offloads is what the running kernel supports, probed once per process.
+var offloads struct {
+	once     sync.Once
+	gso, gro bool
+}
+
+func probeOffloads() (gso, gro bool) {
+	offloads.once.Do(func() {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return
+		}
+		defer unix.Close(fd)
+		_, err = unix.GetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT)
+		offloads.gso = err == nil
+		offloads.gro = unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
+	})
+	return offloads.gso, offloads.gro
+}
+
+func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, error) {
+	is6 := ap.Addr().Is6()
+	network := "udp4"
+	if is6 {
+		network = "udp6"
+	}
+	pc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(ap))
+	if err != nil {
+		return nil, err
+	}
+	rc, err := pc.SyscallConn()
+	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	la := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	s := &udpSocket{
+		conn:  c,
+		pc:    pc,
+		local: netip.AddrPortFrom(la.Addr().Unmap(), la.Port()),
+		is6:   is6,
+		free:  make(chan *rxBatch, rxBatchesPerSocket),
+	}
+	s.sys.rc = rc
+	kgso, kgro := probeOffloads()
+	wantGRO := kgro && !cfg.DisableGRO
+	var optErr error
+	rbuf, sbuf := 0, 0
+	err = rc.Control(func(fd uintptr) {
+		f := int(fd)
+		set := func(level, opt, v int, name string) {
+			if optErr == nil {
+				if e := unix.SetsockoptInt(f, level, opt, v); e != nil {
+					optErr = fmt.Errorf("setsockopt %s: %w", name, e)
+				}
+			}
+		}
+		if is6 {
+			set(unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER")
+			set(unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO")
+			set(unix.SOL_UDP, unix.UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX")
+		} else {
+			set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER")
+			set(unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO")
+		}
+		// Buffer sizes are best effort: the FORCE variants need
+		// CAP_NET_ADMIN and ignore rmem_max.
+		if unix.SetsockoptInt(f, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, cfg.SocketBufferBytes) != nil {
+			_ = unix.SetsockoptInt(f, unix.SOL_SOCKET, unix.SO_RCVBUF, cfg.SocketBufferBytes)
+		}
+		if unix.SetsockoptInt(f, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, cfg.SocketBufferBytes) != nil {
+			_ = unix.SetsockoptInt(f, unix.SOL_SOCKET, unix.SO_SNDBUF, cfg.SocketBufferBytes)
+		}
+		rbuf, _ = unix.GetsockoptInt(f, unix.SOL_SOCKET, unix.SO_RCVBUF)
+		sbuf, _ = unix.GetsockoptInt(f, unix.SOL_SOCKET, unix.SO_SNDBUF)
+		if wantGRO {
+			s.sys.gro = unix.SetsockoptInt(f, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
+		}
+	})
+	if err == nil {
+		err = optErr
+	}
+	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	s.sys.gso.Store(kgso && !cfg.DisableGSO)
+	s.slotSz = MaxDatagramSize
+	if s.sys.gro {
+		s.slotSz = groSlotSize
+	}
+	s.sys.recvFn = s.sys.recv
+	s.sys.sendFn = s.sys.send
+	n := cfg.BatchSize
+	s.sys.txHdrs = make([]mmsghdr, n)
+	s.sys.txIovs = make([]unix.Iovec, n)
+	s.sys.txSegs = make([]int, n)
+	s.sys.txOOB = make([]byte, n*txOOBSpace)
+	c.log.Debug("transport: socket open", "local", s.local, "gso", s.sys.gso.Load(), "gro", s.sys.gro,
+		"rcvbuf", rbuf, "sndbuf", sbuf, "kernel_gso", kgso, "kernel_gro", kgro)
+	return s, nil
+}
+
+func newRxBatch(s *udpSocket, batchSize int) *rxBatch {
+	slots := batchSize
+	if s.sys.gro {
+		// Each slot may carry many coalesced datagrams; fewer, larger
+		// slots keep memory per socket near that of the plain case.
+		slots = max(4, batchSize/4)
+	}
+	b := &rxBatch{sock: s, msgs: make([]rxMsg, slots)}
+	y := &b.sys
+	y.hdrs = make([]mmsghdr, slots)
+	y.iovs = make([]unix.Iovec, slots)
+	y.names = make([]unix.RawSockaddrInet6, slots)
+	y.oob = make([]byte, slots*rxOOBSize)
+	y.bufs = make([][]byte, slots)
+	mem := make([]byte, slots*s.slotSz)
+	for i := range slots {
+		y.bufs[i] = mem[i*s.slotSz : (i+1)*s.slotSz : (i+1)*s.slotSz]
+		y.iovs[i].Base = &y.bufs[i][0]
+		y.iovs[i].SetLen(s.slotSz)
+		h := &y.hdrs[i].hdr
+		h.Name = (*byte)(unsafe.Pointer(&y.names[i]))
+		h.Iov = &y.iovs[i]
+		h.SetIovlen(1)
+		h.Control = &y.oob[i*rxOOBSize]
+	}
+	return b
+}
+
+// readBatch blocks until the socket has data, then receives as many messages
+// as are queued (up to the batch's slots) and parses them into b.msgs.
+func (s *udpSocket) readBatch(b *rxBatch) (int, error) {
+	y := &b.sys
+	for i := range y.hdrs {
+		h := &y.hdrs[i].hdr
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.SetControllen(rxOOBSize)
+		h.Flags = 0
+		y.hdrs[i].len = 0
+	}
+	s.sys.rxHdrs = y.hdrs
+	if err := s.sys.rc.Read(s.sys.recvFn); err != nil {
+		return 0, err
+	}
+	if s.sys.rxErr != nil {
+		return 0, os.NewSyscallError("recvmmsg", s.sys.rxErr)
+	}
+	n := s.sys.rxN
+	for i := range n {
+		h := &y.hdrs[i]
+		m := &b.msgs[i]
+		m.data = y.bufs[i][:h.len]
+		m.trunc = h.hdr.Flags&unix.MSG_TRUNC != 0
+		m.remote = sockaddrToAddrPort(&y.names[i])
+		m.local = s.local.Addr()
+		m.segSize = 0
+		s.parseCmsgs(m, y.oob[i*rxOOBSize:i*rxOOBSize+int(h.hdr.Controllen)])
+		if m.segSize > 0 && m.segSize < len(m.data) {
+			s.conn.stats.groReceives.Add(1)
+		}
+	}
+	return n, nil
+}
+
+func (y *sockSys) recv(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&y.rxHdrs[0])),
+			uintptr(len(y.rxHdrs)), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			y.rxN, y.rxErr = int(n), nil
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			y.rxN, y.rxErr = 0, e
+			return true
+		}
+	}
+}
+
+// parseCmsgs reads the destination address (IP_PKTINFO / IPV6_PKTINFO) and
+// the GRO segment size without allocating.
+func (s *udpSocket) parseCmsgs(m *rxMsg, oob []byte) {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			return
+		}
+		data := oob[unix.CmsgLen(0):l]
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+			// struct in_pktinfo: ifindex, spec_dst, addr (header destination).
+			m.local = netip.AddrFrom4([4]byte(data[8:12]))
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
+			m.local = netip.AddrFrom16([16]byte(data[0:16])).Unmap()
+		case h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
+			m.segSize = int(binary.NativeEndian.Uint32(data))
+		}
+		next := unix.CmsgSpace(l - unix.CmsgLen(0))
+		if next > len(oob) {
+			return
+		}
+		oob = oob[next:]
+	}
+}
+
+func sockaddrToAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	switch sa.Family {
+	case unix.AF_INET:
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		p := (*[2]byte)(unsafe.Pointer(&sa4.Port))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), binary.BigEndian.Uint16(p[:]))
+	case unix.AF_INET6:
+		p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), binary.BigEndian.Uint16(p[:]))
+	}
+	return netip.AddrPort{}
+}
+
+func (y *sockSys) setName(to netip.AddrPort, is6 bool) {
+	y.txName = unix.RawSockaddrInet6{}
+	if is6 {
+		y.txName.Family = unix.AF_INET6
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&y.txName.Port))[:], to.Port())
+		y.txName.Addr = to.Addr().As16()
+		y.txNameN = unix.SizeofSockaddrInet6
+		return
+	}
+	sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(&y.txName))
+	sa4.Family = unix.AF_INET
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa4.Port))[:], to.Port())
+	sa4.Addr = to.Addr().As4()
+	y.txNameN = unix.SizeofSockaddrInet4
+}
+
+// writeBatch sends bufs to one destination with sendmmsg, packing runs of
+// equal-sized datagrams into single UDP_SEGMENT messages when GSO is on.
+func (s *udpSocket) writeBatch(bufs [][]byte, to netip.AddrPort) error {
+	y := &s.sys
+	y.txMu.Lock()
+	defer y.txMu.Unlock()
+	y.setName(to, s.is6)
+	maxGSO := maxGSOBytes4
+	if s.is6 {
+		maxGSO = maxGSOBytes6
+	}
+	gso := y.gso.Load()
+	for len(bufs) > 0 {
+		nm, used := y.pack(bufs, gso, maxGSO)
+		y.txOff, y.txEnd = 0, nm
+		for y.txOff < y.txEnd {
+			if err := y.rc.Write(y.sendFn); err != nil {
+				return err
+			}
+			if y.txErr != nil {
+				msgGSO := y.txSegs[y.txOff] > 1
+				if !msgGSO || !(errors.Is(y.txErr, unix.EIO) || errors.Is(y.txErr, unix.EINVAL)) {
+					return os.NewSyscallError("sendmmsg", y.txErr)
+				}
+				// The kernel or device refused segmentation offload: resend
+				// the rest of this call one datagram per message. EIO means
+				// the device cannot do it at all (no checksum offload).
+				if errors.Is(y.txErr, unix.EIO) {
+					y.gso.Store(false)
+					s.conn.log.Warn("transport: UDP GSO refused, disabled", "local", s.local, "err", y.txErr)
+				}
+				gso = false
+				done := 0
+				for _, k := range y.txSegs[:y.txOff] {
+					done += k
+				}
+				used = done
+				break
+			}
+			for _, k := range y.txSegs[y.txOff : y.txOff+y.txN] {
+				if k > 1 {
+					s.conn.stats.gsoSends.Add(1)
+				}
+			}
+			y.txOff += y.txN
+		}
+		bufs = bufs[used:]
+	}
+	return nil
+}
+
+// pack fills the tx mmsghdrs from bufs and returns the number of messages
+// and of bufs they carry.
+func (y *sockSys) pack(bufs [][]byte, gso bool, maxGSO int) (msgs, used int) {
+	k := 0 // next iovec
+	for used < len(bufs) && msgs < len(y.txHdrs) && k < len(y.txIovs) {
+		seg := len(bufs[used])
+		cnt, total := 1, seg
+		if gso && seg > 0 {
+			for used+cnt < len(bufs) && k+cnt < len(y.txIovs) && cnt < maxGSOSegments {
+				l := len(bufs[used+cnt])
+				if l == 0 || l > seg || total+l > maxGSO {
+					break
+				}
+				total += l
+				cnt++
+				if l < seg {
+					break // a shorter datagram can only end a GSO run
+				}
+			}
+		}
+		for j := range cnt {
+			b := bufs[used+j]
+			iov := &y.txIovs[k+j]
+			iov.Base = nil
+			if len(b) > 0 {
+				iov.Base = &b[0]
+			}
+			iov.SetLen(len(b))
+		}
+		h := &y.txHdrs[msgs].hdr
+		h.Name = (*byte)(unsafe.Pointer(&y.txName))
+		h.Namelen = y.txNameN
+		h.Iov = &y.txIovs[k]
+		h.SetIovlen(cnt)
+		h.Flags = 0
+		if cnt > 1 {
+			oob := y.txOOB[msgs*txOOBSpace : (msgs+1)*txOOBSpace]
+			ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+			ch.Level = unix.SOL_UDP
+			ch.Type = unix.UDP_SEGMENT
+			ch.SetLen(unix.CmsgLen(2))
+			binary.NativeEndian.PutUint16(oob[unix.CmsgLen(0):], uint16(seg))
+			h.Control = &oob[0]
+			h.SetControllen(txOOBSpace)
+		} else {
+			h.Control = nil
+			h.SetControllen(0)
+		}
+		y.txSegs[msgs] = cnt
+		k += cnt
+		used += cnt
+		msgs++
+	}
+	return msgs, used
+}
+
+func (y *sockSys) send(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&y.txHdrs[y.txOff])),
+			uintptr(y.txEnd-y.txOff), 0, 0, 0)
+		switch e {
+		case 0:
+			y.txN, y.txErr = int(n), nil
+			if n == 0 {
+				y.txErr = unix.EIO // never seen; keeps writeBatch from spinning
+			}
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			y.txN, y.txErr = 0, e
+			return true
+		}
+	}
+}

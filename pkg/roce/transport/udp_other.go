@@ -1,0 +1,73 @@
+//go:build !linux
+
+package transport
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+)
+
+// Elsewhere the transport is a plain net.UDPConn: one datagram per system
+// call, no offloads, and the destination address of a received packet is the
+// address the socket is bound to (bind specific addresses).
+
+type rxBatchSys struct {
+	buf []byte
+}
+
+type sockSys struct {
+	txMu sync.Mutex
+}
+
+func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, error) {
+	network := "udp4"
+	if ap.Addr().Is6() {
+		network = "udp6"
+	}
+	pc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(ap))
+	if err != nil {
+		return nil, err
+	}
+	_ = pc.SetReadBuffer(cfg.SocketBufferBytes)
+	_ = pc.SetWriteBuffer(cfg.SocketBufferBytes)
+	la := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	return &udpSocket{
+		conn:   c,
+		pc:     pc,
+		local:  netip.AddrPortFrom(la.Addr().Unmap(), la.Port()),
+		is6:    ap.Addr().Is6(),
+		free:   make(chan *rxBatch, rxBatchesPerSocket),
+		slotSz: MaxDatagramSize,
+	}, nil
+}
+
+func newRxBatch(s *udpSocket, _ int) *rxBatch {
+	// One byte more than the largest datagram detects oversize ones.
+	return &rxBatch{sock: s, msgs: make([]rxMsg, 1), sys: rxBatchSys{buf: make([]byte, s.slotSz+1)}}
+}
+
+func (s *udpSocket) readBatch(b *rxBatch) (int, error) {
+	n, from, err := s.pc.ReadFromUDPAddrPort(b.sys.buf)
+	if err != nil {
+		return 0, err
+	}
+	m := &b.msgs[0]
+	m.data = b.sys.buf[:n]
+	m.trunc = n > s.slotSz
+	m.remote = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+	m.local = s.local.Addr()
+	m.segSize = 0
+	return 1, nil
+}
+
+func (s *udpSocket) writeBatch(bufs [][]byte, to netip.AddrPort) error {
+	s.sys.txMu.Lock()
+	defer s.sys.txMu.Unlock()
+	for _, b := range bufs {
+		if _, err := s.pc.WriteToUDPAddrPort(b, to); err != nil {
+			return err
+		}
+	}
+	return nil
+}

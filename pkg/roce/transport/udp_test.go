@@ -1,0 +1,314 @@
+package transport
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	lo1 = netip.MustParseAddr("127.0.0.1")
+	lo2 = netip.MustParseAddr("127.0.0.2")
+	lo6 = netip.MustParseAddr("::1")
+)
+
+// hasIPv6Loopback reports whether ::1 can be bound (containers without IPv6).
+func hasIPv6Loopback() bool {
+	c, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+func openTestUDP(t testing.TB, cfg UDPConfig) Conn {
+	t.Helper()
+	c, err := OpenUDP(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func addrOf(c Conn, a netip.Addr) netip.AddrPort {
+	for _, l := range c.LocalAddrs() {
+		if l.Addr() == a {
+			return l
+		}
+	}
+	panic(fmt.Sprintf("no %v in %v", a, c.LocalAddrs()))
+}
+
+type offloadMode struct {
+	name       string
+	noGSO      bool
+	noGRO      bool
+	wantOffGSO bool
+}
+
+var offloadModes = []offloadMode{
+	{name: "gso+gro"},
+	{name: "gso-only", noGRO: true},
+	{name: "gro-only", noGSO: true},
+	{name: "plain", noGSO: true, noGRO: true},
+}
+
+func TestUDPLoopbackBatches(t *testing.T) {
+	sizes := map[string][]int{
+		"equal64":    repeat(64, 200),
+		"equal4k":    repeat(4096, 100),
+		"mixed":      {1, 100, 100, 100, 7, 4096, 4096, 4000, 0, 12, 9216, 9216, 1500, 1500, 1500, 1499, 1500},
+		"shortlast":  append(repeat(1024, 63), 17),
+		"single":     {333},
+		"gsoOverrun": repeat(1200, 130), // more than one GSO message's worth of segments
+	}
+	for _, m := range offloadModes {
+		for name, sz := range sizes {
+			t.Run(m.name+"/"+name, func(t *testing.T) {
+				a := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}, DisableGSO: m.noGSO, DisableGRO: m.noGRO})
+				b := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo2}, DisableGSO: m.noGSO, DisableGRO: m.noGRO})
+				var bufs [][]byte
+				for i, s := range sz {
+					bufs = append(bufs, payload(i, s))
+				}
+				to := b.LocalAddrs()[0]
+				require.NoError(t, a.Send(bufs, Endpoint{Local: a.LocalAddrs()[0], Remote: to}))
+				got := receiveN(t, b, len(bufs), MaxDatagramSize)
+				for i := range bufs {
+					require.Equal(t, len(bufs[i]), len(got[i].data), "datagram %d size", i)
+					require.Equal(t, bufs[i], got[i].data, "datagram %d", i)
+					require.Equal(t, Endpoint{Local: to, Remote: a.LocalAddrs()[0]}, got[i].ep)
+				}
+				sa, sb := a.(StatsReporter).Stats(), b.(StatsReporter).Stats()
+				require.Equal(t, uint64(len(bufs)), sa.SentPackets)
+				require.Equal(t, uint64(len(bufs)), sb.ReceivedPackets)
+				if m.noGSO {
+					require.Zero(t, sa.GSOSends)
+				} else if runtime.GOOS == "linux" && hasRun(sz) {
+					gso, _ := probeOffloadsForTest()
+					if gso {
+						require.Positive(t, sa.GSOSends, "GSO available but unused")
+					}
+				}
+				if m.noGRO {
+					require.Zero(t, sb.GROReceives)
+				}
+			})
+		}
+	}
+}
+
+// TestUDPGROCoalesces checks that with GSO on the sender and GRO on the
+// receiver, loopback hands over coalesced messages and Receive splits them
+// back into the original datagrams.
+func TestUDPGROCoalesces(t *testing.T) {
+	gso, gro := probeOffloadsForTest()
+	if !gso || !gro {
+		t.Skip("kernel without UDP GSO/GRO")
+	}
+	a := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}})
+	b := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}})
+	bufs := make([][]byte, 40)
+	for i := range bufs {
+		bufs[i] = payload(i, 1000)
+	}
+	bufs[39] = payload(39, 10)
+	require.NoError(t, a.Send(bufs, Endpoint{Remote: b.LocalAddrs()[0]}))
+	// A small caller batch also exercises resuming inside a coalesced message.
+	r := newRxSet(3, 1000)
+	var got [][]byte
+	for len(got) < len(bufs) {
+		n, err := b.Receive(r.bufs, r.sizes, r.eps)
+		require.NoError(t, err)
+		for i := range n {
+			got = append(got, append([]byte{}, r.bufs[i][:r.sizes[i]]...))
+		}
+	}
+	require.Equal(t, bufs, got)
+	require.Positive(t, b.(StatsReporter).Stats().GROReceives)
+	require.Equal(t, uint64(1), a.(StatsReporter).Stats().GSOSends)
+}
+
+func repeat(size, n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = size
+	}
+	return s
+}
+
+// hasRun reports whether sizes has two consecutive equal non-zero sizes, so
+// that GSO applies.
+func hasRun(sizes []int) bool {
+	for i := 1; i < len(sizes); i++ {
+		if sizes[i] == sizes[i-1] && sizes[i] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func TestUDPMultipleAddresses(t *testing.T) {
+	addrs := []netip.Addr{lo1, lo2}
+	v6 := hasIPv6Loopback()
+	if v6 {
+		addrs = append(addrs, lo6)
+	} else {
+		t.Log("no IPv6 loopback: testing IPv4 only")
+	}
+	srv := openTestUDP(t, UDPConfig{Addrs: addrs})
+	require.Len(t, srv.LocalAddrs(), len(addrs))
+	port := srv.LocalAddrs()[0].Port()
+	require.NotZero(t, port)
+	for i, l := range srv.LocalAddrs() {
+		require.Equal(t, addrs[i], l.Addr())
+		require.Equal(t, port, l.Port(), "ephemeral port reused across addresses")
+	}
+	cliAddrs := []netip.Addr{lo1}
+	if v6 {
+		cliAddrs = append(cliAddrs, lo6)
+	}
+	cli := openTestUDP(t, UDPConfig{Addrs: cliAddrs})
+
+	// Send to each server address in turn; Endpoint.Local on receive must
+	// name the address the packet was sent to.
+	for round := range 3 {
+		for i, dst := range srv.LocalAddrs() {
+			id := round*10 + i
+			require.NoError(t, cli.Send([][]byte{payload(id, 64), payload(id+100, 64)}, Endpoint{Remote: dst}))
+			got := receiveN(t, srv, 2, 2048)
+			require.Equal(t, payload(id, 64), got[0].data)
+			require.Equal(t, payload(id+100, 64), got[1].data)
+			for _, g := range got {
+				require.Equal(t, dst, g.ep.Local)
+				want := addrOf(cli, lo1)
+				if dst.Addr().Is6() {
+					want = addrOf(cli, lo6)
+				}
+				require.Equal(t, want, g.ep.Remote)
+			}
+			// Reply from the exact address the request arrived on.
+			require.NoError(t, srv.Send([][]byte{payload(id, 8)}, Endpoint{Local: got[0].ep.Local, Remote: got[0].ep.Remote}))
+			back := receiveN(t, cli, 1, 2048)
+			require.Equal(t, dst, back[0].ep.Remote)
+		}
+	}
+	// IPv4-mapped IPv6 forms (RoCE GIDs) select the IPv4 socket.
+	mapped := netip.AddrPortFrom(netip.AddrFrom16(addrOf(srv, lo2).Addr().As16()), port)
+	require.NoError(t, cli.Send([][]byte{{42}}, Endpoint{Local: netip.AddrPortFrom(netip.AddrFrom16(lo1.As16()), 0), Remote: mapped}))
+	got := receiveN(t, srv, 1, 16)
+	require.Equal(t, addrOf(srv, lo2), got[0].ep.Local)
+}
+
+func TestUDPSendErrors(t *testing.T) {
+	c := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}})
+	to := c.LocalAddrs()[0]
+	require.ErrorIs(t, c.Send([][]byte{{1}}, Endpoint{Local: ap("127.0.0.9:0"), Remote: to}), ErrNoLocalAddr)
+	require.ErrorIs(t, c.Send([][]byte{{1}}, Endpoint{Local: netip.AddrPortFrom(lo1, to.Port()+1), Remote: to}), ErrNoLocalAddr)
+	require.ErrorIs(t, c.Send([][]byte{{1}}, Endpoint{Remote: ap("[::1]:5")}), ErrNoLocalAddr)
+	require.ErrorIs(t, c.Send([][]byte{make([]byte, MaxDatagramSize+1)}, Endpoint{Remote: to}), ErrTooLarge)
+	require.NoError(t, c.Send(nil, Endpoint{Remote: to}))
+
+	_, err := OpenUDP(UDPConfig{})
+	require.Error(t, err)
+	_, err = OpenUDP(UDPConfig{Addrs: []netip.Addr{lo1}, Port: 70000})
+	require.Error(t, err)
+	_, err = OpenUDP(UDPConfig{Addrs: []netip.Addr{{}}})
+	require.Error(t, err)
+	// The port is taken.
+	_, err = OpenUDP(UDPConfig{Addrs: []netip.Addr{lo1}, Port: int(to.Port())})
+	require.Error(t, err)
+	// A partially opened Conn releases what it opened: the first address
+	// binds, the second is the busy one, and afterwards the first is free.
+	probe := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo2}})
+	busy := int(probe.LocalAddrs()[0].Port())
+	_, err = OpenUDP(UDPConfig{Addrs: []netip.Addr{lo1, lo2}, Port: busy})
+	require.Error(t, err)
+	again, err := OpenUDP(UDPConfig{Addrs: []netip.Addr{lo1}, Port: busy})
+	require.NoError(t, err)
+	again.Close()
+}
+
+func TestUDPOversizeDropped(t *testing.T) {
+	a := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}})
+	b := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}, DisableGRO: true})
+	// A datagram larger than our receive slots (MSG_TRUNC), sent by a plain socket.
+	raw, err := net.ListenUDP("udp4", &net.UDPAddr{IP: lo1.AsSlice()})
+	require.NoError(t, err)
+	defer raw.Close()
+	_, err = raw.WriteToUDPAddrPort(make([]byte, MaxDatagramSize+100), b.LocalAddrs()[0])
+	require.NoError(t, err)
+	// Then one larger than the caller's buffer, then a good one.
+	require.NoError(t, a.Send([][]byte{make([]byte, 600), payload(1, 100)}, Endpoint{Remote: b.LocalAddrs()[0]}))
+	got := receiveN(t, b, 1, 500)
+	require.Equal(t, payload(1, 100), got[0].data)
+	require.Equal(t, uint64(2), b.(StatsReporter).Stats().DropOversize)
+}
+
+func TestUDPCloseUnblocksReceive(t *testing.T) {
+	c, err := OpenUDP(UDPConfig{Addrs: []netip.Addr{lo1, lo2}})
+	require.NoError(t, err)
+	testCloseUnblocks(t, c)
+	require.ErrorIs(t, c.Send([][]byte{{1}}, Endpoint{Remote: ap("127.0.0.1:9")}), net.ErrClosed)
+}
+
+func TestUDPEnvSwitches(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("offloads are Linux-only")
+	}
+	t.Setenv("RXED_NO_GSO", "1")
+	t.Setenv("RXED_NO_GRO", "1")
+	a := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}})
+	b := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}})
+	bufs := make([][]byte, 10)
+	for i := range bufs {
+		bufs[i] = payload(i, 500)
+	}
+	require.NoError(t, a.Send(bufs, Endpoint{Remote: b.LocalAddrs()[0]}))
+	got := receiveN(t, b, 10, 500)
+	for i := range bufs {
+		require.Equal(t, bufs[i], got[i].data)
+	}
+	require.Zero(t, a.(StatsReporter).Stats().GSOSends)
+	require.Zero(t, b.(StatsReporter).Stats().GROReceives)
+}
+
+func TestUDPSteadyStateAllocs(t *testing.T) {
+	for _, m := range offloadModes {
+		t.Run(m.name, func(t *testing.T) {
+			a := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}, DisableGSO: m.noGSO, DisableGRO: m.noGRO})
+			b := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}, DisableGSO: m.noGSO, DisableGRO: m.noGRO})
+			bufs := make([][]byte, 32)
+			for i := range bufs {
+				bufs[i] = payload(i, 1024)
+			}
+			r := newRxSet(64, 2048)
+			ep := Endpoint{Remote: b.LocalAddrs()[0]}
+			round := func() {
+				if err := a.Send(bufs, ep); err != nil {
+					t.Fatal(err)
+				}
+				for got := 0; got < len(bufs); {
+					n, err := b.Receive(r.bufs, r.sizes, r.eps)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got += n
+				}
+			}
+			for range 10 {
+				round()
+			}
+			// The reader goroutines and the runtime's netpoller may allocate
+			// now and then (e.g. a goroutine stack growth); per packet it
+			// must be nothing.
+			allocs := testing.AllocsPerRun(50, round)
+			t.Logf("%.2f allocs per round of %d datagrams", allocs, len(bufs))
+			require.Less(t, allocs/float64(len(bufs)), 0.05, "allocations per datagram")
+		})
+	}
+}
