@@ -1,0 +1,151 @@
+package oob
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+)
+
+// sharedDir locates ../shared relative to the module root (the directory
+// holding go.mod). Without it the capture tests cannot run: CI must have it,
+// a developer checkout may not.
+func sharedDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+	shared := filepath.Join(dir, "..", "shared")
+	if _, err := os.Stat(filepath.Join(shared, "pcaps")); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("reference captures missing: %v", err)
+		}
+		t.Skipf("reference captures not found at %s (set up ../shared to run this test)", shared)
+	}
+	return shared
+}
+
+// tcpStreams is the TCP byte stream of one connection, per direction,
+// reassembled by sequence number, with the segment boundaries the capture
+// shows.
+type tcpStreams struct {
+	ClientToServer, ServerToClient []byte
+	C2SSegments, S2CSegments       []int // payload sizes in stream order
+	SawFIN                         bool
+}
+
+type segment struct {
+	seq  uint32
+	data []byte
+}
+
+// readOOBStreams reassembles the single TCP connection on port 18515 of a
+// capture. The client is the side that sent the SYN.
+func readOOBStreams(t testing.TB, path string) tcpStreams {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		clientPort     layers.TCPPort
+		c2sISN, s2cISN uint32
+		haveC, haveS   bool
+		c2s, s2c       []segment
+		sawFIN         bool
+	)
+	for {
+		data, _, err := r.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkt := gopacket.NewPacket(data, r.LinkType(), gopacket.NoCopy)
+		tl, ok := pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
+		if !ok || (tl.SrcPort != 18515 && tl.DstPort != 18515) {
+			continue
+		}
+		toServer := tl.DstPort == 18515
+		if tl.SYN {
+			if toServer {
+				clientPort, c2sISN, haveC = tl.SrcPort, tl.Seq+1, true
+			} else {
+				s2cISN, haveS = tl.Seq+1, true
+			}
+			continue
+		}
+		if tl.FIN {
+			sawFIN = true
+		}
+		if len(tl.Payload) == 0 {
+			continue
+		}
+		seg := segment{seq: tl.Seq, data: append([]byte(nil), tl.Payload...)}
+		if toServer {
+			if tl.SrcPort != clientPort {
+				t.Fatalf("%s: second client port %d", path, tl.SrcPort)
+			}
+			c2s = append(c2s, seg)
+		} else {
+			s2c = append(s2c, seg)
+		}
+	}
+	if !haveC || !haveS {
+		t.Fatalf("%s: no TCP handshake on port 18515", path)
+	}
+	var out tcpStreams
+	out.ClientToServer, out.C2SSegments = assemble(t, c2s, c2sISN)
+	out.ServerToClient, out.S2CSegments = assemble(t, s2c, s2cISN)
+	out.SawFIN = sawFIN
+	return out
+}
+
+// assemble orders segments by relative sequence number, drops exact
+// retransmissions and fails on gaps.
+func assemble(t testing.TB, segs []segment, isn uint32) ([]byte, []int) {
+	t.Helper()
+	sort.SliceStable(segs, func(i, j int) bool { return segs[i].seq-isn < segs[j].seq-isn })
+	var buf bytes.Buffer
+	var sizes []int
+	for _, s := range segs {
+		off := int(s.seq - isn)
+		switch {
+		case off == buf.Len():
+			buf.Write(s.data)
+			sizes = append(sizes, len(s.data))
+		case off+len(s.data) <= buf.Len():
+			// retransmission of bytes we already have
+		case off < buf.Len():
+			buf.Write(s.data[buf.Len()-off:])
+			sizes = append(sizes, off+len(s.data)-buf.Len())
+		default:
+			t.Fatalf("gap in TCP stream at offset %d (have %d)", off, buf.Len())
+		}
+	}
+	return buf.Bytes(), sizes
+}
