@@ -1,0 +1,117 @@
+package mr
+
+import "unsafe"
+
+// Region is the memory an access resolved to: the bytes of [va, va+length)
+// of a region or window, plus a reference that keeps the region's memory
+// alive (a deregistered region's mapping is only unpinned after its last
+// Region is released). A zero Region is empty and needs no release.
+type Region struct {
+	b  []byte
+	st *mrState
+}
+
+// Bytes returns the resolved memory; it aliases the registered buffer.
+func (r *Region) Bytes() []byte { return r.b }
+
+// Len is len(r.Bytes()).
+func (r *Region) Len() int { return len(r.b) }
+
+// Release drops the reference. Calling it again on the same variable is a
+// no-op; releasing two copies of one Region is a bug (and panics once the
+// count goes negative).
+func (r *Region) Release() {
+	if st := r.st; st != nil {
+		r.st, r.b = nil, nil
+		st.put()
+	}
+}
+
+// Persist makes the region's bytes durable for RDMA FLUSH to persistence:
+// msync of the covered pages when the region lies in a file mapping, a
+// no-op for ordinary memory.
+func (r *Region) Persist() error {
+	if r.st == nil || r.st.mapping == nil || len(r.b) == 0 {
+		return nil
+	}
+	return r.st.mapping.syncRange(r.b)
+}
+
+// Lookup resolves key for an access of length bytes at va from a QP in pd
+// needing the rights need (0 for a local read, LocalWrite for a local
+// write, RemoteRead/RemoteWrite/RemoteAtomic for the remote operations,
+// FlushGlobal/FlushPersistent for FLUSH). It is LookupQP with NoQP, so type
+// 2 windows (which belong to one QP) never resolve through it.
+//
+// It allocates nothing. On success the caller must Release the Region.
+func (t *Table) Lookup(key uint32, kind KeyKind, pd *PD, va, length uint64, need Access) (Region, error) {
+	return t.LookupQP(key, kind, pd, NoQP, va, length, need)
+}
+
+// LookupQP is Lookup on behalf of QP number qpn, which type 2 windows must
+// be bound to. Checks, in order, with the sentinel each failure returns:
+//
+//   - zero-length non-atomic access: succeeds with an empty Region without
+//     looking at the key at all (IBA C9-88; rxe skips the rkey check of
+//     zero-length RDMA and the lkey lookup of zero-length SGEs);
+//   - an atomic (need has RemoteAtomic) must be exactly 8 bytes: ErrRange;
+//   - the key names a live object of the right kind (lkeys never name
+//     windows; a type 2 window must be bound to qpn): ErrInvalidKey;
+//   - the object is valid, not a free fast-registration region or a
+//     free/unbound window: ErrInvalidated;
+//   - the object's PD is pd: ErrPDMismatch;
+//   - the object grants every right in need: ErrAccess;
+//   - [va, va+length) lies inside the region or window: ErrRange;
+//   - atomics: va and the host address are 8-byte aligned: ErrAlign.
+func (t *Table) LookupQP(key uint32, kind KeyKind, pd *PD, qpn uint32, va, length uint64, need Access) (Region, error) {
+	atomicOp := need&RemoteAtomic != 0
+	if length == 0 && !atomicOp {
+		return Region{}, nil
+	}
+	if atomicOp && length != 8 {
+		return Region{}, ErrRange
+	}
+	if IsMWKey(key) {
+		if kind != RKey {
+			return Region{}, ErrInvalidKey
+		}
+		return t.lookupMW(key, pd, qpn, va, length, need)
+	}
+	if kind != LKey && kind != RKey {
+		return Region{}, ErrInvalidKey
+	}
+	m := t.mrs.get(KeyIndex(key))
+	if m == nil {
+		return Region{}, ErrInvalidKey
+	}
+	for {
+		st := m.st.Load()
+		switch {
+		case st == nil || st.key != key:
+			return Region{}, ErrInvalidKey
+		case !st.valid:
+			return Region{}, ErrInvalidated
+		case st.pd != pd:
+			return Region{}, ErrPDMismatch
+		case !st.access.Has(need):
+			return Region{}, ErrAccess
+		}
+		off, ok := st.rangeOf(va, length)
+		if !ok {
+			return Region{}, ErrRange
+		}
+		b := st.buf[off : off+length : off+length]
+		if atomicOp && misaligned(va, b) {
+			return Region{}, ErrAlign
+		}
+		if st.tryGet() {
+			return Region{b: b, st: st}, nil
+		}
+		// The version was retired between Load and tryGet; the region
+		// has a newer one (or none), so look again.
+	}
+}
+
+func misaligned(va uint64, b []byte) bool {
+	return (va|uint64(uintptr(unsafe.Pointer(&b[0]))))&7 != 0
+}

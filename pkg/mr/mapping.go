@@ -1,0 +1,114 @@
+package mr
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// Mapping is memory mapped from a file or shared memory, for registering
+// as a region (with WithMapping) and exporting, e.g. by `rxed serve`.
+type Mapping struct {
+	mu       sync.Mutex
+	b        []byte
+	path     string
+	writable bool
+	file     bool // backed by a named file (msync persists it)
+	pins     int
+	closed   bool
+}
+
+// Bytes returns the mapped memory (nil after Close).
+func (m *Mapping) Bytes() []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.b
+}
+
+// Len is the mapping's length in bytes.
+func (m *Mapping) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.b)
+}
+
+// Path is the file the mapping comes from ("" for anonymous memory).
+func (m *Mapping) Path() string { return m.path }
+
+// Writable reports whether the mapping may be written.
+func (m *Mapping) Writable() bool { return m.writable }
+
+// Sync flushes the whole mapping to its file (msync MS_SYNC); a no-op for
+// read-only and anonymous mappings.
+func (m *Mapping) Sync() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return wrapf(ErrMappingClosed, "%s", m.path)
+	}
+	if !m.writable || !m.file {
+		return nil
+	}
+	return msync(m.b)
+}
+
+// Close unmaps the memory. It fails with ErrMappingBusy while regions are
+// registered over it (or Regions of deregistered ones are still held), and
+// with ErrMappingClosed the second time.
+func (m *Mapping) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return wrapf(ErrMappingClosed, "%s", m.path)
+	}
+	if m.pins > 0 {
+		return wrapf(ErrMappingBusy, "%s: %d region versions", m.path, m.pins)
+	}
+	err := munmap(m.b)
+	m.b, m.closed = nil, true
+	return err
+}
+
+func (m *Mapping) persistable() bool { return m.writable && m.file }
+
+// pin records a region version over buf, which must lie in the mapping.
+func (m *Mapping) pin(buf []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return wrapf(ErrMappingClosed, "%s", m.path)
+	}
+	if !within(m.b, buf) {
+		return wrapf(ErrNotInMapping, "%s", m.path)
+	}
+	m.pins++
+	return nil
+}
+
+func (m *Mapping) unpin() {
+	m.mu.Lock()
+	m.pins--
+	m.mu.Unlock()
+}
+
+// syncRange msyncs the pages covering b, which lies in the mapping and is
+// kept mapped by the caller's pin.
+func (m *Mapping) syncRange(b []byte) error {
+	if !m.writable || !m.file {
+		return nil
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(m.b)))
+	start := uintptr(unsafe.Pointer(&b[0])) - base
+	end := start + uintptr(len(b))
+	start &^= uintptr(pageSize - 1)
+	return msync(m.b[start:end])
+}
+
+// within reports whether inner is a sub-slice of outer's memory.
+func within(outer, inner []byte) bool {
+	if len(inner) == 0 || len(outer) == 0 {
+		return false
+	}
+	o := uintptr(unsafe.Pointer(unsafe.SliceData(outer)))
+	i := uintptr(unsafe.Pointer(unsafe.SliceData(inner)))
+	return i >= o && i-o < uintptr(len(outer)) && uintptr(len(inner)) <= uintptr(len(outer))-(i-o)
+}

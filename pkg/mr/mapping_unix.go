@@ -1,0 +1,80 @@
+//go:build unix
+
+package mr
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+var pageSize = os.Getpagesize()
+
+// MapFile maps size bytes of the file at path, shared, so that writes
+// through a region land in the file (after Sync or Region.Persist they are
+// durable). size <= 0 maps the whole file. The file must exist and hold at
+// least size bytes (ErrFileTooSmall; a missing file gives an error that
+// matches os.ErrNotExist).
+func MapFile(path string, size int, writable bool) (*Mapping, error) {
+	flag := os.O_RDONLY
+	prot := unix.PROT_READ
+	if writable {
+		flag = os.O_RDWR
+		prot |= unix.PROT_WRITE
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, fmt.Errorf("mr: map %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("mr: map %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, wrapf(ErrInvalidArgument, "map %s: not a regular file", path)
+	}
+	if size <= 0 {
+		size = int(fi.Size())
+	}
+	if size == 0 {
+		return nil, wrapf(ErrEmptyBuffer, "map %s: empty file", path)
+	}
+	if fi.Size() < int64(size) {
+		return nil, wrapf(ErrFileTooSmall, "map %s: file has %d bytes, %d requested", path, fi.Size(), size)
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, size, prot, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mr: mmap %s: %w", path, err)
+	}
+	return &Mapping{b: b, path: path, writable: writable, file: true}, nil
+}
+
+// MapAnonymous maps size bytes of zeroed anonymous memory shared with
+// forked children (MAP_SHARED|MAP_ANONYMOUS), page aligned, outside the Go
+// heap.
+func MapAnonymous(size int) (*Mapping, error) {
+	if size <= 0 {
+		return nil, wrapf(ErrEmptyBuffer, "anonymous mapping of %d bytes", size)
+	}
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANON)
+	if err != nil {
+		return nil, fmt.Errorf("mr: mmap anonymous: %w", err)
+	}
+	return &Mapping{b: b, writable: true}, nil
+}
+
+func msync(b []byte) error {
+	if err := unix.Msync(b, unix.MS_SYNC); err != nil {
+		return fmt.Errorf("mr: msync: %w", err)
+	}
+	return nil
+}
+
+func munmap(b []byte) error {
+	if err := unix.Munmap(b); err != nil {
+		return fmt.Errorf("mr: munmap: %w", err)
+	}
+	return nil
+}
