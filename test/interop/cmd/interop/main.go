@@ -1,0 +1,353 @@
+// Command interop runs the rxed <-> rdma_rxe interop matrix (see test/interop/README.md):
+// builds or reuses the guest image, creates the rxedlab network namespace, boots the rxe
+// guest(s), checks the plumbing with hostsmoke, runs every cell in both directions, writes
+// RESULTS.md and tears everything down (also on failure, timeout or SIGINT/SIGTERM).
+//
+//	go run ./test/interop/cmd/interop                      # rxed against one rxe guest
+//	go run ./test/interop/cmd/interop -subject rxe         # rxe against rxe (harness self-check)
+//	go run ./test/interop/cmd/interop -cells rc_pingpong,loss
+//
+// Needs Linux and root. Without them (or without qemu/debootstrap after trying to install
+// them) it skips with a message, or fails when CI=true.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rxed/rxed/test/interop"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+type options struct {
+	subject interop.Subject
+	cells   string
+	dirs    string
+	dir     string // test/interop
+	results string
+	cache   string
+	timeout time.Duration
+	memMB   int
+}
+
+func run() int {
+	var o options
+	subject := flag.String("subject", envOr("RXED_INTEROP_SUBJECT", "rxed"), "implementation under test: rxed, or rxe (a second guest; checks the harness)")
+	flag.StringVar(&o.cells, "cells", os.Getenv("RXED_INTEROP_CELLS"), "comma-separated substrings of cell names to run (default all)")
+	flag.StringVar(&o.dirs, "dirs", envOr("RXED_INTEROP_DIRS", "both"), "directions: both, srv (subject is server) or cli")
+	flag.StringVar(&o.dir, "dir", "test/interop", "the harness directory (build.sh, guest/)")
+	flag.StringVar(&o.results, "results", "", "results file (default <dir>/RESULTS.md, or <dir>/RESULTS-rxe.md for -subject rxe)")
+	flag.StringVar(&o.cache, "cache", envOr("RXED_INTEROP_CACHE", "/var/tmp/rxed-interop"), "cache for the guest image and run state")
+	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up (and tear down) after this long")
+	flag.IntVar(&o.memMB, "mem", 768, "guest memory in MiB")
+	list := flag.Bool("list", false, "print the matrix and the command lines, then exit")
+	flag.Parse()
+	o.subject = interop.Subject(*subject)
+	if o.subject != interop.SubjectRxed && o.subject != interop.SubjectRxe {
+		fmt.Fprintf(os.Stderr, "interop: -subject %q: want rxed or rxe\n", *subject)
+		return 2
+	}
+	if o.results == "" {
+		o.results = filepath.Join(o.dir, "RESULTS.md")
+		if o.subject == interop.SubjectRxe {
+			o.results = filepath.Join(o.dir, "RESULTS-rxe.md")
+		}
+	}
+	cells := interop.Select(interop.Matrix(), o.cells)
+	if len(cells) == 0 {
+		fmt.Fprintf(os.Stderr, "interop: no cell matches %q\n", o.cells)
+		return 2
+	}
+	if *list {
+		printMatrix(cells)
+		return 0
+	}
+	if msg := preconditions(); msg != "" {
+		return skipOrFail(msg)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	return runMatrix(ctx, o, cells)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func preconditions() string {
+	if runtime.GOOS != "linux" {
+		return "interop: needs Linux (network namespaces, qemu, rdma_rxe guests); this is " + runtime.GOOS
+	}
+	if os.Geteuid() != 0 {
+		return "interop: needs root (network namespace, taps, debootstrap); run `sudo make interop`"
+	}
+	return ""
+}
+
+// skipOrFail: a missing precondition fails the run under CI=true and skips it otherwise.
+func skipOrFail(msg string) int {
+	if os.Getenv("CI") == "true" {
+		fmt.Fprintln(os.Stderr, "FAIL:", msg, "(CI=true: the interop suite must run)")
+		return 1
+	}
+	fmt.Println("SKIP:", msg)
+	return 0
+}
+
+func printMatrix(cells []interop.Cell) {
+	for _, c := range cells {
+		t := interop.Tools[c.Tool]
+		v := interop.Vars{Rxed: "rxed", Addr: interop.HostIP, GID: 1, Port: 20000, Counters: "C.json"}
+		if c.IPv6 {
+			v.Addr, v.GID = interop.HostIP6, 2
+		}
+		fmt.Printf("%s\n  rxe : %s\n  rxed: %s\n", c.Name, interop.Render(t.Rxe, c, v), interop.Render(t.Rxed, c, v))
+	}
+	fmt.Printf("%d cells, %d runs (both directions)\n", len(cells), 2*len(cells))
+}
+
+func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
+	started := time.Now()
+	info := interop.RunInfo{Subject: o.subject, Started: started}
+
+	// 1. guest image (build.sh also installs missing host packages)
+	t := time.Now()
+	img, err := buildImage(ctx, o.dir, o.cache)
+	if err != nil {
+		if missing := missingTools(); missing != "" {
+			return skipOrFail("interop: " + missing + " not available (apt-get install failed?): " + err.Error())
+		}
+		fmt.Fprintln(os.Stderr, "FAIL: guest image:", err)
+		return 1
+	}
+	info.BuildTime = time.Since(t)
+	if k, err := os.ReadFile(filepath.Join(img, "KVER")); err == nil {
+		info.Kernel = strings.TrimSpace(string(k))
+	}
+	if missing := missingTools(); missing != "" {
+		return skipOrFail("interop: " + missing + " not available")
+	}
+
+	// 2. host programs
+	bin, err := os.MkdirTemp("", "rxed-interop-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	defer os.RemoveAll(bin)
+	gobin := envOr("GO", "go")
+	targets := map[string]string{"hostsmoke": "./test/interop/cmd/hostsmoke"}
+	if o.subject == interop.SubjectRxed {
+		targets["rxed"] = "./cmd/rxed"
+	}
+	for name, pkg := range targets {
+		if out, err := exec.CommandContext(ctx, gobin, "build", "-o", filepath.Join(bin, name), pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: go build %s: %v\n%s", pkg, err, out)
+			return 1
+		}
+	}
+
+	// 3. namespace + guests; torn down whatever happens from here on
+	lab := &interop.Lab{Img: img, Cache: o.cache, Accel: interop.PickAccel(), MemMB: o.memMB, Log: os.Stdout}
+	info.Accel = lab.Accel
+	defer lab.Teardown()
+	go func() { <-ctx.Done(); lab.Teardown() }() // a signal or the timeout: stop guests now
+	nvm := 1
+	if o.subject == interop.SubjectRxe {
+		nvm = 2
+	}
+	if err := lab.SetupNet(ctx, nvm); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: network namespace:", err)
+		return 1
+	}
+	t = time.Now()
+	if err := lab.Boot(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: boot:", err)
+		return 1
+	}
+	info.BootTime = time.Since(t)
+
+	// 4. plumbing check: a host-side program on 10.78.0.1 receives the guest kernel's RoCE packets
+	t = time.Now()
+	if err := hostSmoke(ctx, lab, filepath.Join(bin, "hostsmoke")); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: host smoke:", err)
+		return 1
+	}
+	info.SmokeTime = time.Since(t)
+
+	// 5. the matrix
+	logDir := filepath.Join(o.cache, "logs", started.UTC().Format("20060102-150405")+"-"+string(o.subject))
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	r := &interop.Runner{Lab: lab, Subject: o.subject, Rxed: filepath.Join(bin, "rxed"), LogDir: logDir}
+	var results []interop.Result
+	dirs := []interop.Direction{interop.SubjectServer, interop.SubjectClient}
+	switch o.dirs {
+	case "srv":
+		dirs = dirs[:1]
+	case "cli":
+		dirs = dirs[1:]
+	}
+	for _, c := range cells {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := lab.SetMTU(ctx, linkMTU(c.MTU)); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: MTU:", err)
+			break
+		}
+		for _, d := range dirs {
+			if ctx.Err() != nil {
+				break
+			}
+			res := r.Run(ctx, c, d)
+			results = append(results, res)
+			st := "PASS"
+			if !res.Pass {
+				st = "FAIL " + strings.Join(res.Problems, "; ")
+			}
+			fmt.Printf("%-28s %-24s %5.1fs %-30s %s\n", c.Name, d.Short(), res.Elapsed.Seconds(), res.Metric, st)
+		}
+	}
+	info.Total = time.Since(started)
+	if ctx.Err() != nil {
+		info.Note = "run interrupted: " + context.Cause(ctx).Error()
+	}
+	info.Note = strings.TrimSpace(info.Note + " logs: " + logDir)
+
+	var buf bytes.Buffer
+	interop.WriteReport(&buf, info, results)
+	if err := os.WriteFile(o.results, buf.Bytes(), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "interop: writing results:", err)
+	}
+	fmt.Println()
+	os.Stdout.Write(buf.Bytes())
+	pass, fail := interop.Summary(results)
+	fmt.Printf("\ninterop: %d passed, %d failed (%s)\n", pass, fail, o.results)
+	if fail > 0 || ctx.Err() != nil || len(results) == 0 {
+		return 1
+	}
+	return 0
+}
+
+func linkMTU(ibMTU int) int {
+	if ibMTU > 1024 {
+		return 9000
+	}
+	return 1500
+}
+
+func missingTools() string {
+	var m []string
+	for _, t := range []string{"qemu-system-x86_64", "qemu-img", "debootstrap", "ssh", "tc"} {
+		if _, err := exec.LookPath(t); err != nil {
+			m = append(m, t)
+		}
+	}
+	return strings.Join(m, ", ")
+}
+
+// buildImage runs build.sh, streaming its progress, and returns the image directory it prints.
+func buildImage(ctx context.Context, dir, cache string) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(dir, "build.sh"))
+	cmd.Env = append(os.Environ(), "RXED_INTEROP_CACHE="+cache)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	img := ""
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		l := sc.Text()
+		if v, ok := strings.CutPrefix(l, "IMG="); ok {
+			img = v
+		} else {
+			fmt.Println(l)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return "", fmt.Errorf("build.sh: %w", err)
+	}
+	if img == "" {
+		return "", errors.New("build.sh printed no IMG=")
+	}
+	return img, nil
+}
+
+// hostSmoke runs cmd/hostsmoke on the host side while guest 1's ibv_rc_pingpong talks to it.
+func hostSmoke(ctx context.Context, lab *interop.Lab, bin string) error {
+	const port = 18514
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", interop.Netns, bin, "-addr", interop.HostIP,
+		"-port", fmt.Sprint(port), "-timeout", "60s")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out := &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(out, os.Stdout), io.MultiWriter(out, os.Stdout)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for !out.contains("listening") {
+		select {
+		case err := <-done:
+			return fmt.Errorf("hostsmoke exited early: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	vm := lab.VMs[0]
+	g, _ := lab.Guest(ctx, vm, fmt.Sprintf("timeout 20 ibv_rc_pingpong -d rxe0 -g %d -s 64 -n 1 -p %d %s; echo \"(guest ibv_rc_pingpong: exit $? - a retry error is expected, nobody ACKs)\"",
+		vm.GID4, port, interop.HostIP), 40*time.Second)
+	fmt.Print(g)
+	if err := <-done; err != nil {
+		return fmt.Errorf("hostsmoke: %v", err)
+	}
+	return nil
+}
+
+// lockedBuf collects a child's output while the harness polls it.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Contains(l.b.Bytes(), []byte(s))
+}

@@ -1,0 +1,253 @@
+package interop
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// PerfRow is the result row of a perftest run, by column header (e.g. "BW average[MB/sec]",
+// "t_typical[usec]").
+type PerfRow map[string]float64
+
+// perfHeaderToken matches one column header: "#bytes", "BW peak[MB/sec]", "99% percentile[usec]".
+var perfHeaderToken = regexp.MustCompile(`#\w+|\S[^\[\]#]*?\[[^\]]*\]`)
+
+// ParsePerf reads the result table perftest prints (the line starting with "#bytes" and the row
+// after it). rxed perf is expected to print the same table. ok is false when there is none.
+func ParsePerf(out string) (row PerfRow, ok bool) {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#bytes") {
+			continue
+		}
+		heads := perfHeaderToken.FindAllString(l, -1)
+		for _, v := range lines[i+1:] {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				continue
+			}
+			if _, err := strconv.ParseFloat(f[0], 64); err != nil {
+				break // a separator line or a warning: no row under this header
+			}
+			row = PerfRow{}
+			for j := 0; j < len(heads) && j < len(f); j++ {
+				x, err := strconv.ParseFloat(f[j], 64)
+				if err != nil {
+					return nil, false
+				}
+				row[heads[j]] = x
+			}
+			return row, true
+		}
+	}
+	return nil, false
+}
+
+// Metric renders the row's headline number: average bandwidth for bandwidth tests, typical and
+// average latency for latency tests.
+func (r PerfRow) Metric(k Kind) string {
+	switch k {
+	case PerfBW:
+		if v, ok := r["BW average[MB/sec]"]; ok {
+			return fmt.Sprintf("%.2f MiB/s", v)
+		}
+		if v, ok := r["BW average[Gb/sec]"]; ok {
+			return fmt.Sprintf("%.3f Gbit/s", v)
+		}
+	case PerfLat:
+		t, ok1 := r["t_typical[usec]"]
+		a, ok2 := r["t_avg[usec]"]
+		if ok1 && ok2 {
+			return fmt.Sprintf("%.1f µs typ, %.1f µs avg", t, a)
+		}
+	}
+	return ""
+}
+
+// PingpongResult is what ibv_*_pingpong prints at the end of a successful run.
+type PingpongResult struct {
+	Bytes       int64
+	Mbits       float64
+	Iters       int
+	UsecPerIter float64
+}
+
+var (
+	ppBytes = regexp.MustCompile(`(\d+) bytes in [\d.]+ seconds = ([\d.]+) Mbit/sec`)
+	ppIters = regexp.MustCompile(`(\d+) iters in [\d.]+ seconds = ([\d.]+) usec/iter`)
+)
+
+// ParsePingpong finds the two result lines of ibv_*_pingpong (rxed pingpong prints the same).
+func ParsePingpong(out string) (PingpongResult, bool) {
+	var r PingpongResult
+	b := ppBytes.FindStringSubmatch(out)
+	it := ppIters.FindStringSubmatch(out)
+	if b == nil || it == nil {
+		return r, false
+	}
+	r.Bytes, _ = strconv.ParseInt(b[1], 10, 64)
+	r.Mbits, _ = strconv.ParseFloat(b[2], 64)
+	r.Iters, _ = strconv.Atoi(it[1])
+	r.UsecPerIter, _ = strconv.ParseFloat(it[2], 64)
+	return r, true
+}
+
+// Metric renders the pingpong result for the table.
+func (r PingpongResult) Metric() string {
+	return fmt.Sprintf("%.2f Mbit/s, %.0f µs/iter", r.Mbits, r.UsecPerIter)
+}
+
+// Counters is a set of named counters (rxe hw_counters or rxed's JSON dump).
+type Counters map[string]uint64
+
+// ParseHWCounters reads "name:value" lines, as printed by `grep -H . *` in the hw_counters
+// directory. Lines that do not have that shape are ignored.
+func ParseHWCounters(s string) Counters {
+	c := Counters{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		name, val, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(val), 10, 64)
+		if err != nil {
+			continue
+		}
+		c[name] = v
+	}
+	return c
+}
+
+// ParseRxedCounters reads rxed's --counters-out file: one JSON object of counter name to
+// non-negative integer.
+func ParseRxedCounters(b []byte) (Counters, error) {
+	raw := map[string]json.Number{}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("rxed counters: %w", err)
+	}
+	c := Counters{}
+	for k, n := range raw {
+		v, err := strconv.ParseUint(n.String(), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("rxed counters: %s = %s is not a non-negative integer", k, n)
+		}
+		c[k] = v
+	}
+	return c, nil
+}
+
+// Delta returns after-before for every counter in after (counters that went down, e.g. after a
+// reset, count from zero).
+func Delta(before, after Counters) Counters {
+	d := Counters{}
+	for k, a := range after {
+		if b := before[k]; a >= b {
+			d[k] = a - b
+		} else {
+			d[k] = a
+		}
+	}
+	return d
+}
+
+// String lists the non-zero counters, sorted by name.
+func (c Counters) String() string {
+	var parts []string
+	for _, k := range c.names() {
+		if c[k] != 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, c[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "(all zero)"
+	}
+	return strings.Join(parts, " ")
+}
+
+func (c Counters) names() []string {
+	ks := make([]string, 0, len(c))
+	for k := range c {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// rxeErrorCounters are rdma_rxe's hw_counters that mean something went wrong on the wire or in
+// the protocol. Without packet loss every one of them must stay at 0 during a cell.
+var rxeErrorCounters = []string{
+	"duplicate_request", "out_of_seq_request", "rcvd_rnr_err", "send_rnr_err", "rcvd_seq_err",
+	"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err", "send_err", "link_downed",
+}
+
+// lossRecoveryCounters count the ordinary recovery from lost packets (go-back-N, duplicate
+// detection, retransmission): expected to be non-zero when netem drops packets.
+var lossRecoveryCounters = map[string]bool{
+	"duplicate_request": true, "out_of_seq_request": true, "rcvd_seq_err": true, "completer_retry_err": true,
+}
+
+// CheckRxeCounters returns one problem per error counter that moved during a cell (delta).
+func CheckRxeCounters(delta Counters, loss bool) []string {
+	var probs []string
+	for _, k := range rxeErrorCounters {
+		if delta[k] == 0 || (loss && lossRecoveryCounters[k]) {
+			continue
+		}
+		probs = append(probs, fmt.Sprintf("%s +%d", k, delta[k]))
+	}
+	return probs
+}
+
+// CheckRxedCounters applies the counters contract (README.md) to rxed's dump: every counter
+// named drop_* must be 0 (a packet rxe sent was rejected: bad ICRC, bad header, unknown QP...),
+// and counters that carry rxe's names are judged like the guest's.
+func CheckRxedCounters(c Counters, loss bool) []string {
+	var probs []string
+	for _, k := range c.names() {
+		if strings.HasPrefix(k, "drop_") && c[k] != 0 {
+			probs = append(probs, fmt.Sprintf("rxed %s=%d", k, c[k]))
+		}
+	}
+	for _, p := range CheckRxeCounters(c, loss) {
+		probs = append(probs, "rxed "+p)
+	}
+	return probs
+}
+
+// ParseGIDs reads "index:gid" lines (gid in sysfs form, eight groups of four hex digits) and
+// returns the indices of the GIDs equal to v4 (as an IPv4-mapped GID) and v6; -1 when absent.
+func ParseGIDs(s string, v4, v6 netip.Addr) (idx4, idx6 int) {
+	idx4, idx6 = -1, -1
+	want4 := netip.AddrFrom16(v4.As16())
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		i, g, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(i)
+		if err != nil {
+			continue
+		}
+		a, err := netip.ParseAddr(g)
+		if err != nil {
+			continue
+		}
+		if a == want4 && idx4 < 0 {
+			idx4 = n
+		}
+		if a == v6 && idx6 < 0 {
+			idx6 = n
+		}
+	}
+	return idx4, idx6
+}
