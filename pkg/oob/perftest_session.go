@@ -329,8 +329,12 @@ func (s *Session) ExchangeBWReports(ctx context.Context, my BWReport) (BWReport,
 // reads it to catch a confused peer, but a peer that closes without sending
 // it is fine. The connection is closed in every case.
 func (s *Session) Close(ctx context.Context, local Key) error {
+	return s.close(ctx, local, true)
+}
+
+func (s *Session) close(ctx context.Context, local Key, bounded bool) error {
 	defer s.s.close()
-	if _, err := s.handShake(ctx, local, "closing key message", true); err != nil {
+	if _, err := s.handShake(ctx, local, "closing key message", bounded); err != nil {
 		return err
 	}
 	if err := s.s.writeMsg(ctx, PerftestDoneMsg[:], "done message"); err != nil {
