@@ -335,7 +335,14 @@ func (s *udpSocket) writeBatch(bufs [][]byte, to netip.AddrPort) error {
 	if s.is6 {
 		maxGSO = maxGSOBytes6
 	}
-	gso := y.gso.Load()
+	// IPv4 GSO only towards loopback: when the kernel (or a NIC) segments a
+	// UDP GSO message it numbers the IPv4 IDs of the segments 0, 1, 2, …
+	// (inet_gso_segment), but the ICRC of each datagram was computed for ID
+	// 0, so every datagram after the first would fail the peer's ICRC check.
+	// Loopback delivers the message unsegmented to the receiving socket,
+	// which never sees an ID. IPv6 has no ID: its segments' headers are
+	// identical.
+	gso := y.gso.Load() && (s.is6 || to.Addr().IsLoopback())
 	for len(bufs) > 0 {
 		nm, used := y.pack(bufs, gso, maxGSO)
 		y.txOff, y.txEnd = 0, nm

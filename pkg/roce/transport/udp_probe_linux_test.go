@@ -3,4 +3,3 @@
 package transport
 
 func probeOffloadsForTest() (gso, gro bool) { return probeOffloads() }
-

@@ -1,0 +1,202 @@
+package transport
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/rxed/rxed/pkg/wire"
+)
+
+// PcapOptions configures NewPcapRecorder.
+type PcapOptions struct {
+	// Clock stamps the frames; nil means time.Now.
+	Clock func() time.Time
+	// Logger hears about the first write error; nil is silent.
+	Logger *slog.Logger
+	// KeepIPv4ID0 disables solving the IPv4 Identification of received
+	// packets from their ICRC (see NewPcapRecorder) and writes 0 instead.
+	KeepIPv4ID0 bool
+}
+
+// PcapRecorder is a Conn that passes everything to an inner Conn and writes
+// each datagram sent and received to a classic pcap stream (LinkTypeEthernet).
+type PcapRecorder struct {
+	inner Conn
+	clock func() time.Time
+	log   *slog.Logger
+	keep0 bool
+
+	mu      sync.Mutex // guards w, scratch, err
+	w       *pcapgo.Writer
+	scratch []byte
+	err     error
+}
+
+// NewPcapRecorder writes the pcap file header to w and returns a recorder
+// around inner.
+//
+// Frames are Ethernet/IPv4-or-IPv6/UDP. MAC addresses are made up
+// (02:00:<last four bytes of the IP address>). For sent datagrams the IP
+// header is exactly the one Linux puts on packets from OpenUDP's sockets
+// (IPv4: TOS 0, ID 0, DF, TTL 64, header checksum; IPv6: traffic class 0,
+// hop limit 64; flow label 0, which Linux may set differently but the ICRC
+// masks), so the ICRC in each recorded frame verifies. The UDP checksum is 0,
+// as rdma_rxe sends it (OpenUDP's sockets send a real one; the ICRC masks it).
+//
+// A received datagram's IP header is not visible through a UDP socket, so it
+// is reconstructed the same way. The one unknown that matters is the IPv4
+// Identification rdma_rxe sets: it is solved from the packet's ICRC
+// (wire.Flow.Verify) so that the frame's ICRC verifies; when it cannot be
+// solved (not RoCE, corrupt) or KeepIPv4ID0 is set, the ID is 0.
+//
+// Write errors do not fail Send or Receive; recording stops at the first one,
+// which Err reports.
+func NewPcapRecorder(inner Conn, w io.Writer, opts PcapOptions) (*PcapRecorder, error) {
+	pw := pcapgo.NewWriter(w)
+	if err := pw.WriteFileHeader(uint32(ethHeaderLen+ipv6HeaderLen+udpHeaderLen+MaxDatagramSize), layers.LinkTypeEthernet); err != nil {
+		return nil, fmt.Errorf("transport: pcap header: %w", err)
+	}
+	r := &PcapRecorder{
+		inner:   inner,
+		clock:   opts.Clock,
+		log:     opts.Logger,
+		keep0:   opts.KeepIPv4ID0,
+		w:       pw,
+		scratch: make([]byte, ethHeaderLen+ipv6HeaderLen+udpHeaderLen+MaxDatagramSize),
+	}
+	if r.clock == nil {
+		r.clock = time.Now
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	return r, nil
+}
+
+// Err returns the first error writing the pcap stream, if any.
+func (r *PcapRecorder) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+func (r *PcapRecorder) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
+	n, err := r.inner.Receive(bufs, sizes, eps)
+	if n > 0 {
+		r.mu.Lock()
+		for i := range n {
+			r.record(bufs[i][:sizes[i]], eps[i].Remote, eps[i].Local, true)
+		}
+		r.mu.Unlock()
+	}
+	return n, err
+}
+
+func (r *PcapRecorder) Send(bufs [][]byte, ep Endpoint) error {
+	if err := r.inner.Send(bufs, ep); err != nil {
+		return err
+	}
+	src := sourceFor(r.inner.LocalAddrs(), ep)
+	r.mu.Lock()
+	for _, b := range bufs {
+		r.record(b, src, ep.Remote, false)
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// sourceFor finds the address and port a Send with ep goes out from, the
+// way the Conns of this package choose their socket.
+func sourceFor(locals []netip.AddrPort, ep Endpoint) netip.AddrPort {
+	la := ep.Local.Addr().Unmap()
+	want6 := ep.Remote.Addr().Unmap().Is6()
+	for _, l := range locals {
+		if l.Addr().Is6() != want6 {
+			continue
+		}
+		if !la.IsValid() || l.Addr().IsUnspecified() {
+			if la.IsValid() {
+				return netip.AddrPortFrom(la, l.Port())
+			}
+			return l
+		}
+		if l.Addr() == la && (ep.Local.Port() == 0 || ep.Local.Port() == l.Port()) {
+			return l
+		}
+	}
+	return netip.AddrPortFrom(la, ep.Local.Port())
+}
+
+// record writes one frame; the caller holds r.mu.
+func (r *PcapRecorder) record(data []byte, src, dst netip.AddrPort, received bool) {
+	if r.err != nil {
+		return
+	}
+	s, d := src.Addr().Unmap(), dst.Addr().Unmap()
+	if !s.IsValid() || !d.IsValid() || s.Is4() != d.Is4() || len(data) > MaxDatagramSize {
+		return // nothing sensible to write (a Conn never reports this)
+	}
+	f := r.scratch
+	putMAC(f[0:6], d)
+	putMAC(f[6:12], s)
+	off := ethHeaderLen
+	if s.Is4() {
+		binary.BigEndian.PutUint16(f[12:], uint16(layers.EthernetTypeIPv4))
+		putIPv4Header(f[off:], s, d, udpHeaderLen+len(data))
+		if received && !r.keep0 {
+			fl := wire.Flow{Src: netip.AddrPortFrom(s, src.Port()), Dst: netip.AddrPortFrom(d, dst.Port())}
+			if v, id := fl.Verify(data); v == wire.ICRCOK && id != 0 {
+				setIPv4ID(f[off:], id)
+			}
+		}
+		off += ipv4HeaderLen
+	} else {
+		binary.BigEndian.PutUint16(f[12:], uint16(layers.EthernetTypeIPv6))
+		putIPv6Header(f[off:], s, d, udpHeaderLen+len(data))
+		off += ipv6HeaderLen
+	}
+	putUDPHeader(f[off:], src.Port(), dst.Port(), len(data))
+	off += udpHeaderLen
+	off += copy(f[off:], data)
+	ci := gopacket.CaptureInfo{Timestamp: r.clock(), CaptureLength: off, Length: off}
+	if err := r.w.WritePacket(ci, f[:off]); err != nil {
+		r.err = err
+		r.log.Warn("transport: pcap recording stopped", "err", err)
+	}
+}
+
+func putMAC(b []byte, a netip.Addr) {
+	b[0], b[1] = 0x02, 0x00
+	if a.Is4() {
+		v := a.As4()
+		copy(b[2:6], v[:])
+		return
+	}
+	v := a.As16()
+	copy(b[2:6], v[12:16])
+}
+
+func (r *PcapRecorder) BatchSize() int               { return r.inner.BatchSize() }
+func (r *PcapRecorder) LocalAddrs() []netip.AddrPort { return r.inner.LocalAddrs() }
+
+// Close closes the inner Conn. The writer is not closed: it belongs to the
+// caller, who may also want to flush it.
+func (r *PcapRecorder) Close() error { return r.inner.Close() }
+
+// Stats forwards the inner Conn's counters when it has them.
+func (r *PcapRecorder) Stats() Stats {
+	if s, ok := r.inner.(StatsReporter); ok {
+		return s.Stats()
+	}
+	return Stats{}
+}
+
