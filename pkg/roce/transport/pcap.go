@@ -199,4 +199,3 @@ func (r *PcapRecorder) Stats() Stats {
 	}
 	return Stats{}
 }
-
