@@ -1,0 +1,352 @@
+package qp
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/rxed/rxed/pkg/wire"
+)
+
+// completer is the response side of the requester (rxe_comp.c): it
+// matches ACKs and responses to WQEs and completes them in order.
+type completer struct {
+	psn          PSN // next response PSN expected
+	opcode       int // READ response opcode in progress, -1 none
+	retryCnt     uint8
+	rnrRetry     uint8
+	startedRetry bool
+	timeoutRetry bool
+}
+
+// completeWQE retires the WQE at head, posting a completion when it is
+// signalled, failed, or force is set.
+func (q *QP) completeWQE(w *wqe, force bool) {
+	if w.hasRdAtomic {
+		w.hasRdAtomic = false
+		q.req.rdAtomic--
+	}
+	if force || q.sigAll || w.wr.Flags&Signaled != 0 || w.status != WCSuccess {
+		op, _ := w.wr.Opcode.WCOpcode()
+		wc := WC{ID: w.wr.ID, Status: w.status, Opcode: op, ByteLen: uint32(w.length), QPNum: q.num}
+		if w.wr.Opcode.HasImm() {
+			wc.Flags |= WCWithImm
+		}
+		q.scq.Push(wc)
+	}
+	q.sq.retire()
+	if q.req.idx < q.sq.head {
+		q.req.idx = q.sq.head
+	}
+}
+
+// completeDone retires, in order, WQEs that need no response; a failed
+// one moves the QP to ERR.
+func (q *QP) completeDone() {
+	for q.sq.head != q.req.idx {
+		w := q.sq.at(q.sq.head)
+		switch w.state {
+		case wqeDone:
+			q.completeWQE(w, false)
+		case wqeError:
+			q.completeWQE(w, true)
+			q.enterError()
+			return
+		default:
+			return
+		}
+	}
+}
+
+// headWQE returns the oldest WQE that is waiting for a response, after
+// retiring finished ones; nil if there is none.
+func (q *QP) headWQE() *wqe {
+	q.completeDone()
+	if q.sq.head == q.req.idx && (q.sq.head == q.sq.published() || q.sq.at(q.sq.head).sent == 0) {
+		return nil
+	}
+	if q.attr.State == Err {
+		return nil
+	}
+	return q.sq.at(q.sq.head)
+}
+
+func (q *QP) resetRetry() {
+	q.comp.retryCnt = q.attr.RetryCnt
+	q.comp.rnrRetry = q.attr.RNRRetry
+	q.comp.startedRetry = false
+}
+
+// rearm restarts the retransmit timer after progress, or stops it when
+// nothing is outstanding.
+func (q *QP) rearm(now time.Time) {
+	if q.timeout > 0 && q.attr.State != Err && q.req.psn != q.comp.psn {
+		q.retransmitAt = now.Add(q.timeout)
+	} else {
+		q.retransmitAt = time.Time{}
+	}
+}
+
+// handleResponse processes an ACK, NAK, READ response or atomic ACK.
+func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
+	if q.typ != RC {
+		return
+	}
+	psn := PSN(p.BTH.PSN())
+	for {
+		w := q.headWQE()
+		if w == nil {
+			return
+		}
+		if w.state == wqePosted {
+			// Not fully sent; only a response within what was sent counts.
+			if psn.Diff(q.req.psn) >= 0 {
+				return
+			}
+		}
+		// A response past the oldest WQE acknowledges it (coalesced ACK),
+		// unless it is a READ or atomic whose response never came: that is
+		// an implied NAK and the requester goes back.
+		if w.state == wqePending && psn.Diff(w.lastPSN) > 0 {
+			if w.isReadOrAtomic() {
+				q.ctr.ImpliedNAKs.Add(1)
+				q.errorRetry(w, now)
+				return
+			}
+			q.resetRetry()
+			if w.lastPSN.Diff(q.comp.psn) >= 0 {
+				q.comp.psn = w.lastPSN.Next()
+				q.comp.opcode = -1
+			}
+			q.completeWQE(w, false)
+			continue
+		}
+		d := psn.Diff(q.comp.psn)
+		if d < 0 {
+			return // an old or duplicated response
+		}
+		if d > 0 && w.isReadOrAtomic() {
+			return // READ responses must arrive in order; wait for the retry
+		}
+		q.checkAck(env, p, w, psn, now)
+		q.rearm(now)
+		q.completeDone()
+		return
+	}
+}
+
+// checkAck is rxe's check_ack and what follows it for one response whose
+// PSN is the expected one (or inside the oldest SEND/WRITE).
+func (q *QP) checkAck(env Env, p *wire.Packet, w *wqe, psn PSN, now time.Time) {
+	fl := p.Info.Flags
+	// Sequence of READ responses.
+	switch q.comp.opcode {
+	case -1:
+		if fl&(wire.FlagFirst|wire.FlagOnly) == 0 {
+			return
+		}
+	case int(wire.RCReadResponseFirst), int(wire.RCReadResponseMiddle):
+		if p.Opcode != wire.RCReadResponseMiddle && p.Opcode != wire.RCReadResponseLast {
+			if !(psn == w.firstPSN && (p.Opcode == wire.RCReadResponseFirst || p.Opcode == wire.RCReadResponseOnly)) {
+				return
+			}
+		}
+	}
+	switch p.Opcode {
+	case wire.RCReadResponseFirst, wire.RCReadResponseLast, wire.RCReadResponseOnly, wire.RCReadResponseMiddle:
+		if p.AETH != nil && p.AETH.Syndrome().Kind() != wire.SynACK {
+			return
+		}
+		if w.wr.Opcode != WRRDMARead {
+			return
+		}
+		q.resetRetry()
+		if len(p.Payload) > w.length-w.recvd || !q.scatter(w.sgl, p.Payload, w.recvd) {
+			w.status = WCLocLenErr
+			if len(p.Payload) <= w.length-w.recvd {
+				w.status = WCLocProtErr
+			}
+			q.failWQE(w)
+			return
+		}
+		w.recvd += len(p.Payload)
+		q.comp.psn = psn.Next()
+		if fl&(wire.FlagLast|wire.FlagOnly) != 0 {
+			q.comp.opcode = -1
+			if w.recvd == w.length {
+				q.completeWQE(w, false)
+			}
+		} else {
+			q.comp.opcode = int(p.Opcode)
+		}
+	case wire.RCAtomicAck:
+		if p.AETH.Syndrome().Kind() != wire.SynACK || !w.wr.Opcode.IsAtomic() {
+			return
+		}
+		q.resetRetry()
+		var orig [8]byte
+		// rxe copies the 64-bit value in host order into the local buffer.
+		binary.NativeEndian.PutUint64(orig[:], p.AtomicAckETH.OrigData())
+		if !q.scatter(w.sgl, orig[:], 0) {
+			w.status = WCLocProtErr
+			q.failWQE(w)
+			return
+		}
+		q.comp.psn = psn.Next()
+		q.comp.opcode = -1
+		q.completeWQE(w, false)
+	case wire.RCAck:
+		syn := p.AETH.Syndrome()
+		switch syn.Kind() {
+		case wire.SynACK:
+			q.resetRetry()
+			if w.isReadOrAtomic() && w.wr.Opcode != WRFlush && w.wr.Opcode != WRAtomicWrite {
+				return // an ACK cannot complete a READ or atomic
+			}
+			q.comp.psn = psn.Next()
+			q.comp.opcode = -1
+			if w.state == wqePending && w.lastPSN == psn {
+				q.completeWQE(w, false)
+			}
+		case wire.SynRNR:
+			q.ctr.RcvdRNRErr.Add(1)
+			if q.comp.rnrRetry > 0 {
+				if q.comp.rnrRetry != 7 {
+					q.comp.rnrRetry--
+				}
+				q.rnrAt = now.Add(RNRDelay(syn.RNRTimer()))
+				q.retransmitAt = time.Time{}
+				return
+			}
+			q.ctr.RetryRNRExceededErr.Add(1)
+			w.status = WCRNRRetryExcErr
+			q.failWQE(w)
+		case wire.SynNAK:
+			switch syn.NAKCode() {
+			case wire.NAKPSNSeqErr:
+				if psn.Diff(q.comp.psn) > 0 {
+					q.ctr.RcvdSeqErr.Add(1)
+					q.implicitAck(psn)
+					q.comp.psn = psn
+				}
+				if w = q.headWQE(); w != nil {
+					q.errorRetry(w, now)
+				}
+			case wire.NAKInvalidRequest:
+				w.status = WCRemInvReqErr
+				q.failWQE(w)
+			case wire.NAKRemoteAccess:
+				w.status = WCRemAccessErr
+				q.failWQE(w)
+			default:
+				w.status = WCRemOpErr
+				q.failWQE(w)
+			}
+		default:
+			w.status = WCBadRespErr
+			q.failWQE(w)
+		}
+	}
+}
+
+// implicitAck completes the SEND/WRITE WQEs a NAK at psn acknowledges:
+// those that end before it.
+func (q *QP) implicitAck(psn PSN) {
+	for {
+		w := q.headWQE()
+		if w == nil || w.state != wqePending || w.isReadOrAtomic() || w.lastPSN.Diff(psn) >= 0 {
+			return
+		}
+		q.completeWQE(w, false)
+	}
+}
+
+// failWQE completes w with its error status and moves the QP to ERR.
+func (q *QP) failWQE(w *wqe) {
+	w.state = wqeError
+	q.completeWQE(w, true)
+	q.enterError()
+}
+
+// errorRetry is rxe's COMPST_ERROR_RETRY: go back to the oldest
+// unacknowledged PSN, or fail once retry_cnt is used up.
+func (q *QP) errorRetry(w *wqe, now time.Time) {
+	timeout := q.comp.timeoutRetry
+	q.comp.timeoutRetry = false
+	if q.comp.startedRetry && !timeout {
+		return // one retry per loss until progress or a timeout
+	}
+	if q.comp.retryCnt > 0 {
+		q.comp.retryCnt--
+		if q.req.psn.Diff(q.comp.psn) > 0 || w.state == wqePending {
+			q.ctr.CompleterRetryErr.Add(1)
+			q.goBackN()
+			q.comp.startedRetry = true
+		}
+		q.rearm(now)
+		return
+	}
+	q.ctr.RetryExceededErr.Add(1)
+	w.status = WCRetryExcErr
+	q.failWQE(w)
+}
+
+// goBackN is rxe's req_retry: restart sending at the oldest
+// unacknowledged PSN, resuming a partly acknowledged SEND/WRITE at the
+// right packet and a partly answered READ at the right offset.
+func (q *QP) goBackN() {
+	tail := q.sq.published()
+	q.req.idx = q.sq.head
+	q.req.psn = q.comp.psn
+	q.req.noack = 0
+	q.comp.opcode = -1
+	first := true
+	for i := q.sq.head; i != tail; i++ {
+		w := q.sq.at(i)
+		if w.state == wqePosted && w.sent == 0 {
+			break
+		}
+		if w.state == wqeDone || w.state == wqeError {
+			continue
+		}
+		if first {
+			first = false
+			switch {
+			case w.wr.Opcode == WRRDMARead:
+				w.sent = w.recvd
+			case w.isReadOrAtomic():
+				w.sent = 0
+			default:
+				if n := int(q.comp.psn.Diff(w.firstPSN)); n > 0 {
+					w.sent = min(n*q.mtu, w.length)
+				} else {
+					w.sent = 0
+				}
+			}
+		} else {
+			w.sent = 0
+			w.recvd = 0
+		}
+		w.state = wqePosted
+	}
+}
+
+// OnTimer handles expired retransmit and RNR timers, then lets the
+// requester send.
+func (q *QP) OnTimer(env Env, now time.Time, budget int) (more bool) {
+	if !q.rnrAt.IsZero() && !now.Before(q.rnrAt) {
+		q.rnrAt = time.Time{}
+		if q.attr.State != Err {
+			q.goBackN()
+			q.rearm(now)
+		}
+	}
+	if !q.retransmitAt.IsZero() && !now.Before(q.retransmitAt) {
+		q.retransmitAt = time.Time{}
+		if w := q.headWQE(); w != nil && q.rnrAt.IsZero() {
+			q.ctr.RetransmitTimeouts.Add(1)
+			q.comp.timeoutRetry = true
+			q.errorRetry(w, now)
+		}
+	}
+	return q.Run(env, now, budget)
+}

@@ -1,0 +1,64 @@
+package qp
+
+import "sync/atomic"
+
+// Counters are the protocol counters of one device, named and counted like
+// rdma_rxe's hw_counters (rxe_hw_counters.c) so operators can compare the
+// two side by side. Every field is updated atomically; a Counters is
+// shared by all QPs of a device.
+type Counters struct {
+	SentPkts             atomic.Uint64 // sent_pkts: packets handed to the transport
+	RcvdPkts             atomic.Uint64 // rcvd_pkts: packets accepted by the receive checks
+	DuplicateRequest     atomic.Uint64 // duplicate_request: responder saw a PSN it already executed
+	OutOfSeqRequest      atomic.Uint64 // out_of_seq_request: responder saw a PSN gap
+	RcvdRNRErr           atomic.Uint64 // rcvd_rnr_err: requester got an RNR NAK
+	SendRNRErr           atomic.Uint64 // send_rnr_err: responder sent an RNR NAK
+	RcvdSeqErr           atomic.Uint64 // rcvd_seq_err: requester got a PSN sequence NAK
+	AckDeferred          atomic.Uint64 // ack_deferred: responder withheld an ACK (no AckReq)
+	RetryExceededErr     atomic.Uint64 // retry_exceeded_err: retry_cnt ran out
+	RetryRNRExceededErr  atomic.Uint64 // retry_rnr_exceeded_err: rnr_retry ran out
+	CompleterRetryErr    atomic.Uint64 // completer_retry_err: requester restarted from an older PSN
+	SendErr              atomic.Uint64 // send_err: the transport refused a packet
+	LinkDowned           atomic.Uint64 // link_downed: the port went down
+	RDMASends            atomic.Uint64 // rdma_sends: SEND messages started by the requester
+	RDMARecvs            atomic.Uint64 // rdma_recvs: SEND messages completed by the responder
+	CNPRcvd              atomic.Uint64 // cnp_rcvd: congestion notification packets received
+	RetransmitTimeouts   atomic.Uint64 // retransmit_timeouts: retransmit timer expiries with work outstanding
+	ImpliedNAKs          atomic.Uint64 // implied_naks: ACKs that skipped an unanswered READ/atomic
+	ResponderResourceHit atomic.Uint64 // replayed_responses: READ/atomic responses replayed for a duplicate
+}
+
+// CounterNames lists the rxe counter names in rxe's order, followed by
+// the ones this implementation adds.
+var CounterNames = []string{
+	"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request",
+	"rcvd_rnr_err", "send_rnr_err", "rcvd_seq_err", "ack_deferred",
+	"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err",
+	"send_err", "link_downed", "rdma_sends", "rdma_recvs",
+	"cnp_rcvd", "retransmit_timeouts", "implied_naks", "replayed_responses",
+}
+
+// Snapshot returns every counter by name (see CounterNames).
+func (c *Counters) Snapshot() map[string]uint64 {
+	return map[string]uint64{
+		"sent_pkts":              c.SentPkts.Load(),
+		"rcvd_pkts":              c.RcvdPkts.Load(),
+		"duplicate_request":      c.DuplicateRequest.Load(),
+		"out_of_seq_request":     c.OutOfSeqRequest.Load(),
+		"rcvd_rnr_err":           c.RcvdRNRErr.Load(),
+		"send_rnr_err":           c.SendRNRErr.Load(),
+		"rcvd_seq_err":           c.RcvdSeqErr.Load(),
+		"ack_deferred":           c.AckDeferred.Load(),
+		"retry_exceeded_err":     c.RetryExceededErr.Load(),
+		"retry_rnr_exceeded_err": c.RetryRNRExceededErr.Load(),
+		"completer_retry_err":    c.CompleterRetryErr.Load(),
+		"send_err":               c.SendErr.Load(),
+		"link_downed":            c.LinkDowned.Load(),
+		"rdma_sends":             c.RDMASends.Load(),
+		"rdma_recvs":             c.RDMARecvs.Load(),
+		"cnp_rcvd":               c.CNPRcvd.Load(),
+		"retransmit_timeouts":    c.RetransmitTimeouts.Load(),
+		"implied_naks":           c.ImpliedNAKs.Load(),
+		"replayed_responses":     c.ResponderResourceHit.Load(),
+	}
+}

@@ -1,0 +1,390 @@
+package qp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/rxed/rxed/pkg/mr"
+)
+
+// MaxPacketLen is the largest RoCE packet (UDP payload) the protocol logic
+// builds: BTH and the longest header set, a 4096-byte payload, pad and
+// ICRC, rounded up.
+const MaxPacketLen = 4096 + 128
+
+// Protocol constants of rdma_rxe (rxe_param.h).
+const (
+	// MaxUnackedPSNs is how far the requester may run ahead of the oldest
+	// unacknowledged PSN (RXE_MAX_UNACKED_PSNS).
+	MaxUnackedPSNs = 128
+	// MaxPktPerAck is how many packets without AckReq the requester sends
+	// before it asks for an ACK mid-message (RXE_MAX_PKT_PER_ACK).
+	MaxPktPerAck = 64
+	// DefaultPKey is the only partition key rxe has (IB_DEFAULT_PKEY_FULL).
+	DefaultPKey = 0xFFFF
+	// GSIQKey is the well-known Q_Key of QP1.
+	GSIQKey = 0x80010000
+)
+
+// Env is the engine side of a QP: where outgoing packets are built and sent.
+// The protocol logic calls it only from the goroutine that owns the QP.
+type Env interface {
+	// TxBuffer returns the buffer the next outgoing packet is built in, at
+	// least MaxPacketLen bytes long. It stays valid until Transmit.
+	TxBuffer() []byte
+	// Transmit sends the first n bytes of the last TxBuffer along av (its
+	// ICRC slot is filled in by the engine, which knows the UDP flow).
+	Transmit(n int, av *AddrVector)
+}
+
+// RecvInfo describes where a received packet came from, for the address
+// check and for the GRH a UD receive completion carries.
+type RecvInfo struct {
+	Src, Dst netip.AddrPort
+}
+
+// Config creates a QP (ibv_qp_init_attr plus what the engine supplies).
+type Config struct {
+	Num      uint32
+	Type     Type
+	Cap      Cap
+	SigAll   bool // sq_sig_all: every send WR completes with a WC
+	PD       *mr.PD
+	Mem      *mr.Table
+	SendCQ   CompletionQueue
+	RecvCQ   CompletionQueue
+	SRQ      ReceiveSource // nil: the QP gets its own receive queue
+	Counters *Counters     // shared device counters; nil allocates private ones
+	// OnError is called (on the QP's goroutine) when the QP enters ERR by
+	// itself, for the asynchronous QP-fatal event.
+	OnError func(q *QP)
+}
+
+// CompletionQueue is what the protocol logic needs from a CQ.
+type CompletionQueue interface {
+	// Push appends wc; an error means the completion was lost (overflow).
+	Push(wc WC) error
+}
+
+// ReceiveSource hands out posted receive WRs (a QP's own RecvQueue or an
+// SRQ). Pop copies the oldest WR into wr (reusing wr.SGL's capacity) and
+// removes it; it reports false when none is posted.
+type ReceiveSource interface {
+	Pop(wr *RecvWR) bool
+}
+
+// Errors of the verbs entry points.
+var (
+	ErrQPState  = errors.New("qp: operation not allowed in the QP's state")
+	ErrSendFull = errors.New("qp: send queue full")
+)
+
+// QP is one queue pair: its attributes, send queue and the requester,
+// completer and responder state. PostSend and PostRecv may be called from
+// any goroutine; every other method must be called from the single
+// goroutine that owns the QP (the engine's worker).
+type QP struct {
+	num    uint32
+	typ    Type
+	cap    Cap
+	sigAll bool
+	pd     *mr.PD
+	mem    *mr.Table
+	scq    CompletionQueue
+	rcq    CompletionQueue
+	srq    ReceiveSource
+	rq     *RecvQueue
+	ctr    *Counters
+	onErr  func(*QP)
+	// localOps executes LOCAL_INV, BIND_MW and REG_MR; nil completes them
+	// with LOC_QP_OP_ERR.
+	localOps LocalOps
+	// remoteInv invalidates the rkey of a SEND_WITH_INV.
+	remoteInv func(*QP, uint32) WCStatus
+
+	state atomic.Int32 // mirror of attr.State for lock-free reads
+	attr  Attr
+	mtu   int
+
+	sq sendQueue
+
+	req  requester
+	comp completer
+	resp responder
+
+	// deadlines; zero when not armed
+	retransmitAt time.Time
+	rnrAt        time.Time
+	timeout      time.Duration
+
+	// Owned scratch, reused per packet so the data path does not allocate.
+	rxWR RecvWR
+}
+
+// New creates a QP in the RESET state.
+func New(c Config) (*QP, error) {
+	if !c.Type.Valid() {
+		return nil, fmt.Errorf("qp: invalid type %v", c.Type)
+	}
+	if c.Mem == nil || c.PD == nil {
+		return nil, errors.New("qp: PD and memory table required")
+	}
+	if c.SendCQ == nil || c.RecvCQ == nil {
+		return nil, errors.New("qp: send and receive CQs required")
+	}
+	if c.Cap.MaxSendWR == 0 {
+		c.Cap.MaxSendWR = 1
+	}
+	q := &QP{
+		num: c.Num, typ: c.Type, cap: c.Cap, sigAll: c.SigAll,
+		pd: c.PD, mem: c.Mem, scq: c.SendCQ, rcq: c.RecvCQ, srq: c.SRQ,
+		ctr: c.Counters, onErr: c.OnError,
+	}
+	if q.ctr == nil {
+		q.ctr = new(Counters)
+	}
+	if q.srq == nil {
+		n := int(c.Cap.MaxRecvWR)
+		if n < 1 {
+			n = 1
+		}
+		q.rq = newRecvQueue(n, int(c.Cap.MaxRecvSGE))
+	}
+	q.sq.init(int(c.Cap.MaxSendWR))
+	q.attr.PathMTU = MTU1024
+	q.mtu = 1024
+	q.attr.PKeyIndex = 0
+	q.attr.PortNum = 1
+	q.resetProtocol()
+	return q, nil
+}
+
+// Num returns the QP number.
+func (q *QP) Num() uint32 { return q.num }
+
+// Type returns the QP type.
+func (q *QP) Type() Type { return q.typ }
+
+// State returns the current state; safe from any goroutine.
+func (q *QP) State() State { return State(q.state.Load()) }
+
+// Cap returns the QP's queue capacities.
+func (q *QP) Cap() Cap { return q.cap }
+
+// PD returns the QP's protection domain.
+func (q *QP) PD() *mr.PD { return q.pd }
+
+// Counters returns the counters the QP updates.
+func (q *QP) Counters() *Counters { return q.ctr }
+
+// Attr returns a copy of the QP's attributes (owner goroutine only).
+func (q *QP) Attr() Attr {
+	a := q.attr
+	a.Cap = q.cap
+	a.SQDraining = false
+	return a
+}
+
+// setState changes the state and its lock-free mirror.
+func (q *QP) setState(s State) {
+	q.attr.State = s
+	q.state.Store(int32(s))
+}
+
+// resetProtocol clears the requester, completer and responder.
+func (q *QP) resetProtocol() {
+	q.req = requester{opcode: -1}
+	q.comp = completer{opcode: -1}
+	q.resp.reset()
+	q.retransmitAt, q.rnrAt = time.Time{}, time.Time{}
+}
+
+// Modify applies a validated attribute change (ibv_modify_qp). It runs on
+// the owner goroutine. Moving to ERR flushes both queues.
+func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
+	cur := q.attr.State
+	if err := CheckModify(q.typ, cur, a, mask); err != nil {
+		return err
+	}
+	if mask.Has(AttrPathMTU) {
+		q.attr.PathMTU = a.PathMTU
+		q.mtu = a.PathMTU.Bytes()
+	}
+	if mask.Has(AttrQKey) {
+		q.attr.QKey = a.QKey
+	}
+	if mask.Has(AttrRQPSN) {
+		q.attr.RQPSN = a.RQPSN
+		q.resp.psn = a.RQPSN
+	}
+	if mask.Has(AttrSQPSN) {
+		q.attr.SQPSN = a.SQPSN
+		q.req.psn = a.SQPSN
+		q.comp.psn = a.SQPSN
+	}
+	if mask.Has(AttrDestQPN) {
+		q.attr.DestQPN = a.DestQPN
+	}
+	if mask.Has(AttrAccessFlags) {
+		q.attr.AccessFlags = a.AccessFlags
+	}
+	if mask.Has(AttrAV) {
+		q.attr.AV = a.AV
+	}
+	if mask.Has(AttrAltPath) {
+		q.attr.AltAV, q.attr.AltPKeyIndex, q.attr.AltPortNum, q.attr.AltTimeout = a.AltAV, a.AltPKeyIndex, a.AltPortNum, a.AltTimeout
+	}
+	if mask.Has(AttrPKeyIndex) {
+		q.attr.PKeyIndex = a.PKeyIndex
+	}
+	if mask.Has(AttrPort) {
+		q.attr.PortNum = a.PortNum
+	}
+	if mask.Has(AttrMaxQPRdAtomic) {
+		q.attr.MaxRdAtomic = a.MaxRdAtomic
+	}
+	if mask.Has(AttrMaxDestRdAtomic) {
+		q.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
+		q.resp.resizeResources(int(a.MaxDestRdAtomic))
+	}
+	if mask.Has(AttrMinRNRTimer) {
+		q.attr.MinRNRTimer = a.MinRNRTimer
+	}
+	if mask.Has(AttrTimeout) {
+		q.attr.Timeout = a.Timeout
+		q.timeout = RetransmitTimeout(a.Timeout)
+	}
+	if mask.Has(AttrRetryCnt) {
+		q.attr.RetryCnt = a.RetryCnt
+		q.comp.retryCnt = a.RetryCnt
+	}
+	if mask.Has(AttrRNRRetry) {
+		q.attr.RNRRetry = a.RNRRetry
+		q.comp.rnrRetry = a.RNRRetry
+	}
+	if mask.Has(AttrPathMigState) {
+		q.attr.PathMigState = a.PathMigState
+	}
+	if mask.Has(AttrEnSQDAsyncNotify) {
+		q.attr.EnSQDAsyncNotify = a.EnSQDAsyncNotify
+	}
+	if mask.Has(AttrRateLimit) {
+		q.attr.RateLimit = a.RateLimit
+	}
+	if mask.Has(AttrState) {
+		next := a.State
+		switch next {
+		case Reset:
+			q.sq.clear()
+			if q.rq != nil {
+				q.rq.Flush(func(RecvWR) {})
+			}
+			q.resetProtocol()
+			q.setState(Reset)
+		case Err:
+			q.setState(Err)
+			q.flush()
+		default:
+			q.setState(next)
+		}
+	}
+	return nil
+}
+
+// RetransmitTimeout is the local ACK timeout for an attribute value:
+// 4.096 us * 2^timeout, 0 meaning no timer (IBA 9.7.6.1.3), as rxe
+// computes it.
+func RetransmitTimeout(t uint8) time.Duration {
+	if t == 0 {
+		return 0
+	}
+	if t > 31 {
+		t = 31
+	}
+	return time.Duration(4096<<t) * time.Nanosecond
+}
+
+// rnrTimerUsec is IBA table 45 (rxe's rnrnak_usec): the RNR NAK timer
+// field to microseconds.
+var rnrTimerUsec = [32]uint32{
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960,
+	1280, 1920, 2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720,
+	40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520,
+}
+
+// RNRDelay returns the delay an RNR NAK timer field stands for.
+func RNRDelay(code uint8) time.Duration {
+	return time.Duration(rnrTimerUsec[code&31]) * time.Microsecond
+}
+
+// enterError moves the QP to ERR on its own (a fatal protocol error) and
+// flushes the queues.
+func (q *QP) enterError() {
+	if q.attr.State == Err {
+		return
+	}
+	q.setState(Err)
+	q.flush()
+	if q.onErr != nil {
+		q.onErr(q)
+	}
+}
+
+// flush completes every outstanding send WR and (without an SRQ) every
+// posted receive WR with WR_FLUSH_ERR, as rxe does for a QP in ERR.
+func (q *QP) flush() {
+	q.retransmitAt, q.rnrAt = time.Time{}, time.Time{}
+	tail := q.sq.published()
+	for q.sq.head != tail {
+		w := q.sq.at(q.sq.head)
+		if w.state != wqeError {
+			w.status = WCWRFlushErr
+		}
+		q.completeWQE(w, true)
+	}
+	q.req.idx = q.sq.head
+	if q.rq != nil {
+		for q.rq.Pop(&q.rxWR) {
+			q.rcq.Push(WC{ID: q.rxWR.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.num})
+		}
+	}
+	q.resp.recvValid = false
+}
+
+// Deadline returns the earliest armed timer, or the zero time.
+func (q *QP) Deadline() time.Time {
+	d := q.retransmitAt
+	if !q.rnrAt.IsZero() && (d.IsZero() || q.rnrAt.Before(d)) {
+		d = q.rnrAt
+	}
+	return d
+}
+
+// PostSend queues wr (ibv_post_send). It may be called from any
+// goroutine; the owner must then be told to Run. In ERR the WR is queued
+// and flushed by the next Run, as libibverbs providers do.
+func (q *QP) PostSend(wr *SendWR) error {
+	switch q.State() {
+	case Reset, Init, RTR:
+		return fmt.Errorf("%w: post send in %v", ErrQPState, q.State())
+	}
+	if err := CheckSendWR(q.typ, q.cap, wr); err != nil {
+		return err
+	}
+	return q.sq.push(wr)
+}
+
+// PostRecv queues a receive WR on the QP's own receive queue
+// (ibv_post_recv). It may be called from any goroutine.
+func (q *QP) PostRecv(wr *RecvWR) error {
+	if q.rq == nil {
+		return fmt.Errorf("%w: QP uses an SRQ", ErrQPState)
+	}
+	if q.State() == Reset {
+		return fmt.Errorf("%w: post recv in RESET", ErrQPState)
+	}
+	return q.rq.Post(wr)
+}

@@ -1,0 +1,657 @@
+package qp
+
+import (
+	"encoding/binary"
+
+	"github.com/rxed/rxed/pkg/mr"
+	"github.com/rxed/rxed/pkg/wire"
+)
+
+// responder is the receive side of rxe_resp.c.
+type responder struct {
+	psn     PSN    // next request PSN expected
+	msn     uint32 // message sequence number (24 bits)
+	opcode  int    // opcode of the multi-packet message in progress, -1 none
+	sentNAK bool   // a PSN sequence NAK was sent for the current gap
+	dropMsg bool   // UC: drop the rest of a message after a gap
+
+	recv      RecvWR // receive WR the current SEND (or WRITE_IMM) fills
+	recvValid bool
+	recvOff   int
+
+	va     uint64 // WRITE in progress: next address
+	rkey   uint32
+	resid  int // bytes still to come
+	length int // RETH DMA length
+
+	res     []resource // READ/atomic responder resources (max_dest_rd_atomic)
+	resNext int
+}
+
+// resource remembers an executed READ or atomic so a duplicate request is
+// answered again instead of executed again.
+type resource struct {
+	kind              uint8 // resNone, resRead, resAtomic
+	firstPSN, lastPSN PSN
+	orig              uint64
+}
+
+const (
+	resNone uint8 = iota
+	resRead
+	resAtomic
+)
+
+func (r *responder) reset() {
+	res := r.res
+	*r = responder{opcode: -1, res: res}
+	clear(r.res)
+	r.resNext = 0
+}
+
+func (r *responder) resizeResources(n int) {
+	if n < 1 {
+		n = 1
+	}
+	if len(r.res) != n {
+		r.res = make([]resource, n)
+		r.resNext = 0
+	}
+}
+
+func (r *responder) newResource() *resource {
+	if len(r.res) == 0 {
+		r.res = make([]resource, 1)
+	}
+	x := &r.res[r.resNext]
+	r.resNext = (r.resNext + 1) % len(r.res)
+	return x
+}
+
+func (r *responder) findResource(psn PSN) *resource {
+	for i := range r.res {
+		x := &r.res[i]
+		if x.kind != resNone && x.firstPSN.LessEq(psn) && psn.LessEq(x.lastPSN) {
+			return x
+		}
+	}
+	return nil
+}
+
+// sendAck sends an ACK or NAK with the given syndrome for psn.
+func (q *QP) sendAck(env Env, syn wire.Syndrome, psn PSN) {
+	h := wire.Headers{Opcode: wire.RCAck, PKey: DefaultPKey, DestQP: q.attr.DestQPN,
+		PSN: uint32(psn), Syndrome: syn, MSN: q.resp.msn}
+	buf := env.TxBuffer()
+	_, n, err := h.EncodeHeaders(buf, 0)
+	if err != nil {
+		return
+	}
+	env.Transmit(n, &q.attr.AV)
+	q.ctr.SentPkts.Add(1)
+}
+
+func (q *QP) sendAtomicAck(env Env, psn PSN, orig uint64) {
+	h := wire.Headers{Opcode: wire.RCAtomicAck, PKey: DefaultPKey, DestQP: q.attr.DestQPN,
+		PSN: uint32(psn), Syndrome: wire.ACKSyndrome(0x1F), MSN: q.resp.msn, OrigData: orig}
+	buf := env.TxBuffer()
+	_, n, err := h.EncodeHeaders(buf, 0)
+	if err != nil {
+		return
+	}
+	env.Transmit(n, &q.attr.AV)
+	q.ctr.SentPkts.Add(1)
+}
+
+// ackUnlimited is the ACK syndrome rxe sends: no credit limit.
+var ackUnlimited = wire.ACKSyndrome(0x1F)
+
+// handleRequest is the responder for one request packet that passed the
+// receive checks.
+func (q *QP) handleRequest(env Env, p *wire.Packet, ri *RecvInfo) {
+	r := &q.resp
+	psn := PSN(p.BTH.PSN())
+	fl := p.Info.Flags
+	start := fl&(wire.FlagFirst|wire.FlagOnly) != 0
+	switch q.typ {
+	case RC:
+		d := psn.Diff(r.psn)
+		if d > 0 {
+			if !r.sentNAK {
+				r.sentNAK = true
+				q.ctr.OutOfSeqRequest.Add(1)
+				q.sendAck(env, wire.NAKSyndrome(wire.NAKPSNSeqErr), r.psn)
+			}
+			return
+		}
+		if d < 0 {
+			q.ctr.DuplicateRequest.Add(1)
+			q.duplicateRequest(env, p, psn)
+			return
+		}
+		r.sentNAK = false
+	case UC:
+		if r.dropMsg || psn != r.psn {
+			if !start {
+				r.dropMsg = true
+				return
+			}
+			// A new message after a gap: abandon the broken one.
+			r.dropMsg = false
+			r.opcode = -1
+			if r.recvValid {
+				r.recvOff = 0
+			}
+		}
+	}
+	if !q.checkOpSeq(p.Opcode, start) {
+		if q.typ == RC {
+			q.nakError(env, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
+		} else {
+			r.dropMsg = true
+			r.opcode = -1
+		}
+		return
+	}
+	if !q.checkOpValid(fl) {
+		if q.typ == RC {
+			q.nakError(env, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
+		} else {
+			r.dropMsg = true
+		}
+		return
+	}
+	switch {
+	case fl&wire.FlagSend != 0:
+		q.executeSend(env, p, ri, psn, start)
+	case fl&wire.FlagWrite != 0:
+		q.executeWrite(env, p, psn, start)
+	case fl&wire.FlagRead != 0:
+		q.executeRead(env, p, psn)
+	case fl&wire.FlagAtomic != 0:
+		q.executeAtomic(env, p, psn)
+	case fl&wire.FlagFlush != 0:
+		q.executeFlush(env, p, psn)
+	case fl&wire.FlagAtomicWrite != 0:
+		q.executeAtomicWrite(env, p, psn)
+	}
+}
+
+// checkOpSeq is rxe's check_op_seq: the packet must continue the message
+// in progress, or start a new one.
+func (q *QP) checkOpSeq(op wire.Opcode, start bool) bool {
+	prev := q.resp.opcode
+	low := op & 0x1F
+	switch {
+	case prev >= 0 && (wire.Opcode(prev)&0x1F == wire.RCSendFirst || wire.Opcode(prev)&0x1F == wire.RCSendMiddle):
+		return low == wire.RCSendMiddle || low == wire.RCSendLast || low == wire.RCSendLastImm || op == wire.RCSendLastInv
+	case prev >= 0 && (wire.Opcode(prev)&0x1F == wire.RCWriteFirst || wire.Opcode(prev)&0x1F == wire.RCWriteMiddle):
+		return low == wire.RCWriteMiddle || low == wire.RCWriteLast || low == wire.RCWriteLastImm
+	default:
+		return start
+	}
+}
+
+// checkOpValid is rxe's check_op_valid: the QP's access flags must allow
+// the remote operation.
+func (q *QP) checkOpValid(fl wire.OpFlags) bool {
+	acc := q.attr.AccessFlags
+	switch q.typ {
+	case RC:
+		if fl&wire.FlagRead != 0 && acc&AccessRemoteRead == 0 {
+			return false
+		}
+		if fl&(wire.FlagWrite|wire.FlagAtomicWrite) != 0 && acc&AccessRemoteWrite == 0 {
+			return false
+		}
+		if fl&wire.FlagAtomic != 0 && acc&AccessRemoteAtomic == 0 {
+			return false
+		}
+		if fl&(wire.FlagRead|wire.FlagAtomic|wire.FlagAtomicWrite|wire.FlagFlush) != 0 && q.attr.MaxDestRdAtomic == 0 {
+			return false // RESPST_ERR_TOO_MANY_RDMA_ATM_REQ
+		}
+	case UC:
+		if fl&wire.FlagWrite != 0 && acc&AccessRemoteWrite == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// nakError is rxe's class A/C error: NAK the request, fail the receive WR
+// in progress, and move the QP to ERR.
+func (q *QP) nakError(env Env, psn PSN, code uint8, st WCStatus) {
+	q.sendAck(env, wire.NAKSyndrome(code), psn)
+	if q.resp.recvValid {
+		wc := WC{ID: q.resp.recv.ID, Status: st, QPNum: q.num}
+		q.rcq.Push(wc)
+		q.resp.recvValid = false
+	}
+	q.enterError()
+}
+
+// takeRecv makes sure a receive WR is at hand for a SEND or WRITE_IMM.
+func (q *QP) takeRecv() bool {
+	r := &q.resp
+	if r.recvValid {
+		return true
+	}
+	var ok bool
+	if q.srq != nil {
+		ok = q.srq.Pop(&r.recv)
+	} else {
+		ok = q.rq.Pop(&r.recv)
+	}
+	if ok {
+		r.recvValid = true
+		r.recvOff = 0
+	}
+	return ok
+}
+
+// noRecv handles a SEND that found no receive WR: RNR NAK on RC, a
+// silent drop on UC/UD.
+func (q *QP) noRecv(env Env, psn PSN) {
+	if q.typ == RC {
+		q.ctr.SendRNRErr.Add(1)
+		q.sendAck(env, wire.RNRSyndrome(q.attr.MinRNRTimer), psn)
+		return
+	}
+	if q.typ == UC {
+		q.resp.dropMsg = true
+	}
+}
+
+// finishRequest advances the expected PSN after a request was executed
+// and acknowledges it as rxe does.
+func (q *QP) finishRequest(env Env, p *wire.Packet, psn PSN, end bool) {
+	r := &q.resp
+	r.psn = psn.Next()
+	if end {
+		r.opcode = -1
+		r.msn = (r.msn + 1) & 0xFFFFFF
+	} else {
+		r.opcode = int(p.Opcode)
+	}
+	if q.typ != RC {
+		return
+	}
+	if p.BTH.AckReq() {
+		q.sendAck(env, ackUnlimited, psn)
+	} else {
+		q.ctr.AckDeferred.Add(1)
+	}
+}
+
+func (q *QP) executeSend(env Env, p *wire.Packet, ri *RecvInfo, psn PSN, start bool) {
+	r := &q.resp
+	fl := p.Info.Flags
+	end := fl&(wire.FlagLast|wire.FlagOnly) != 0
+	// Length rules (rxe check_length): FIRST/MIDDLE carry exactly one MTU.
+	if (!end && len(p.Payload) != q.mtu) || len(p.Payload) > q.mtu {
+		if q.typ == RC {
+			q.nakError(env, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
+		} else {
+			r.dropMsg = true
+		}
+		return
+	}
+	if start || !r.recvValid {
+		if !q.takeRecv() {
+			q.noRecv(env, psn)
+			return
+		}
+		r.recvOff = 0
+		if q.typ.Datagram() {
+			if !q.writeGRH(ri, len(p.Raw)) {
+				q.udRecvError(WCLocLenErr)
+				return
+			}
+		}
+	}
+	if r.recvOff+len(p.Payload) > sglLen(r.recv.SGL) {
+		q.recvLengthError(env, psn)
+		return
+	}
+	if !q.scatter(r.recv.SGL, p.Payload, r.recvOff) {
+		if q.typ == RC {
+			q.nakError(env, psn, wire.NAKRemoteOp, WCLocQPOpErr)
+		} else {
+			q.udRecvError(WCLocQPOpErr)
+		}
+		return
+	}
+	r.recvOff += len(p.Payload)
+	if end {
+		wc := WC{ID: r.recv.ID, Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(r.recvOff),
+			QPNum: q.num, Solicited: p.BTH.SE()}
+		if p.ImmDt != nil {
+			wc.Imm = p.ImmDt.Imm()
+			wc.Flags |= WCWithImm
+		}
+		if p.IETH != nil {
+			wc.InvalidatedRKey = p.IETH.RKey()
+			wc.Flags |= WCWithInv
+			if q.remoteInv != nil {
+				if st := q.remoteInv(q, wc.InvalidatedRKey); st != WCSuccess {
+					wc.Status = st
+					r.recvValid = false
+					q.rcq.Push(wc)
+					q.enterError()
+					return
+				}
+			}
+		}
+		if q.typ.Datagram() {
+			wc.SrcQP = p.DETH.SrcQP()
+			wc.Flags |= WCWithGRH
+		}
+		r.recvValid = false
+		q.ctr.RDMARecvs.Add(1)
+		q.rcq.Push(wc)
+	}
+	q.finishRequest(env, p, psn, end)
+}
+
+// recvLengthError: the SEND is longer than the receive WR.
+func (q *QP) recvLengthError(env Env, psn PSN) {
+	if q.typ == RC {
+		q.nakError(env, psn, wire.NAKInvalidRequest, WCLocLenErr)
+		return
+	}
+	q.udRecvError(WCLocLenErr)
+}
+
+// udRecvError completes the receive WR in progress with st (UC/UD keep
+// running; the message is dropped).
+func (q *QP) udRecvError(st WCStatus) {
+	r := &q.resp
+	if r.recvValid {
+		wc := WC{ID: r.recv.ID, Status: st, QPNum: q.num}
+		q.rcq.Push(wc)
+		r.recvValid = false
+	}
+	if q.typ == UC {
+		r.dropMsg = true
+		r.opcode = -1
+	}
+}
+
+// writeGRH fills the first 40 bytes of a UD receive buffer with the GRH,
+// or for IPv4 with 20 zero bytes and the IPv4 header, as rxe does.
+func (q *QP) writeGRH(ri *RecvInfo, udpPayload int) bool {
+	var grh [40]byte
+	src, dst := ri.Src.Addr(), ri.Dst.Addr()
+	if src.Unmap().Is4() && dst.Unmap().Is4() {
+		ip := grh[20:]
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+8+udpPayload))
+		binary.BigEndian.PutUint16(ip[6:], 0x4000)
+		ip[8] = 64
+		ip[9] = 17
+		s, d := src.Unmap().As4(), dst.Unmap().As4()
+		copy(ip[12:16], s[:])
+		copy(ip[16:20], d[:])
+		var sum uint32
+		for i := 0; i < 20; i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(ip[i:]))
+		}
+		for sum > 0xFFFF {
+			sum = sum&0xFFFF + sum>>16
+		}
+		binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	} else {
+		grh[0] = 0x60
+		binary.BigEndian.PutUint16(grh[4:], uint16(8+udpPayload))
+		grh[6] = 17
+		grh[7] = 64
+		s, d := src.As16(), dst.As16()
+		copy(grh[8:24], s[:])
+		copy(grh[24:40], d[:])
+	}
+	if sglLen(q.resp.recv.SGL) < len(grh) || !q.scatter(q.resp.recv.SGL, grh[:], 0) {
+		return false
+	}
+	q.resp.recvOff = len(grh)
+	return true
+}
+
+func (q *QP) executeWrite(env Env, p *wire.Packet, psn PSN, start bool) {
+	r := &q.resp
+	fl := p.Info.Flags
+	end := fl&(wire.FlagLast|wire.FlagOnly) != 0
+	if start {
+		r.va, r.rkey, r.length = p.RETH.VA(), p.RETH.RKey(), int(p.RETH.DMALen())
+		r.resid = r.length
+		if r.resid > 0 {
+			// Check the whole target once so a bad WRITE leaves memory
+			// untouched (rxe check_rkey on the first packet).
+			reg, err := q.mem.LookupQP(r.rkey, mr.RKey, q.pd, q.num, r.va, uint64(r.resid), mr.RemoteWrite)
+			if err != nil {
+				q.rkeyError(env, psn, err)
+				return
+			}
+			reg.Release()
+		}
+	}
+	n := len(p.Payload)
+	// rxe: a packet carries a full MTU while more than one MTU remains,
+	// else exactly what remains.
+	if (r.resid > q.mtu && (n != q.mtu || p.PadCount != 0)) || (r.resid <= q.mtu && (n != r.resid || end != true)) {
+		if q.typ == RC {
+			q.nakError(env, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
+		} else {
+			r.dropMsg = true
+			r.opcode = -1
+		}
+		return
+	}
+	if fl&wire.FlagImm != 0 && !q.takeRecv() {
+		q.noRecv(env, psn)
+		return
+	}
+	if n > 0 {
+		reg, err := q.mem.LookupQP(r.rkey, mr.RKey, q.pd, q.num, r.va, uint64(n), mr.RemoteWrite)
+		if err != nil {
+			q.rkeyError(env, psn, err)
+			return
+		}
+		copy(reg.Bytes(), p.Payload)
+		reg.Release()
+		r.va += uint64(n)
+		r.resid -= n
+	}
+	if end && fl&wire.FlagImm != 0 {
+		wc := WC{ID: r.recv.ID, Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.length),
+			QPNum: q.num, Imm: p.ImmDt.Imm(), Flags: WCWithImm, Solicited: p.BTH.SE()}
+		r.recvValid = false
+		q.rcq.Push(wc)
+	}
+	q.finishRequest(env, p, psn, end)
+}
+
+// rkeyError is rxe's RESPST_ERR_RKEY_VIOLATION (class C) or, for a
+// misaligned atomic, an invalid request: NAK and ERR on RC; UC drops.
+func (q *QP) rkeyError(env Env, psn PSN, err error) {
+	if q.typ != RC {
+		q.resp.dropMsg = true
+		q.resp.opcode = -1
+		return
+	}
+	if mr.RemoteNAK(err) == mr.NAKInvalidRequest {
+		q.nakError(env, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
+		return
+	}
+	q.nakError(env, psn, wire.NAKRemoteAccess, WCRemAccessErr)
+}
+
+func (q *QP) executeRead(env Env, p *wire.Packet, psn PSN) {
+	r := &q.resp
+	va, rkey, n := p.RETH.VA(), p.RETH.RKey(), int(p.RETH.DMALen())
+	var reg mr.Region
+	if n > 0 {
+		var err error
+		reg, err = q.mem.LookupQP(rkey, mr.RKey, q.pd, q.num, va, uint64(n), mr.RemoteRead)
+		if err != nil {
+			q.rkeyError(env, psn, err)
+			return
+		}
+	}
+	npkts := pktCount(n, q.mtu)
+	res := r.newResource()
+	res.kind, res.firstPSN, res.lastPSN = resRead, psn, psn.Add(uint32(npkts-1))
+	r.msn = (r.msn + 1) & 0xFFFFFF // C9-148: a READ counts when it is accepted
+	q.readReply(env, reg.Bytes(), psn, true)
+	reg.Release()
+	r.psn = res.lastPSN.Next()
+	r.opcode = -1
+}
+
+// readReply sends data as READ responses starting at psn. first says the
+// opening packet is FIRST/ONLY (it is for new requests and for replays).
+func (q *QP) readReply(env Env, data []byte, psn PSN, first bool) {
+	mtu := q.mtu
+	off := 0
+	for {
+		rest := len(data) - off
+		n := min(rest, mtu)
+		last := rest <= mtu
+		var op wire.Opcode
+		switch {
+		case first && last:
+			op = wire.RCReadResponseOnly
+		case first:
+			op = wire.RCReadResponseFirst
+		case last:
+			op = wire.RCReadResponseLast
+		default:
+			op = wire.RCReadResponseMiddle
+		}
+		h := wire.Headers{Opcode: op, PKey: DefaultPKey, DestQP: q.attr.DestQPN, PSN: uint32(psn),
+			Syndrome: ackUnlimited, MSN: q.resp.msn}
+		buf := env.TxBuffer()
+		po, size, err := h.EncodeHeaders(buf, n)
+		if err != nil {
+			return
+		}
+		copy(buf[po:po+n], data[off:off+n])
+		env.Transmit(size, &q.attr.AV)
+		q.ctr.SentPkts.Add(1)
+		off += n
+		psn = psn.Next()
+		first = false
+		if last {
+			return
+		}
+	}
+}
+
+func (q *QP) executeAtomic(env Env, p *wire.Packet, psn PSN) {
+	a := p.AtomicETH
+	reg, err := q.mem.LookupQP(a.RKey(), mr.RKey, q.pd, q.num, a.VA(), 8, mr.RemoteAtomic)
+	if err != nil {
+		q.rkeyError(env, psn, err)
+		return
+	}
+	var orig uint64
+	if p.Opcode == wire.RCCompareSwap {
+		orig = mr.CompareSwap(reg.Bytes(), a.Compare(), a.SwapAdd())
+	} else {
+		orig = mr.FetchAdd(reg.Bytes(), a.SwapAdd())
+	}
+	reg.Release()
+	res := q.resp.newResource()
+	res.kind, res.firstPSN, res.lastPSN, res.orig = resAtomic, psn, psn, orig
+	q.resp.msn = (q.resp.msn + 1) & 0xFFFFFF
+	q.sendAtomicAck(env, psn, orig)
+	q.resp.psn = psn.Next()
+	q.resp.opcode = -1
+}
+
+// executeFlush checks the target and answers with an ACK (the memory is
+// already globally visible in this process; persistence is the region's
+// Persist).
+func (q *QP) executeFlush(env Env, p *wire.Packet, psn PSN) {
+	need := mr.FlushGlobal
+	if p.FETH != nil && p.FETH.PlacementType()&2 != 0 {
+		need = mr.FlushPersistent
+	}
+	n := uint64(p.RETH.DMALen())
+	reg, err := q.mem.LookupQP(p.RETH.RKey(), mr.RKey, q.pd, q.num, p.RETH.VA(), n, need)
+	if err != nil {
+		q.rkeyError(env, psn, err)
+		return
+	}
+	if need == mr.FlushPersistent {
+		_ = reg.Persist()
+	}
+	reg.Release()
+	res := q.resp.newResource()
+	res.kind, res.firstPSN, res.lastPSN = resAtomic, psn, psn
+	q.resp.msn = (q.resp.msn + 1) & 0xFFFFFF
+	q.resp.psn = psn.Next()
+	q.resp.opcode = -1
+	q.sendAck(env, ackUnlimited, psn)
+}
+
+// executeAtomicWrite stores 8 bytes atomically and ACKs.
+func (q *QP) executeAtomicWrite(env Env, p *wire.Packet, psn PSN) {
+	if len(p.Payload) != 8 {
+		q.nakError(env, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
+		return
+	}
+	reg, err := q.mem.LookupQP(p.RETH.RKey(), mr.RKey, q.pd, q.num, p.RETH.VA(), 8, mr.RemoteWrite)
+	if err != nil {
+		q.rkeyError(env, psn, err)
+		return
+	}
+	mr.AtomicStore(reg.Bytes(), binary.NativeEndian.Uint64(p.Payload))
+	reg.Release()
+	res := q.resp.newResource()
+	res.kind, res.firstPSN, res.lastPSN = resAtomic, psn, psn
+	q.resp.msn = (q.resp.msn + 1) & 0xFFFFFF
+	q.resp.psn = psn.Next()
+	q.resp.opcode = -1
+	q.sendAck(env, ackUnlimited, psn)
+}
+
+// duplicateRequest answers a request the responder already executed
+// (rxe duplicate_request): SEND/WRITE are ACKed again, READs replayed
+// from the requested PSN, atomics answered with the saved result.
+func (q *QP) duplicateRequest(env Env, p *wire.Packet, psn PSN) {
+	fl := p.Info.Flags
+	switch {
+	case fl&(wire.FlagSend|wire.FlagWrite) != 0:
+		q.sendAck(env, ackUnlimited, q.resp.psn.Prev())
+	case fl&wire.FlagRead != 0:
+		res := q.resp.findResource(psn)
+		if res == nil || res.kind != resRead {
+			return
+		}
+		q.ctr.ResponderResourceHit.Add(1)
+		va, rkey, n := p.RETH.VA(), p.RETH.RKey(), int(p.RETH.DMALen())
+		var reg mr.Region
+		if n > 0 {
+			var err error
+			reg, err = q.mem.LookupQP(rkey, mr.RKey, q.pd, q.num, va, uint64(n), mr.RemoteRead)
+			if err != nil {
+				return
+			}
+		}
+		q.readReply(env, reg.Bytes(), psn, true)
+		reg.Release()
+	case fl&wire.FlagAtomic != 0:
+		res := q.resp.findResource(psn)
+		if res == nil || res.kind != resAtomic || res.firstPSN != psn {
+			return
+		}
+		q.ctr.ResponderResourceHit.Add(1)
+		q.sendAtomicAck(env, psn, res.orig)
+	case fl&(wire.FlagFlush|wire.FlagAtomicWrite) != 0:
+		res := q.resp.findResource(psn)
+		if res == nil || res.firstPSN != psn {
+			return
+		}
+		q.sendAck(env, ackUnlimited, psn)
+	}
+}

@@ -1,0 +1,104 @@
+package qp
+
+import "sync"
+
+// wqeState is where a send WQE is in its life, as rxe's wqe_state.
+type wqeState uint8
+
+const (
+	wqePosted  wqeState = iota // queued, requester has not started it (or will restart it)
+	wqePending                 // packets sent, waiting for the response
+	wqeDone                    // needs no response (UC/UD, local ops): complete in order
+	wqeError                   // failed locally: complete with status in order
+)
+
+// wqe is a send work request as the requester and completer track it.
+// Slots are reused, so SGL and Inline keep their capacity.
+type wqe struct {
+	wr     SendWR
+	sgl    []SGE
+	inline []byte
+
+	state  wqeState
+	status WCStatus
+	length int // message bytes (8 for atomics)
+
+	firstPSN, lastPSN PSN
+	sent              int  // requester: bytes already put into packets
+	recvd             int  // completer: READ bytes placed so far
+	hasRdAtomic       bool // holds one of the max_rd_atomic credits
+}
+
+func (w *wqe) isReadOrAtomic() bool {
+	return w.wr.Opcode == WRRDMARead || w.wr.Opcode.IsAtomic() ||
+		w.wr.Opcode == WRFlush || w.wr.Opcode == WRAtomicWrite
+}
+
+// sendQueue is a bounded ring of WQEs. Producers (PostSend) append under
+// mu; the owner goroutine works on [head, tail) and retires from head,
+// also under mu, so a slot is never reused while the owner reads it.
+type sendQueue struct {
+	mu   sync.Mutex
+	ring []wqe
+	head uint64 // oldest WQE not yet completed (owner only writes)
+	tail uint64 // next slot to fill (producer only writes)
+}
+
+func (s *sendQueue) init(n int) { s.ring = make([]wqe, n) }
+
+func (s *sendQueue) at(i uint64) *wqe { return &s.ring[i%uint64(len(s.ring))] }
+
+func (s *sendQueue) push(wr *SendWR) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tail-s.head == uint64(len(s.ring)) {
+		return ErrSendFull
+	}
+	w := s.at(s.tail)
+	sgl, inl := w.sgl[:0], w.inline[:0]
+	w.wr = *wr
+	if wr.Flags&Inline != 0 {
+		inl = append(inl, wr.Inline...)
+		w.wr.SGL = nil
+	} else {
+		sgl = append(sgl, wr.SGL...)
+		w.wr.SGL = sgl
+	}
+	w.wr.Inline = inl
+	w.sgl, w.inline = sgl, inl
+	w.state = wqePosted
+	w.status = WCSuccess
+	w.length = int(wr.Len())
+	w.sent, w.recvd = 0, 0
+	w.hasRdAtomic = false
+	s.tail++
+	return nil
+}
+
+// published returns the producer index; WQEs before it are visible.
+func (s *sendQueue) published() uint64 {
+	s.mu.Lock()
+	t := s.tail
+	s.mu.Unlock()
+	return t
+}
+
+// retire advances head past one WQE.
+func (s *sendQueue) retire() {
+	s.mu.Lock()
+	s.head++
+	s.mu.Unlock()
+}
+
+func (s *sendQueue) clear() {
+	s.mu.Lock()
+	s.head = s.tail
+	s.mu.Unlock()
+}
+
+// Outstanding returns the number of WQEs posted and not yet completed.
+func (s *sendQueue) Outstanding() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int(s.tail - s.head)
+}

@@ -1,0 +1,126 @@
+package roce
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock is the engine's source of time, injected so that the retransmit
+// and RNR timers can be driven deterministically in tests.
+type Clock interface {
+	Now() time.Time
+	// NewTimer returns a stopped timer.
+	NewTimer() Timer
+}
+
+// Timer is a resettable one-shot timer whose channel receives when it fires.
+type Timer interface {
+	C() <-chan time.Time
+	// Reset arms the timer to fire after d, replacing any earlier arming.
+	Reset(d time.Duration)
+	Stop()
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// NewTimer returns a stopped time.Timer.
+func (SystemClock) NewTimer() Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return sysTimer{t}
+}
+
+type sysTimer struct{ t *time.Timer }
+
+func (s sysTimer) C() <-chan time.Time   { return s.t.C }
+func (s sysTimer) Reset(d time.Duration) { s.t.Reset(d) }
+func (s sysTimer) Stop()                 { s.t.Stop() }
+
+// FakeClock is a manual clock for tests: time moves only with Advance,
+// which fires every timer whose deadline has been reached.
+type FakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+// NewFakeClock returns a clock standing at start.
+func NewFakeClock(start time.Time) *FakeClock { return &FakeClock{now: start} }
+
+// Now returns the clock's current time.
+func (c *FakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// NewTimer returns a stopped timer driven by Advance.
+func (c *FakeClock) NewTimer() Timer {
+	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
+	c.mu.Lock()
+	c.timers = append(c.timers, t)
+	c.mu.Unlock()
+	return t
+}
+
+// Advance moves time forward by d and fires the timers that are due.
+func (c *FakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	now := c.now
+	for _, t := range c.timers {
+		if t.armed && !now.Before(t.at) {
+			t.armed = false
+			select {
+			case t.ch <- now:
+			default:
+			}
+		}
+	}
+	c.mu.Unlock()
+}
+
+// NextDeadline returns the earliest armed timer deadline, if any.
+func (c *FakeClock) NextDeadline() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var best time.Time
+	ok := false
+	for _, t := range c.timers {
+		if t.armed && (!ok || t.at.Before(best)) {
+			best, ok = t.at, true
+		}
+	}
+	return best, ok
+}
+
+type fakeTimer struct {
+	c     *FakeClock
+	ch    chan time.Time
+	at    time.Time
+	armed bool
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Reset(d time.Duration) {
+	t.c.mu.Lock()
+	t.at = t.c.now.Add(d)
+	t.armed = true
+	// Drain a stale firing so Reset behaves like a fresh arming.
+	select {
+	case <-t.ch:
+	default:
+	}
+	t.c.mu.Unlock()
+}
+
+func (t *fakeTimer) Stop() {
+	t.c.mu.Lock()
+	t.armed = false
+	t.c.mu.Unlock()
+}

@@ -1,0 +1,372 @@
+// Package roce is the RoCEv2 engine: it moves packets between a
+// transport.Conn and the QPs' protocol logic (pkg/qp).
+//
+// One receive goroutine reads batches from the Conn, rejects runts and
+// hands each packet's pooled buffer to the worker goroutine that owns the
+// destination QP (QPs are sharded over workers by QPN, so a QP's state is
+// only ever touched by one goroutine and needs no lock). The worker runs
+// the remaining receive checks in rdma_rxe's order (header, QP, type and
+// state, address, keys, ICRC), counts every drop by reason, and runs the
+// responder or completer. Posted work requests and timer expiries reach
+// the same worker; it builds packets into its own batch buffers and sends
+// them with one Conn.Send per batch.
+package roce
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rxed/rxed/pkg/mr"
+	"github.com/rxed/rxed/pkg/qp"
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/rxed/rxed/pkg/wire"
+)
+
+// FirstQPN is the first QP number handed out, as rdma_rxe (QP0 and QP1
+// are special; rxe starts its pool at 0x11).
+const FirstQPN = 0x11
+
+// Config configures an Engine.
+type Config struct {
+	// Conn carries the packets; required. The engine closes it on Close.
+	Conn transport.Conn
+	// GIDs is the GID table: the local addresses in order. Empty means the
+	// addresses of Conn.LocalAddrs().
+	GIDs []netip.Addr
+	// Workers is the number of worker goroutines; 0 means GOMAXPROCS
+	// (at most 8).
+	Workers int
+	// Clock drives the retransmit and RNR timers; nil is the system clock.
+	Clock Clock
+	// Logger receives debug and error logs; nil is silent.
+	Logger *slog.Logger
+	// Mem is the memory table; nil creates one.
+	Mem *mr.Table
+	// OnEvent receives asynchronous events (QP fatal); may be nil. It is
+	// called from a worker goroutine and must not block.
+	OnEvent func(Event)
+}
+
+// EventType is the kind of an asynchronous event.
+type EventType int
+
+// Asynchronous events (subset of enum ibv_event_type).
+const (
+	EventQPFatal EventType = 1 // IBV_EVENT_QP_FATAL
+)
+
+// Event is an asynchronous event.
+type Event struct {
+	Type EventType
+	QPN  uint32
+}
+
+// Engine is one RoCE device's data path.
+type Engine struct {
+	conn    transport.Conn
+	gids    []netip.Addr
+	ports   map[netip.Addr]uint16
+	clock   Clock
+	log     *slog.Logger
+	mem     *mr.Table
+	onEvent func(Event)
+
+	ctr   qp.Counters
+	drops [qp.NumDropReasons]atomic.Uint64
+
+	workers []*worker
+	nextQPN atomic.Uint32
+
+	pool sync.Pool // *rxBuf
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	wg        sync.WaitGroup
+}
+
+// ErrClosed is returned by operations on a closed engine.
+var ErrClosed = errors.New("roce: engine closed")
+
+// New starts an engine on cfg.Conn.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("roce: Config.Conn is required")
+	}
+	e := &Engine{
+		conn:    cfg.Conn,
+		clock:   cfg.Clock,
+		log:     cfg.Logger,
+		mem:     cfg.Mem,
+		onEvent: cfg.OnEvent,
+		ports:   make(map[netip.Addr]uint16),
+		closed:  make(chan struct{}),
+	}
+	if e.clock == nil {
+		e.clock = SystemClock{}
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.mem == nil {
+		e.mem = mr.NewTable(nil)
+	}
+	for _, ap := range cfg.Conn.LocalAddrs() {
+		e.ports[ap.Addr().Unmap()] = ap.Port()
+	}
+	if len(cfg.GIDs) > 0 {
+		for _, g := range cfg.GIDs {
+			e.gids = append(e.gids, g.Unmap())
+		}
+	} else {
+		for _, ap := range cfg.Conn.LocalAddrs() {
+			e.gids = append(e.gids, ap.Addr().Unmap())
+		}
+	}
+	if len(e.gids) == 0 {
+		return nil, errors.New("roce: no local address")
+	}
+	n := cfg.Workers
+	if n <= 0 {
+		n = min(runtime.GOMAXPROCS(0), 8)
+	}
+	e.nextQPN.Store(FirstQPN - 1)
+	e.pool.New = func() any { return new(rxBuf) }
+	for i := 0; i < n; i++ {
+		w := newWorker(e, i)
+		e.workers = append(e.workers, w)
+	}
+	for _, w := range e.workers {
+		e.wg.Add(1)
+		go w.loop()
+	}
+	e.wg.Add(1)
+	go e.receiveLoop()
+	return e, nil
+}
+
+// Close stops the engine and closes its Conn. QPs stop; nothing is
+// flushed.
+func (e *Engine) Close() error {
+	var err error
+	e.closeOnce.Do(func() {
+		close(e.closed)
+		err = e.conn.Close()
+		e.wg.Wait()
+	})
+	return err
+}
+
+// Memory returns the engine's memory table.
+func (e *Engine) Memory() *mr.Table { return e.mem }
+
+// GIDs returns the GID table (local addresses, IPv4 unmapped).
+func (e *Engine) GIDs() []netip.Addr { return append([]netip.Addr(nil), e.gids...) }
+
+// Port returns the UDP port the engine receives on at addr.
+func (e *Engine) Port(addr netip.Addr) uint16 { return e.ports[addr.Unmap()] }
+
+// Clock returns the engine's clock.
+func (e *Engine) Clock() Clock { return e.clock }
+
+func (e *Engine) gid(i uint8) netip.Addr {
+	if int(i) < len(e.gids) {
+		return e.gids[i]
+	}
+	return netip.Addr{}
+}
+
+func (e *Engine) workerFor(qpn uint32) *worker {
+	return e.workers[int(qpn)%len(e.workers)]
+}
+
+// CreateQP creates a QP in RESET; c.Num, c.Mem and c.Counters are filled
+// in by the engine.
+func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
+	select {
+	case <-e.closed:
+		return nil, ErrClosed
+	default:
+	}
+	c.Mem = e.mem
+	c.Counters = &e.ctr
+	c.Num = e.nextQPN.Add(1) & 0xFFFFFF
+	user := c.OnError
+	c.OnError = func(q *qp.QP) {
+		if user != nil {
+			user(q)
+		}
+		if e.onEvent != nil {
+			e.onEvent(Event{Type: EventQPFatal, QPN: q.Num()})
+		}
+	}
+	q, err := qp.New(c)
+	if err != nil {
+		return nil, err
+	}
+	q.SetLocalOps(localOps{e})
+	q.SetRemoteInvalidate(e.remoteInvalidate)
+	w := e.workerFor(q.Num())
+	err = w.call(func() { w.qps[q.Num()] = &qpEntry{q: q} })
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// ModifyQP applies attributes to q on its worker (ibv_modify_qp).
+func (e *Engine) ModifyQP(q *qp.QP, a *qp.Attr, mask qp.AttrMask) error {
+	w := e.workerFor(q.Num())
+	var err error
+	if cerr := w.call(func() {
+		err = q.Modify(a, mask, e.clock.Now())
+		if err == nil {
+			w.runQP(w.qps[q.Num()])
+		}
+	}); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// QueryQP returns q's attributes (ibv_query_qp).
+func (e *Engine) QueryQP(q *qp.QP) (qp.Attr, error) {
+	w := e.workerFor(q.Num())
+	var a qp.Attr
+	err := w.call(func() { a = q.Attr() })
+	return a, err
+}
+
+// DestroyQP removes q; packets for it are then dropped as drop_qp.
+func (e *Engine) DestroyQP(q *qp.QP) error {
+	w := e.workerFor(q.Num())
+	return w.call(func() { delete(w.qps, q.Num()) })
+}
+
+// PostSend queues send WRs on q and wakes its worker. On error the WRs
+// before index n were posted.
+func (e *Engine) PostSend(q *qp.QP, wrs []qp.SendWR) (n int, err error) {
+	for n = range wrs {
+		if err = q.PostSend(&wrs[n]); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		n = len(wrs)
+	}
+	if n > 0 {
+		e.kick(q)
+	}
+	return n, err
+}
+
+// PostRecv queues receive WRs on q's own receive queue.
+func (e *Engine) PostRecv(q *qp.QP, wrs []qp.RecvWR) (n int, err error) {
+	for n = range wrs {
+		if err = q.PostRecv(&wrs[n]); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		n = len(wrs)
+	}
+	if n > 0 && q.State() == qp.Err {
+		e.kick(q) // flush them, as a QP in ERR does
+	}
+	return n, err
+}
+
+// Kick asks q's worker to run its requester (after posting from outside
+// PostSend, e.g. an SRQ post that may unblock nothing — harmless).
+func (e *Engine) kick(q *qp.QP) {
+	w := e.workerFor(q.Num())
+	w.kick(q.Num())
+}
+
+// Counters returns every counter by name: rxe's protocol counters and one
+// per drop reason.
+func (e *Engine) Counters() map[string]uint64 {
+	m := e.ctr.Snapshot()
+	for i := 1; i < qp.NumDropReasons; i++ {
+		m[qp.DropReason(i).String()] = e.drops[i].Load()
+	}
+	return m
+}
+
+// Drops returns the drop counter for one reason.
+func (e *Engine) Drops(r qp.DropReason) uint64 { return e.drops[r].Load() }
+
+func (e *Engine) drop(r qp.DropReason) { e.drops[r].Add(1) }
+
+// remoteInvalidate invalidates the rkey named by a SEND_WITH_INV.
+func (e *Engine) remoteInvalidate(q *qp.QP, rkey uint32) qp.WCStatus {
+	if err := e.mem.Invalidate(q.PD(), q.Num(), rkey); err != nil {
+		return qp.WCStatus(mr.RemoteInvalidateStatus(err))
+	}
+	return qp.WCSuccess
+}
+
+// rxBuf is one received datagram travelling from the receive loop to a
+// worker.
+type rxBuf struct {
+	b  [transport.MaxDatagramSize]byte
+	n  int
+	ep transport.Endpoint
+}
+
+// receiveLoop reads batches and dispatches packets by destination QPN.
+func (e *Engine) receiveLoop() {
+	defer e.wg.Done()
+	bs := e.conn.BatchSize()
+	if bs <= 0 {
+		bs = transport.DefaultBatchSize
+	}
+	batch := make([]*rxBuf, bs)
+	bufs := make([][]byte, bs)
+	sizes := make([]int, bs)
+	eps := make([]transport.Endpoint, bs)
+	for i := range batch {
+		batch[i] = e.pool.Get().(*rxBuf)
+		bufs[i] = batch[i].b[:]
+	}
+	for {
+		n, err := e.conn.Receive(bufs, sizes, eps)
+		if err != nil {
+			select {
+			case <-e.closed:
+			default:
+				e.log.Error("roce: receive failed; engine stopping", "err", err)
+			}
+			for _, w := range e.workers {
+				w.stopOnce.Do(func() { close(w.stop) })
+			}
+			return
+		}
+		for i := 0; i < n; i++ {
+			rb := batch[i]
+			rb.n, rb.ep = sizes[i], eps[i]
+			if rb.n < wire.BTHLen+wire.ICRCLen {
+				e.drop(qp.DropLength)
+				continue
+			}
+			qpn := wire.BTH(rb.b[:wire.BTHLen]).DestQP()
+			w := e.workerFor(qpn)
+			select {
+			case w.events <- event{kind: evPacket, rb: rb}:
+			case <-e.closed:
+				return
+			}
+			batch[i] = e.pool.Get().(*rxBuf)
+			bufs[i] = batch[i].b[:]
+		}
+	}
+}
+
+// String describes the engine for logs.
+func (e *Engine) String() string {
+	return fmt.Sprintf("roce.Engine{gids=%v workers=%d}", e.gids, len(e.workers))
+}

@@ -1,0 +1,168 @@
+package roce
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/mr"
+	"github.com/rxed/rxed/pkg/qp"
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/stretchr/testify/require"
+)
+
+// side is one engine with a PD, CQs and an RC QP.
+type side struct {
+	e        *Engine
+	pd       *mr.PD
+	scq, rcq *qp.CQ
+	q        *qp.QP
+	addr     netip.Addr
+}
+
+func newSide(t *testing.T, net *transport.MemNetwork, addr string, typ qp.Type) *side {
+	t.Helper()
+	a := netip.MustParseAddr(addr)
+	c, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
+	require.NoError(t, err)
+	e, err := New(Config{Conn: c, Workers: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	pd, err := e.Memory().AllocPD()
+	require.NoError(t, err)
+	scq, err := qp.NewCQ(4096)
+	require.NoError(t, err)
+	rcq, err := qp.NewCQ(4096)
+	require.NoError(t, err)
+	q, err := e.CreateQP(qp.Config{Type: typ, PD: pd, SendCQ: scq, RecvCQ: rcq,
+		Cap: qp.Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}})
+	require.NoError(t, err)
+	return &side{e: e, pd: pd, scq: scq, rcq: rcq, q: q, addr: a}
+}
+
+const allRemote = qp.AccessRemoteWrite | qp.AccessRemoteRead | qp.AccessRemoteAtomic
+
+// connect moves a and b to RTS pointing at each other.
+func connect(t *testing.T, a, b *side, mtu qp.MTU, timeout uint8) {
+	t.Helper()
+	for _, p := range [][2]*side{{a, b}, {b, a}} {
+		l, r := p[0], p[1]
+		require.NoError(t, l.e.ModifyQP(l.q, &qp.Attr{State: qp.Init, PKeyIndex: 0, PortNum: 1, AccessFlags: allRemote},
+			qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags))
+		mask := qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
+		if l.q.Type() == qp.RC {
+			mask |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+		}
+		require.NoError(t, l.e.ModifyQP(l.q, &qp.Attr{State: qp.RTR, AV: qp.AddrVector{DGID: r.addr},
+			PathMTU: mtu, DestQPN: r.q.Num(), RQPSN: 100, MaxDestRdAtomic: 16, MinRNRTimer: 1}, mask))
+		mask = qp.AttrState | qp.AttrSQPSN
+		if l.q.Type() == qp.RC {
+			mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
+		}
+		require.NoError(t, l.e.ModifyQP(l.q, &qp.Attr{State: qp.RTS, SQPSN: 100, Timeout: timeout,
+			RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}, mask))
+	}
+}
+
+func waitWC(t *testing.T, cq *qp.CQ) qp.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wc [1]qp.WC
+	n, err := cq.WaitPoll(ctx, wc[:])
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	return wc[0]
+}
+
+func regMR(t *testing.T, s *side, n int) (*mr.MR, []byte) {
+	t.Helper()
+	buf := make([]byte, n)
+	m, err := s.e.Memory().RegMR(s.pd, buf, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic)
+	require.NoError(t, err)
+	return m, buf
+}
+
+func TestRCWriteReadSendAtomics(t *testing.T) {
+	net := transport.NewMemNetwork()
+	a := newSide(t, net, "10.0.0.1", qp.RC)
+	b := newSide(t, net, "10.0.0.2", qp.RC)
+	connect(t, a, b, qp.MTU1024, 14)
+
+	const size = 10000
+	amr, abuf := regMR(t, a, size)
+	bmr, bbuf := regMR(t, b, size)
+	for i := range abuf {
+		abuf[i] = byte(i * 7)
+	}
+
+	// RDMA WRITE a -> b, multi-packet.
+	_, err := a.e.PostSend(a.q, []qp.SendWR{{ID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.Signaled,
+		SGL: []qp.SGE{{Addr: amr.IOVA(), Length: size, LKey: amr.LKey()}}, RemoteAddr: bmr.IOVA(), RKey: bmr.RKey()}})
+	require.NoError(t, err)
+	wc := waitWC(t, a.scq)
+	require.Equal(t, qp.WCSuccess, wc.Status)
+	require.Equal(t, qp.WCRDMAWrite, wc.Opcode)
+	require.Equal(t, abuf, bbuf)
+
+	// RDMA READ back into a different part of a's buffer.
+	for i := range bbuf {
+		bbuf[i] = byte(i * 13)
+	}
+	_, err = a.e.PostSend(a.q, []qp.SendWR{{ID: 2, Opcode: qp.WRRDMARead, Flags: qp.Signaled,
+		SGL: []qp.SGE{{Addr: amr.IOVA(), Length: size, LKey: amr.LKey()}}, RemoteAddr: bmr.IOVA(), RKey: bmr.RKey()}})
+	require.NoError(t, err)
+	wc = waitWC(t, a.scq)
+	require.Equal(t, qp.WCSuccess, wc.Status, wc.Status.String())
+	require.Equal(t, qp.WCRDMARead, wc.Opcode)
+	require.Equal(t, bbuf, abuf)
+
+}
+
+func TestRCSendImmAndAtomics(t *testing.T) {
+	net := transport.NewMemNetwork()
+	a := newSide(t, net, "10.0.0.1", qp.RC)
+	b := newSide(t, net, "10.0.0.2", qp.RC)
+	connect(t, a, b, qp.MTU1024, 14)
+	amr, abuf := regMR(t, a, 8192)
+	rmr, rbuf := regMR(t, b, 8192)
+	msg := bytes.Repeat([]byte("hello rdma "), 300)
+	copy(abuf, msg)
+	_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: 77, SGL: []qp.SGE{{Addr: rmr.IOVA(), Length: 8192, LKey: rmr.LKey()}}}})
+	require.NoError(t, err)
+	_, err = a.e.PostSend(a.q, []qp.SendWR{{ID: 3, Opcode: qp.WRSendWithImm, Flags: qp.Signaled, Imm: 0xdeadbeef,
+		SGL: []qp.SGE{{Addr: amr.IOVA(), Length: uint32(len(msg)), LKey: amr.LKey()}}}})
+	require.NoError(t, err)
+	wc := waitWC(t, a.scq)
+	require.Equal(t, qp.WCSuccess, wc.Status)
+	rwc := waitWC(t, b.rcq)
+	require.Equal(t, qp.WCSuccess, rwc.Status)
+	require.Equal(t, qp.WCRecv, rwc.Opcode)
+	require.Equal(t, uint32(len(msg)), rwc.ByteLen)
+	require.Equal(t, uint32(0xdeadbeef), rwc.Imm)
+	require.Equal(t, qp.WCWithImm, rwc.Flags&qp.WCWithImm)
+	require.Equal(t, msg, rbuf[:len(msg)])
+
+	// Atomics on b's buffer at offset 64.
+	binary.NativeEndian.PutUint64(rbuf[64:], 41)
+	_, err = a.e.PostSend(a.q, []qp.SendWR{{ID: 4, Opcode: qp.WRAtomicFetchAndAdd, Flags: qp.Signaled, CompareAdd: 1,
+		SGL: []qp.SGE{{Addr: amr.IOVA() + 128, Length: 8, LKey: amr.LKey()}}, RemoteAddr: rmr.IOVA() + 64, RKey: rmr.RKey()}})
+	require.NoError(t, err)
+	wc = waitWC(t, a.scq)
+	require.Equal(t, qp.WCSuccess, wc.Status)
+	require.Equal(t, qp.WCFetchAdd, wc.Opcode)
+	require.Equal(t, uint64(41), binary.NativeEndian.Uint64(abuf[128:]))
+	require.Equal(t, uint64(42), binary.NativeEndian.Uint64(rbuf[64:]))
+
+	_, err = a.e.PostSend(a.q, []qp.SendWR{{ID: 5, Opcode: qp.WRAtomicCmpAndSwp, Flags: qp.Signaled, CompareAdd: 42, Swap: 1000,
+		SGL: []qp.SGE{{Addr: amr.IOVA() + 136, Length: 8, LKey: amr.LKey()}}, RemoteAddr: rmr.IOVA() + 64, RKey: rmr.RKey()}})
+	require.NoError(t, err)
+	wc = waitWC(t, a.scq)
+	require.Equal(t, qp.WCSuccess, wc.Status)
+	require.Equal(t, qp.WCCompSwap, wc.Opcode)
+	require.Equal(t, uint64(42), binary.NativeEndian.Uint64(abuf[136:]))
+	require.Equal(t, uint64(1000), binary.NativeEndian.Uint64(rbuf[64:]))
+}
