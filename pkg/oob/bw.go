@@ -10,10 +10,10 @@ import (
 // (tposted and tcompleted), measured from any fixed origin.
 type BWSamples struct {
 	Size uint64 // message size
-	// Posted[i] is when iteration i was posted. Completed[j] is when its
-	// completion was seen; perftest fills it only where it polled one: every
-	// CQMod-th iteration (j = k*CQMod-1) and the last one. Both have one
-	// entry per iteration of all QPs.
+	// Posted[i] is when iteration i was posted and Completed[i] when the
+	// completion covering it was polled (with completion moderation one
+	// completion covers CQMod iterations: give them all its time). Both
+	// have one entry per iteration of all QPs.
 	Posted, Completed []time.Duration
 	CQMod             int  // completion moderation (-Q); 0 means 1
 	PostList          int  // post list (-l); 0 means 1

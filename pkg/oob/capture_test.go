@@ -50,6 +50,15 @@ type tcpStreams struct {
 	ClientToServer, ServerToClient []byte
 	C2SSegments, S2CSegments       []int // payload sizes in stream order
 	SawFIN                         bool
+	// Events are the payload segments of both directions in capture order
+	// (for replaying one side against an implementation of the other).
+	Events []tcpEvent
+}
+
+// tcpEvent is one segment's payload in capture order.
+type tcpEvent struct {
+	FromClient bool
+	Data       []byte
 }
 
 type segment struct {
@@ -76,6 +85,7 @@ func readOOBStreams(t testing.TB, path string) tcpStreams {
 		haveC, haveS   bool
 		c2s, s2c       []segment
 		sawFIN         bool
+		order          []orderedSeg
 	)
 	for {
 		data, _, err := r.ReadPacketData()
@@ -106,6 +116,7 @@ func readOOBStreams(t testing.TB, path string) tcpStreams {
 			continue
 		}
 		seg := segment{seq: tl.Seq, data: append([]byte(nil), tl.Payload...)}
+		order = append(order, orderedSeg{toServer, seg})
 		if toServer {
 			if tl.SrcPort != clientPort {
 				t.Fatalf("%s: second client port %d", path, tl.SrcPort)
@@ -122,7 +133,31 @@ func readOOBStreams(t testing.TB, path string) tcpStreams {
 	out.ClientToServer, out.C2SSegments = assemble(t, c2s, c2sISN)
 	out.ServerToClient, out.S2CSegments = assemble(t, s2c, s2cISN)
 	out.SawFIN = sawFIN
+	// Events: capture order, retransmissions dropped (the reassembled
+	// streams are the reference; each event must continue its stream).
+	var off [2]int
+	for _, o := range order {
+		dir, isn, stream := 1, s2cISN, out.ServerToClient
+		if o.toServer {
+			dir, isn, stream = 0, c2sISN, out.ClientToServer
+		}
+		start := int(o.seg.seq - isn)
+		end := start + len(o.seg.data)
+		if end <= off[dir] {
+			continue
+		}
+		if start > off[dir] {
+			t.Fatalf("%s: segment at %d beyond stream offset %d", path, start, off[dir])
+		}
+		out.Events = append(out.Events, tcpEvent{FromClient: o.toServer, Data: stream[off[dir]:end]})
+		off[dir] = end
+	}
 	return out
+}
+
+type orderedSeg struct {
+	toServer bool
+	seg      segment
 }
 
 // assemble orders segments by relative sequence number, drops exact

@@ -306,7 +306,7 @@ func (r *BWReport) fields(perPort bool) []*float64 {
 // ReportItersLen is the size of the iters field perftest sends to a peer of
 // the given version (xchg_bw_reports compares a float, hence float32).
 func ReportItersLen(remoteVersion float64) int {
-	if float32(remoteVersion) >= 5.33 {
+	if float64(float32(remoteVersion)) >= 5.33 { // float promoted to double, as in C
 		return 8
 	}
 	return 4

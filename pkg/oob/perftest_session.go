@@ -236,7 +236,7 @@ func (s *Session) CheckMTU(ctx context.Context, localMTU int) (int, error) {
 	if localMTU < 1 || localMTU > 5 {
 		return 0, fmt.Errorf("oob: local MTU enum %d is not 1..5", localMTU)
 	}
-	rv := float32(s.remoteNum) // check_mtu holds the version in a float
+	rv := float64(float32(s.remoteNum)) // check_mtu holds the version in a float
 	if s.cfg.DontXchgVersions || rv < 5.1 {
 		return localMTU, nil
 	}
