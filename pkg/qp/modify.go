@@ -215,16 +215,16 @@ func (l *Limits) CheckModify(t Type, cur State, a *Attr, mask AttrMask) error {
 		a = &Attr{} // every selected value reads as zero; still checked
 	}
 	to := NextState(cur, a, mask)
-	e := &ModifyError{Type: t, From: cur, To: to}
+	// Errors are built only on failure so a successful check does not
+	// allocate.
 	fail := func(kind error, bit AttrMask, detail string, args ...any) error {
-		e.Kind, e.Attr, e.Detail = kind, bit, fmt.Sprintf(detail, args...)
-		return e
+		return &ModifyError{Type: t, From: cur, To: to, Kind: kind, Attr: bit, Detail: fmt.Sprintf(detail, args...)}
 	}
 	if !cur.Valid() {
 		return fail(ErrAttrValue, AttrCurState, "current state %v is not a QP state", cur)
 	}
 	if mask&AttrState != 0 && !a.State.Valid() {
-		e.To = cur
+		to = cur
 		return fail(ErrAttrValue, AttrState, "%d is not a QP state", int(a.State))
 	}
 	if unknown := mask &^ AttrAll; unknown != 0 {

@@ -417,3 +417,14 @@ func TestNextState(t *testing.T) {
 	require.Equal(t, RTR, NextState(RTR, a, AttrSQPSN))
 	require.Equal(t, RTR, NextState(RTR, nil, AttrState))
 }
+
+func BenchmarkCheckModify(b *testing.B) {
+	a := goodAttr(Init, RTR)
+	mask := AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := CheckModify(RC, Init, a, mask); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

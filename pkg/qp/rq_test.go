@@ -290,3 +290,14 @@ func TestSRQConcurrent(t *testing.T) {
 	fired.Wait() // the queue ran dry at least at the end
 	require.Equal(t, uint64(1), s.LimitFired())
 }
+
+func BenchmarkRecvQueuePostPop(b *testing.B) {
+	q, _ := NewRecvQueue(256, 4)
+	wr := recvWR(1, 4)
+	dst := RecvWR{SGL: make([]SGE, 0, 4)}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = q.Post(&wr)
+		q.Pop(&dst)
+	}
+}
