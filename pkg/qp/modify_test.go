@@ -3,6 +3,7 @@ package qp
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -193,6 +194,34 @@ func TestCheckModifyEveryTransitionAndMask(t *testing.T) {
 		}
 	}
 	require.Greater(t, cases, 500)
+}
+
+// Random masks, seeded: the verdict must match the spec table above,
+// reading a mask as valid exactly when it holds every required and only
+// required, optional or STATE bits.
+func TestCheckModifyRandomMasks(t *testing.T) {
+	want := parseSpec(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	accepted := 0
+	for i := 0; i < 20000; i++ {
+		typ := allTypes[rng.IntN(len(allTypes))]
+		from := allStates[rng.IntN(len(allStates))]
+		to := allStates[rng.IntN(len(allStates))]
+		mask := AttrState | AttrMask(rng.Uint32())&AttrAll
+		if rng.IntN(2) == 0 {
+			// Bias towards plausible masks: start from the required set.
+			mask = AttrState | want[fmt.Sprintf("%v %v->%v", typ, from, to)].req | AttrMask(rng.Uint32())&AttrMask(rng.Uint32())&AttrAll
+		}
+		e, inSpec := want[fmt.Sprintf("%v %v->%v", typ, from, to)]
+		valid := inSpec || to == Reset || to == Err
+		ok := valid && mask&e.req == e.req && mask&^(e.req|e.opt|AttrState) == 0
+		err := CheckModify(typ, from, goodAttr(from, to), mask)
+		require.Equal(t, ok, err == nil, "%v %v->%v mask %v: %v", typ, from, to, mask, err)
+		if ok {
+			accepted++
+		}
+	}
+	require.Greater(t, accepted, 500, "the sample must exercise both verdicts")
 }
 
 // Key cases written from the IBA spec by hand.

@@ -36,3 +36,12 @@ func (s State) String() string {
 	}
 	return "State(" + strconv.Itoa(int(s)) + ")"
 }
+
+// CanPostSend reports whether a send WR may be posted in state s, as
+// rxe_post_send allows: RTS and after (SQD queues it, SQE and ERR flush it
+// with WR_FLUSH_ERR).
+func (s State) CanPostSend() bool { return s >= RTS && s <= Err }
+
+// CanPostRecv reports whether a receive WR may be posted in state s, as
+// rxe_post_recv allows: anything but RESET (in ERR it is flushed).
+func (s State) CanPostRecv() bool { return s >= Init && s <= Err }

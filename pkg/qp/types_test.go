@@ -20,6 +20,18 @@ func TestStateStrings(t *testing.T) {
 	require.Equal(t, "State(7)", State(7).String())
 }
 
+func TestStatePostRules(t *testing.T) {
+	send := map[State]bool{Reset: false, Init: false, RTR: false, RTS: true, SQD: true, SQE: true, Err: true}
+	recv := map[State]bool{Reset: false, Init: true, RTR: true, RTS: true, SQD: true, SQE: true, Err: true}
+	for s := Reset; s <= Err; s++ {
+		require.Equal(t, send[s], s.CanPostSend(), "%v", s)
+		require.Equal(t, recv[s], s.CanPostRecv(), "%v", s)
+	}
+	require.False(t, State(7).CanPostSend())
+	require.False(t, State(7).CanPostRecv())
+	require.False(t, State(-1).CanPostRecv())
+}
+
 func TestTypeStrings(t *testing.T) {
 	require.Equal(t, "RC", RC.String())
 	require.Equal(t, "UC", UC.String())
