@@ -207,12 +207,15 @@ func TestCheckModifyRandomMasks(t *testing.T) {
 		typ := allTypes[rng.IntN(len(allTypes))]
 		from := allStates[rng.IntN(len(allStates))]
 		to := allStates[rng.IntN(len(allStates))]
-		mask := AttrState | AttrMask(rng.Uint32())&AttrAll
-		if rng.IntN(2) == 0 {
-			// Bias towards plausible masks: start from the required set.
-			mask = AttrState | want[fmt.Sprintf("%v %v->%v", typ, from, to)].req | AttrMask(rng.Uint32())&AttrMask(rng.Uint32())&AttrAll
-		}
 		e, inSpec := want[fmt.Sprintf("%v %v->%v", typ, from, to)]
+		mask := AttrState | AttrMask(rng.Uint32())&AttrAll
+		switch rng.IntN(3) {
+		case 0: // a plausible mask: required plus some optional
+			mask = AttrState | e.req | AttrMask(rng.Uint32())&e.opt
+		case 1: // the same with one bit flipped
+			mask = AttrState | e.req | AttrMask(rng.Uint32())&e.opt
+			mask ^= AttrMask(1) << rng.IntN(26) & AttrAll &^ AttrState
+		}
 		valid := inSpec || to == Reset || to == Err
 		ok := valid && mask&e.req == e.req && mask&^(e.req|e.opt|AttrState) == 0
 		err := CheckModify(typ, from, goodAttr(from, to), mask)
