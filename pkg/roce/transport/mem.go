@@ -66,14 +66,7 @@ func (n *MemNetwork) Listen(addr netip.AddrPort) (Conn, error) {
 	if qlen <= 0 {
 		qlen = DefaultMemQueueLen
 	}
-	c := &memConn{
-		net:    n,
-		local:  ap,
-		locals: []netip.AddrPort{ap},
-		queue:  make([]memSlot, qlen),
-		notify: make(chan struct{}, 1),
-		closed: make(chan struct{}),
-	}
+	c := &memConn{net: n, local: ap, locals: []netip.AddrPort{ap}, q: newPktQueue(qlen)}
 	n.conns[ap] = c
 	return c, nil
 }
@@ -85,28 +78,13 @@ func (n *MemNetwork) lookup(ap netip.AddrPort) *memConn {
 	return c
 }
 
-// memSlot is one queued datagram; buf keeps its capacity across reuse so a
-// steady stream allocates nothing.
-type memSlot struct {
-	buf  []byte
-	from netip.AddrPort
-}
-
 type memConn struct {
 	net    *MemNetwork
 	local  netip.AddrPort
 	locals []netip.AddrPort
 	stats  counters
-
-	mu     sync.Mutex // guards queue, head, count, isDown
-	queue  []memSlot
-	head   int
-	count  int
-	isDown bool
-
-	rxMu   sync.Mutex // serialises Receive callers
-	notify chan struct{}
-	closed chan struct{}
+	q      *pktQueue
+	once   sync.Once
 }
 
 func (c *memConn) BatchSize() int               { return DefaultBatchSize }
@@ -118,7 +96,7 @@ func (c *memConn) Send(bufs [][]byte, ep Endpoint) error {
 		return fmt.Errorf("%w: %v", ErrNoLocalAddr, l)
 	}
 	select {
-	case <-c.closed:
+	case <-c.q.closed:
 		return errClosed
 	default:
 	}
@@ -148,28 +126,10 @@ func (c *memConn) countSent(bufs [][]byte) {
 }
 
 func (c *memConn) enqueue(bufs [][]byte, from netip.AddrPort) {
-	c.mu.Lock()
-	if c.isDown {
-		c.mu.Unlock()
-		return
-	}
-	queued := 0
+	ep := Endpoint{Local: c.local, Remote: from}
 	for _, b := range bufs {
-		if c.count == len(c.queue) {
+		if !c.q.push(b, ep) {
 			c.stats.dropQueueFull.Add(1)
-			continue
-		}
-		s := &c.queue[(c.head+c.count)%len(c.queue)]
-		s.buf = append(s.buf[:0], b...)
-		s.from = from
-		c.count++
-		queued++
-	}
-	c.mu.Unlock()
-	if queued > 0 {
-		select {
-		case c.notify <- struct{}{}:
-		default:
 		}
 	}
 }
@@ -178,63 +138,23 @@ func (c *memConn) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, erro
 	if err := checkRecvArgs(bufs, sizes, eps); err != nil {
 		return 0, err
 	}
-	c.rxMu.Lock()
-	defer c.rxMu.Unlock()
-	for {
-		c.mu.Lock()
-		if c.isDown {
-			c.mu.Unlock()
-			return 0, errClosed
-		}
-		n := 0
-		var nb uint64
-		for n < len(bufs) && c.count > 0 {
-			s := &c.queue[c.head]
-			c.head = (c.head + 1) % len(c.queue)
-			c.count--
-			if len(s.buf) > len(bufs[n]) {
-				c.stats.dropOversize.Add(1)
-				continue
-			}
-			sizes[n] = copy(bufs[n], s.buf)
-			eps[n] = Endpoint{Local: c.local, Remote: s.from}
-			nb += uint64(sizes[n])
-			n++
-		}
-		more := c.count > 0
-		c.mu.Unlock()
-		if n > 0 {
-			if more {
-				// Keep the wake-up pending for the next call.
-				select {
-				case c.notify <- struct{}{}:
-				default:
-				}
-			}
-			c.stats.receivedPackets.Add(uint64(n))
-			c.stats.receivedBytes.Add(nb)
-			return n, nil
-		}
-		select {
-		case <-c.notify:
-		case <-c.closed:
-		}
-	}
+	n, nb, over, err := c.q.pop(bufs, sizes, eps)
+	c.stats.dropOversize.Add(over)
+	c.stats.receivedPackets.Add(uint64(n))
+	c.stats.receivedBytes.Add(nb)
+	return n, err
 }
 
 func (c *memConn) Close() error {
-	c.mu.Lock()
-	if c.isDown {
-		c.mu.Unlock()
-		return errClosed
-	}
-	c.isDown = true
-	c.mu.Unlock()
-	close(c.closed)
-	c.net.mu.Lock()
-	if c.net.conns[c.local] == c {
-		delete(c.net.conns, c.local)
-	}
-	c.net.mu.Unlock()
-	return nil
+	err := errClosed
+	c.once.Do(func() {
+		err = nil
+		c.q.shutdown(nil, true)
+		c.net.mu.Lock()
+		if c.net.conns[c.local] == c {
+			delete(c.net.conns, c.local)
+		}
+		c.net.mu.Unlock()
+	})
+	return err
 }
