@@ -376,21 +376,25 @@ ibv_devinfo -d rxe0 | grep mtu; exit 1`, m, want), 30*time.Second)
 	return nil
 }
 
-// SetLoss puts tc netem loss (percent; 0 removes it) on the egress of every bridge port, so each
-// packet crossing the bridge in either direction meets exactly one lossy queue.
+// SetLoss adds tc netem loss (percent; 0 removes it) inside guest 1, on eth0's egress and, via
+// an ifb device, on its ingress: every packet between the guest under test and its peer meets
+// one lossy queue in each direction. (It is done in the guest because the host kernel need not
+// have sch_netem; the Debian guest kernel does.)
 func (l *Lab) SetLoss(ctx context.Context, pct float64) error {
-	ports := []string{HostPort}
-	for _, vm := range l.VMs {
-		ports = append(ports, vm.Tap)
+	vm := l.VMs[0]
+	script := `tc qdisc del dev eth0 root 2>/dev/null; tc qdisc del dev eth0 ingress 2>/dev/null; tc qdisc del dev ifb0 root 2>/dev/null; true`
+	if pct > 0 {
+		loss := fmt.Sprintf("%g%%", pct)
+		script = `set -e
+modprobe sch_netem; modprobe ifb numifbs=1; modprobe act_mirred; modprobe cls_matchall
+ip link set ifb0 mtu $(cat /sys/class/net/eth0/mtu) up
+tc qdisc replace dev eth0 root netem loss ` + loss + `
+tc qdisc replace dev ifb0 root netem loss ` + loss + `
+tc qdisc add dev eth0 handle ffff: ingress
+tc filter add dev eth0 parent ffff: matchall action mirred egress redirect dev ifb0`
 	}
-	for _, p := range ports {
-		if pct == 0 {
-			_, _ = sh(ctx, "tc", "-n", Netns, "qdisc", "del", "dev", p, "root")
-			continue
-		}
-		if _, err := sh(ctx, "tc", "-n", Netns, "qdisc", "replace", "dev", p, "root", "netem", "loss", fmt.Sprintf("%g%%", pct)); err != nil {
-			return err
-		}
+	if out, err := l.Guest(ctx, vm, script, 30*time.Second); err != nil {
+		return fmt.Errorf("%w: %s", err, out)
 	}
 	return nil
 }

@@ -182,45 +182,69 @@ func (c Counters) names() []string {
 	return ks
 }
 
-// rxeErrorCounters are rdma_rxe's hw_counters that mean something went wrong on the wire or in
-// the protocol. Without packet loss every one of them must stay at 0 during a cell.
-var rxeErrorCounters = []string{
-	"duplicate_request", "out_of_seq_request", "rcvd_rnr_err", "send_rnr_err", "rcvd_seq_err",
-	"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err", "send_err", "link_downed",
+// rxeHardErrors are rdma_rxe's hw_counters that mean a request failed for good. Any change
+// fails a cell.
+var rxeHardErrors = []string{"retry_exceeded_err", "retry_rnr_exceeded_err", "send_err", "link_downed"}
+
+// rxeRecoveryCounters count recovery: retransmission, duplicate and out-of-sequence detection,
+// RNR flow control. They are expected under netem loss, and under TCG emulation rxe's own
+// retransmit timer (4.096 µs * 2^14 = 67 ms for the tools' QPs) fires spuriously now and then, so
+// outside strict mode they are reported as notes rather than failures.
+var rxeRecoveryCounters = []string{
+	"duplicate_request", "out_of_seq_request", "rcvd_seq_err", "completer_retry_err", "rcvd_rnr_err", "send_rnr_err",
 }
 
-// lossRecoveryCounters count the ordinary recovery from lost packets (go-back-N, duplicate
-// detection, retransmission): expected to be non-zero when netem drops packets.
-var lossRecoveryCounters = map[string]bool{
-	"duplicate_request": true, "out_of_seq_request": true, "rcvd_seq_err": true, "completer_retry_err": true,
-}
-
-// CheckRxeCounters returns one problem per error counter that moved during a cell (delta).
-func CheckRxeCounters(delta Counters, loss bool) []string {
-	var probs []string
-	for _, k := range rxeErrorCounters {
-		if delta[k] == 0 || (loss && lossRecoveryCounters[k]) {
+// CheckRxeCounters judges the change of rxe-named counters during a cell: problems fail the
+// cell, notes are reported. strict makes recovery counters problems unless the cell adds loss.
+func CheckRxeCounters(delta Counters, loss, strict bool) (problems, notes []string) {
+	for _, k := range rxeHardErrors {
+		if delta[k] != 0 {
+			problems = append(problems, fmt.Sprintf("%s +%d", k, delta[k]))
+		}
+	}
+	for _, k := range rxeRecoveryCounters {
+		if delta[k] == 0 {
 			continue
 		}
-		probs = append(probs, fmt.Sprintf("%s +%d", k, delta[k]))
+		if strict && !loss {
+			problems = append(problems, fmt.Sprintf("%s +%d", k, delta[k]))
+		} else {
+			notes = append(notes, fmt.Sprintf("%s +%d", k, delta[k]))
+		}
 	}
-	return probs
+	return problems, notes
+}
+
+// CheckDelivery compares what one side put on the wire with what the other accepted: rxe
+// counts rcvd_pkts only after its header and ICRC checks, so without loss a shortfall is the
+// number of packets rxe silently dropped (rdma_rxe 6.1 logs nothing for a bad ICRC). Counters
+// missing on either side skip the check.
+func CheckDelivery(from string, sender Counters, to string, receiver Counters) string {
+	sent, ok1 := sender["sent_pkts"]
+	rcvd, ok2 := receiver["rcvd_pkts"]
+	if !ok1 || !ok2 || sent == rcvd {
+		return ""
+	}
+	return fmt.Sprintf("%s sent_pkts %d but %s rcvd_pkts %d", from, sent, to, rcvd)
 }
 
 // CheckRxedCounters applies the counters contract (README.md) to rxed's dump: every counter
 // named drop_* must be 0 (a packet rxe sent was rejected: bad ICRC, bad header, unknown QP...),
 // and counters that carry rxe's names are judged like the guest's.
-func CheckRxedCounters(c Counters, loss bool) []string {
-	var probs []string
+func CheckRxedCounters(c Counters, loss, strict bool) (problems, notes []string) {
 	for _, k := range c.names() {
 		if strings.HasPrefix(k, "drop_") && c[k] != 0 {
-			probs = append(probs, fmt.Sprintf("rxed %s=%d", k, c[k]))
+			problems = append(problems, fmt.Sprintf("rxed %s=%d", k, c[k]))
 		}
 	}
-	for _, p := range CheckRxeCounters(c, loss) {
-		probs = append(probs, "rxed "+p)
+	p, n := CheckRxeCounters(c, loss, strict)
+	for _, x := range p {
+		problems = append(problems, "rxed "+x)
 	}
-	return probs
+	for _, x := range n {
+		notes = append(notes, "rxed "+x)
+	}
+	return problems, notes
 }
 
 // ParseGIDs reads "index:gid" lines (gid in sysfs form, eight groups of four hex digits) and

@@ -203,7 +203,12 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		return 1
 	}
-	r := &interop.Runner{Lab: lab, Subject: o.subject, Rxed: filepath.Join(bin, "rxed"), LogDir: logDir}
+	strict := lab.Accel == "kvm"
+	if v := os.Getenv("RXED_INTEROP_STRICT"); v != "" {
+		strict = v == "1"
+	}
+	info.Strict = strict
+	r := &interop.Runner{Lab: lab, Subject: o.subject, Rxed: filepath.Join(bin, "rxed"), LogDir: logDir, Strict: strict}
 	var results []interop.Result
 	dirs := []interop.Direction{interop.SubjectServer, interop.SubjectClient}
 	switch o.dirs {
@@ -230,7 +235,10 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
 			if !res.Pass {
 				st = "FAIL " + strings.Join(res.Problems, "; ")
 			}
-			fmt.Printf("%-28s %-24s %5.1fs %-30s %s\n", c.Name, d.Short(), res.Elapsed.Seconds(), res.Metric, st)
+			if len(res.Notes) > 0 {
+				st += " (" + strings.Join(res.Notes, ", ") + ")"
+			}
+			fmt.Printf("%-28s %s %5.1fs %-30s %s\n", c.Name, d.Short(), res.Elapsed.Seconds(), res.Metric, st)
 		}
 	}
 	info.Total = time.Since(started)
