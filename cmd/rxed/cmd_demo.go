@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+)
+
+func init() {
+	register(&command{
+		name:    "demo",
+		summary: "two engines over loopback: RDMA WRITE, READ, SEND with immediate and atomics, verified",
+		run:     runDemo,
+	})
+}
+
+// demoPeer is one side of the demo: a device with an RC QP and a buffer.
+type demoPeer struct {
+	name string
+	dev  *ib.Device
+	pd   *ib.PD
+	cq   *ib.CQ
+	qp   *ib.QP
+	buf  []byte
+	mr   *ib.MR
+	addr netip.Addr
+}
+
+const demoBufSize = 64 << 10
+
+func openDemoPeer(name string, addr netip.Addr, ephemeral bool) (*demoPeer, error) {
+	p, err := openDemoPeerDev(name, addr, ephemeral)
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func openDemoPeerDev(name string, addr netip.Addr, ephemeral bool) (*demoPeer, error) {
+	dev, err := ib.OpenDevice(ib.Config{Addrs: []netip.Addr{addr}, EphemeralPort: ephemeral})
+	if err != nil {
+		return nil, err
+	}
+	p := &demoPeer{name: name, dev: dev, addr: addr}
+	if p.pd, err = dev.AllocPD(); err != nil {
+		return p, err
+	}
+	if p.cq, err = dev.CreateCQ(64); err != nil {
+		return p, err
+	}
+	p.buf = make([]byte, demoBufSize)
+	if p.mr, err = p.pd.RegMR(p.buf, ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic); err != nil {
+		return p, err
+	}
+	p.qp, err = p.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: p.cq, RecvCQ: p.cq,
+		Cap: ib.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	return p, err
+}
+
+// connectDemo moves p to RTS towards peer, like the out-of-band exchange
+// of ibv_rc_pingpong would.
+func (p *demoPeer) connect(peer *demoPeer) error {
+	if err := p.qp.Modify(&ib.QPAttr{State: ib.QPSInit, PKeyIndex: 0, PortNum: 1,
+		AccessFlags: ib.QPAccessRemoteWrite | ib.QPAccessRemoteRead | ib.QPAccessRemoteAtomic},
+		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags); err != nil {
+		return err
+	}
+	if err := p.qp.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU4096, DestQPN: peer.qp.Num(), RQPSN: 0x1000,
+		MaxDestRdAtomic: 4, MinRNRTimer: 12,
+		AV: ib.AddrVector{DGID: peer.addr, DestPort: peer.dev.UDPPort(), PortNum: 1}},
+		ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer); err != nil {
+		return err
+	}
+	return p.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: 0x1000, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+		ib.AttrState|ib.AttrSQPSN|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrMaxQPRdAtomic)
+}
+
+func (p *demoPeer) close() {
+	if p != nil && p.dev != nil {
+		p.dev.Close()
+	}
+}
+
+// await waits for one completion of wrID and checks its status and opcode.
+func (p *demoPeer) await(wrID uint64, want ib.WCOpcode) (ib.WC, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wcs [1]ib.WC
+	n, err := p.cq.WaitPoll(ctx, wcs[:])
+	if err != nil {
+		return ib.WC{}, fmt.Errorf("%s: no completion for wr %d: %w", p.name, wrID, err)
+	}
+	wc := wcs[:n][0]
+	if wc.Status != ib.WCSuccess {
+		return wc, fmt.Errorf("%s: wr %d completed with %s", p.name, wc.ID, wc.Status)
+	}
+	if wc.ID != wrID || wc.Opcode != want {
+		return wc, fmt.Errorf("%s: got completion %v, want wr %d %s", p.name, wc.String(), wrID, want)
+	}
+	return wc, nil
+}
+
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addrA := fs.String("addr-a", "127.0.0.1", "first engine's address")
+	addrB := fs.String("addr-b", "127.0.0.2", "second engine's address")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := demo(*addrA, *addrB, stdout); err != nil {
+		fmt.Fprintln(stderr, "rxed demo: FAILED:", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, "all checks passed")
+	return 0
+}
+
+func demo(addrA, addrB string, out io.Writer) error {
+	aAddr, err := netip.ParseAddr(addrA)
+	if err != nil {
+		return err
+	}
+	bAddr, err := netip.ParseAddr(addrB)
+	if err != nil {
+		return err
+	}
+	ephemeral := false
+	a, err := openDemoPeer("A", aAddr, false)
+	var b *demoPeer
+	if err == nil {
+		b, err = openDemoPeer("B", bAddr, false)
+	}
+	if err != nil {
+		// Port 4791 is taken (a kernel rdma_rxe or another rxed): use
+		// ephemeral ports; the QPs are told each other's port.
+		a.close()
+		b.close()
+		ephemeral = true
+		if a, err = openDemoPeer("A", aAddr, true); err != nil {
+			return err
+		}
+		if b, err = openDemoPeer("B", bAddr, true); err != nil {
+			a.close()
+			return err
+		}
+	}
+	defer a.close()
+	defer b.close()
+	fmt.Fprintf(out, "engine A on %v udp/%d, engine B on %v udp/%d%s\n", aAddr, a.dev.UDPPort(), bAddr, b.dev.UDPPort(),
+		map[bool]string{true: " (4791 busy: ephemeral ports)", false: ""}[ephemeral])
+	if err := a.connect(b); err != nil {
+		return fmt.Errorf("connect A: %w", err)
+	}
+	if err := b.connect(a); err != nil {
+		return fmt.Errorf("connect B: %w", err)
+	}
+	fmt.Fprintf(out, "RC QP %#x (A) <-> %#x (B), path MTU 4096\n", a.qp.Num(), b.qp.Num())
+	fmt.Fprintf(out, "B registered %d bytes: addr %#x rkey %#x\n", len(b.buf), b.mr.IOVA(), b.mr.RKey())
+
+	// 1. RDMA WRITE: 40000 bytes of a pattern from A into B.
+	const wlen = 40000
+	for i := 0; i < wlen; i++ {
+		a.buf[i] = byte(i*31 + 7)
+	}
+	if err := a.qp.PostSend(ib.SendWR{ID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{{Addr: a.mr.IOVA(), Length: wlen, LKey: a.mr.LKey()}}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}); err != nil {
+		return err
+	}
+	if _, err := a.await(1, ib.WCRDMAWrite); err != nil {
+		return err
+	}
+	if !bytes.Equal(a.buf[:wlen], b.buf[:wlen]) {
+		return errors.New("RDMA WRITE: B's memory does not hold the bytes A wrote")
+	}
+	fmt.Fprintf(out, "RDMA WRITE   %6d bytes A -> B           verified: B's memory equals A's pattern\n", wlen)
+
+	// 2. RDMA READ: B fills a region, A reads it into a different offset.
+	const rlen, roff = 20000, 40960
+	for i := 0; i < rlen; i++ {
+		b.buf[roff+i] = byte(i*17 + 3)
+	}
+	if err := a.qp.PostSend(ib.SendWR{ID: 2, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
+		SGL:        []ib.SGE{{Addr: a.mr.IOVA() + roff, Length: rlen, LKey: a.mr.LKey()}},
+		RemoteAddr: b.mr.IOVA() + roff, RKey: b.mr.RKey()}); err != nil {
+		return err
+	}
+	if _, err := a.await(2, ib.WCRDMARead); err != nil {
+		return err
+	}
+	if !bytes.Equal(a.buf[roff:roff+rlen], b.buf[roff:roff+rlen]) {
+		return errors.New("RDMA READ: A's buffer does not hold B's bytes")
+	}
+	fmt.Fprintf(out, "RDMA READ    %6d bytes B -> A           verified: A's buffer equals B's pattern\n", rlen)
+
+	// 3. SEND with immediate: B posts a receive, A sends a message.
+	msg := []byte("hello from A over RoCEv2 (rxed)")
+	const recvOff = 60000
+	if err := b.qp.PostRecv(ib.RecvWR{ID: 30, SGL: []ib.SGE{{Addr: b.mr.IOVA() + recvOff, Length: 4096, LKey: b.mr.LKey()}}}); err != nil {
+		return err
+	}
+	copy(a.buf[recvOff:], msg)
+	const imm = 0xC0FFEE42
+	if err := a.qp.PostSend(ib.SendWR{ID: 3, Opcode: ib.WRSendWithImm, Flags: ib.SendSignaled, Imm: imm,
+		SGL: []ib.SGE{{Addr: a.mr.IOVA() + recvOff, Length: uint32(len(msg)), LKey: a.mr.LKey()}}}); err != nil {
+		return err
+	}
+	if _, err := a.await(3, ib.WCSend); err != nil {
+		return err
+	}
+	rwc, err := b.await(30, ib.WCRecv)
+	if err != nil {
+		return err
+	}
+	if rwc.Flags&ib.WCWithImm == 0 || rwc.Imm != imm || rwc.ByteLen != uint32(len(msg)) ||
+		!bytes.Equal(b.buf[recvOff:recvOff+len(msg)], msg) {
+		return fmt.Errorf("SEND_WITH_IMM: B got %d bytes %q imm %#x flags %#x", rwc.ByteLen,
+			b.buf[recvOff:recvOff+int(min(rwc.ByteLen, 64))], rwc.Imm, rwc.Flags)
+	}
+	fmt.Fprintf(out, "SEND+IMM     %6d bytes A -> B           verified: %q, imm %#x\n", len(msg), msg, rwc.Imm)
+
+	// 4. Atomics on an 8-byte counter in B's memory.
+	const ctrOff, resOff = 64000, 64008
+	binary.NativeEndian.PutUint64(b.buf[ctrOff:], 100)
+	if err := a.qp.PostSend(ib.SendWR{ID: 4, Opcode: ib.WRAtomicCmpAndSwp, Flags: ib.SendSignaled,
+		CompareAdd: 100, Swap: 500, SGL: []ib.SGE{{Addr: a.mr.IOVA() + resOff, Length: 8, LKey: a.mr.LKey()}},
+		RemoteAddr: b.mr.IOVA() + ctrOff, RKey: b.mr.RKey()}); err != nil {
+		return err
+	}
+	if _, err := a.await(4, ib.WCCompSwap); err != nil {
+		return err
+	}
+	orig, now := binary.NativeEndian.Uint64(a.buf[resOff:]), binary.NativeEndian.Uint64(b.buf[ctrOff:])
+	if orig != 100 || now != 500 {
+		return fmt.Errorf("CMP_SWP: original %d (want 100), remote now %d (want 500)", orig, now)
+	}
+	fmt.Fprintf(out, "CMP_SWP      compare 100 swap 500       verified: original 100, remote now %d\n", now)
+
+	if err := a.qp.PostSend(ib.SendWR{ID: 5, Opcode: ib.WRAtomicFetchAndAdd, Flags: ib.SendSignaled,
+		CompareAdd: 42, SGL: []ib.SGE{{Addr: a.mr.IOVA() + resOff, Length: 8, LKey: a.mr.LKey()}},
+		RemoteAddr: b.mr.IOVA() + ctrOff, RKey: b.mr.RKey()}); err != nil {
+		return err
+	}
+	if _, err := a.await(5, ib.WCFetchAdd); err != nil {
+		return err
+	}
+	orig, now = binary.NativeEndian.Uint64(a.buf[resOff:]), binary.NativeEndian.Uint64(b.buf[ctrOff:])
+	if orig != 500 || now != 542 {
+		return fmt.Errorf("FETCH_ADD: original %d (want 500), remote now %d (want 542)", orig, now)
+	}
+	fmt.Fprintf(out, "FETCH_ADD    add 42                     verified: original 500, remote now %d\n", now)
+
+	ca, cb := a.dev.Counters(), b.dev.Counters()
+	fmt.Fprintf(out, "counters: A sent_pkts=%d rcvd_pkts=%d; B sent_pkts=%d rcvd_pkts=%d\n",
+		ca["sent_pkts"], ca["rcvd_pkts"], cb["sent_pkts"], cb["rcvd_pkts"])
+	return nil
+}

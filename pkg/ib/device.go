@@ -1,0 +1,346 @@
+// Package ib is rxed's verbs API: the concepts, names and error behaviour
+// of libibverbs over a pure-Go RoCEv2 engine that interoperates with
+// Linux rdma_rxe.
+//
+// A program opens a Device on one or more local IP addresses (they form
+// the GID table), allocates a protection domain, registers memory, creates
+// completion queues and queue pairs, moves the QPs to RTS with the peer's
+// address, QPN and PSN (exchanged out of band, as with ibv_rc_pingpong),
+// and posts work requests:
+//
+//	dev, _ := ib.OpenDevice(ib.Config{Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
+//	pd, _ := dev.AllocPD()
+//	mr, _ := pd.RegMR(buf, ib.AccessLocalWrite|ib.AccessRemoteWrite)
+//	cq, _ := dev.CreateCQ(256)
+//	qp, _ := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq, Cap: ib.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+//	// ... qp.Modify to INIT, RTR, RTS ...
+//	qp.PostSend(ib.SendWR{Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []ib.SGE{{Addr: mr.IOVA(), Length: 4096, LKey: mr.LKey()}}, RemoteAddr: raddr, RKey: rkey})
+//	wc, _ := cq.WaitPoll(ctx, wcs)
+//
+// Value types (SendWR, WC, QPAttr, ...) are aliases of pkg/qp and pkg/mr
+// types, with libibverbs' numeric values.
+package ib
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+
+	"github.com/rxed/rxed/pkg/mr"
+	"github.com/rxed/rxed/pkg/qp"
+	"github.com/rxed/rxed/pkg/roce"
+	"github.com/rxed/rxed/pkg/roce/transport"
+)
+
+// Config opens a Device.
+type Config struct {
+	// Addrs are the local IPv4/IPv6 addresses to bind; they make up the GID
+	// table in this order (GID index 0 is the first). Required unless Conn
+	// is set, in which case they default to Conn's addresses.
+	Addrs []netip.Addr
+	// Port is the UDP port; 0 means 4791, the RoCEv2 port every rdma_rxe
+	// peer uses. Ports other than 4791 only make sense between rxed engines
+	// (tests, loopback demos); peers then set AddrVector.DestPort.
+	Port uint16
+	// EphemeralPort binds a free port chosen by the kernel instead of Port.
+	EphemeralPort bool
+	// Conn, if set, is the transport to use instead of opening UDP sockets
+	// (for example a transport.MemNetwork conn). The device owns it.
+	Conn transport.Conn
+	// Wrap, if set, wraps the transport before the engine uses it, e.g.
+	// with transport.NewFaulty for fault injection. It is applied inside
+	// the pcap recorder, so the capture shows what the engine saw.
+	Wrap func(transport.Conn) (transport.Conn, error)
+	// Pcap, if set, records every packet the engine sends and receives.
+	Pcap io.Writer
+	// Logger receives debug and error logs; nil is silent.
+	Logger *slog.Logger
+	// Clock drives the protocol timers; nil is the system clock.
+	Clock roce.Clock
+	// Workers is the number of engine worker goroutines; 0 picks one per
+	// CPU (at most 8).
+	Workers int
+	// ActiveMTU is the port's active MTU; 0 means MTU4096 (rxe on a
+	// loopback or jumbo-frame link).
+	ActiveMTU MTU
+}
+
+// Device is an opened RoCE device (struct ibv_context).
+type Device struct {
+	eng    *roce.Engine
+	conn   transport.Conn
+	pcap   *transport.PcapRecorder
+	gids   []netip.Addr
+	port   uint16
+	mtu    MTU
+	events chan AsyncEvent
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// OpenDevice opens a device as configured.
+func OpenDevice(cfg Config) (*Device, error) {
+	conn := cfg.Conn
+	var err error
+	if conn == nil {
+		if len(cfg.Addrs) == 0 {
+			return nil, errors.New("ib: OpenDevice: no local address")
+		}
+		port := int(cfg.Port)
+		if port == 0 && !cfg.EphemeralPort {
+			port = transport.RoCEv2Port
+		}
+		if cfg.EphemeralPort {
+			port = 0
+		}
+		conn, err = transport.OpenUDP(transport.UDPConfig{Addrs: cfg.Addrs, Port: port, Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("ib: OpenDevice: %w", err)
+		}
+	}
+	if cfg.Wrap != nil {
+		w, err := cfg.Wrap(conn)
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("ib: OpenDevice: %w", err)
+		}
+		conn = w
+	}
+	d := &Device{events: make(chan AsyncEvent, 64), mtu: cfg.ActiveMTU}
+	if d.mtu == 0 {
+		d.mtu = MTU4096
+	}
+	if cfg.Pcap != nil {
+		rec, err := transport.NewPcapRecorder(conn, cfg.Pcap, transport.PcapOptions{Logger: cfg.Logger})
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("ib: OpenDevice: %w", err)
+		}
+		d.pcap = rec
+		conn = rec
+	}
+	d.conn = conn
+	gids := cfg.Addrs
+	if len(gids) == 0 {
+		for _, ap := range conn.LocalAddrs() {
+			gids = append(gids, ap.Addr())
+		}
+	}
+	for _, g := range gids {
+		d.gids = append(d.gids, g.Unmap())
+	}
+	if las := conn.LocalAddrs(); len(las) > 0 {
+		d.port = las[0].Port()
+	}
+	d.eng, err = roce.New(roce.Config{Conn: conn, GIDs: d.gids, Workers: cfg.Workers, Clock: cfg.Clock,
+		Logger: cfg.Logger, Mem: mr.NewTable(nil), OnEvent: d.engineEvent})
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("ib: OpenDevice: %w", err)
+	}
+	d.post(AsyncEvent{Type: EventPortActive, Port: 1})
+	return d, nil
+}
+
+// Close stops the engine and releases the transport (ibv_close_device).
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	return d.eng.Close()
+}
+
+// Name returns the device name, "rxed0".
+func (d *Device) Name() string { return "rxed0" }
+
+// Engine returns the underlying engine (for counters and advanced use).
+func (d *Device) Engine() *roce.Engine { return d.eng }
+
+// UDPPort returns the UDP port the device receives on.
+func (d *Device) UDPPort() uint16 { return d.port }
+
+// GIDs returns the GID table as RoCEv2 GIDs: IPv4 addresses in their
+// IPv4-mapped IPv6 form (::ffff:a.b.c.d), IPv6 addresses as they are.
+func (d *Device) GIDs() []netip.Addr {
+	out := make([]netip.Addr, len(d.gids))
+	for i, g := range d.gids {
+		out[i] = gidOf(g)
+	}
+	return out
+}
+
+func gidOf(a netip.Addr) netip.Addr {
+	if a.Is4() {
+		return netip.AddrFrom16(a.As16())
+	}
+	return a
+}
+
+// QueryGID returns GID index of port 1 (ibv_query_gid).
+func (d *Device) QueryGID(port uint8, index int) (netip.Addr, error) {
+	if port != 1 {
+		return netip.Addr{}, fmt.Errorf("ib: QueryGID: no port %d", port)
+	}
+	if index < 0 || index >= len(d.gids) {
+		return netip.Addr{}, fmt.Errorf("ib: QueryGID: index %d out of range (table has %d)", index, len(d.gids))
+	}
+	return gidOf(d.gids[index]), nil
+}
+
+// GIDIndex returns the index of addr in the GID table, or -1.
+func (d *Device) GIDIndex(addr netip.Addr) int {
+	for i, g := range d.gids {
+		if g == addr.Unmap() {
+			return i
+		}
+	}
+	return -1
+}
+
+// Counters returns the device's counters by rdma_rxe's names, plus one
+// per receive drop reason (drop_*).
+func (d *Device) Counters() map[string]uint64 { return d.eng.Counters() }
+
+// DeviceAttr is struct ibv_device_attr (the fields that matter here),
+// filled with rdma_rxe's limits (rxe_param.h).
+type DeviceAttr struct {
+	FwVer              string
+	NodeGUID           uint64
+	SysImageGUID       uint64
+	MaxMRSize          uint64
+	PageSizeCap        uint64
+	VendorID           uint32
+	VendorPartID       uint32
+	HwVer              uint32
+	MaxQP              int
+	MaxQPWR            int
+	MaxSGE             int
+	MaxSGERd           int
+	MaxCQ              int
+	MaxCQE             int
+	MaxMR              int
+	MaxPD              int
+	MaxQPRdAtom        int
+	MaxQPInitRdAtom    int
+	MaxResRdAtom       int
+	AtomicCap          int // IBV_ATOMIC_HCA = 1
+	MaxMW              int
+	MaxSRQ             int
+	MaxSRQWR           int
+	MaxSRQSGE          int
+	MaxPKeys           int
+	LocalCAAckDelay    int
+	PhysPortCnt        int
+	MaxInlineData      int
+	MaxMsgSize         uint64
+	DeviceCapFlags     uint64
+	MaxFastRegPageList int
+}
+
+// QueryDevice returns the device attributes (ibv_query_device).
+func (d *Device) QueryDevice() DeviceAttr {
+	guid := uint64(0)
+	if len(d.gids) > 0 {
+		b := d.gids[0].As16()
+		// rxe derives the node GUID from the MAC address; we have none,
+		// so derive a stable EUI-64-like value from the first address.
+		for _, x := range b[8:] {
+			guid = guid<<8 | uint64(x)
+		}
+		guid |= 0x0200000000000000
+	}
+	return DeviceAttr{
+		FwVer: "0.0.0", NodeGUID: guid, SysImageGUID: guid,
+		MaxMRSize: ^uint64(0), PageSizeCap: 0xfffff000, VendorID: 0xFFFFFF,
+		MaxQP: 0x10000, MaxQPWR: int(qp.DefaultLimits.MaxQPWR), MaxSGE: int(qp.DefaultLimits.MaxSendSGE),
+		MaxSGERd: 32, MaxCQ: 0x4000, MaxCQE: 1<<15 - 1, MaxMR: 0x4000, MaxPD: 0x7ffc,
+		MaxQPRdAtom: 128, MaxQPInitRdAtom: 128, MaxResRdAtom: 0x3f000, AtomicCap: 1,
+		MaxMW: 0x1000, MaxSRQ: 0x4000, MaxSRQWR: qp.MaxSRQWR, MaxSRQSGE: qp.MaxSRQSGE,
+		MaxPKeys: 64, LocalCAAckDelay: 15, PhysPortCnt: 1,
+		MaxInlineData: int(qp.DefaultLimits.MaxInlineData), MaxMsgSize: 0x800000,
+		MaxFastRegPageList: 512,
+	}
+}
+
+// PortState is enum ibv_port_state.
+type PortState int
+
+// Port states.
+const (
+	PortDown   PortState = 1
+	PortActive PortState = 4
+)
+
+// PortAttr is struct ibv_port_attr (the fields that matter here).
+type PortAttr struct {
+	State       PortState
+	MaxMTU      MTU
+	ActiveMTU   MTU
+	GIDTblLen   int
+	PKeyTblLen  int
+	MaxMsgSz    uint64
+	LinkLayer   string // "Ethernet"
+	ActiveSpeed string
+	UDPPort     uint16
+}
+
+// QueryPort returns port 1's attributes (ibv_query_port).
+func (d *Device) QueryPort(port uint8) (PortAttr, error) {
+	if port != 1 {
+		return PortAttr{}, fmt.Errorf("ib: QueryPort: no port %d", port)
+	}
+	return PortAttr{State: PortActive, MaxMTU: MTU4096, ActiveMTU: d.mtu, GIDTblLen: int(qp.DefaultLimits.GIDTableLen),
+		PKeyTblLen: 1, MaxMsgSz: 0x800000, LinkLayer: "Ethernet", ActiveSpeed: "software", UDPPort: d.port}, nil
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() (*PD, error) {
+	p, err := d.eng.Memory().AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	return &PD{d: d, pd: p}, nil
+}
+
+// CQ is a completion queue (struct ibv_cq): Poll, Wait, WaitPoll,
+// ReqNotify and Notify come from the embedded qp.CQ.
+type CQ struct {
+	*qp.CQ
+	d *Device
+}
+
+// CreateCQ creates a completion queue of at least cqe entries
+// (ibv_create_cq).
+func (d *Device) CreateCQ(cqe int) (*CQ, error) {
+	c, err := qp.NewCQ(cqe)
+	if err != nil {
+		return nil, err
+	}
+	return &CQ{CQ: c, d: d}, nil
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq).
+func (cq *CQ) Destroy() error {
+	cq.CQ.Close()
+	return nil
+}
+
+// cqSink forwards completions to a CQ and raises the CQ error event on
+// overflow, as rxe_cq_post does.
+type cqSink struct{ cq *CQ }
+
+func (s cqSink) Push(wc qp.WC) error {
+	err := s.cq.CQ.Push(wc)
+	if errors.Is(err, qp.ErrCQOverflow) {
+		s.cq.d.post(AsyncEvent{Type: EventCQErr, CQ: s.cq})
+	}
+	return err
+}

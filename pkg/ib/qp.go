@@ -1,0 +1,234 @@
+package ib
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rxed/rxed/pkg/mr"
+	"github.com/rxed/rxed/pkg/qp"
+)
+
+// PD is a protection domain (struct ibv_pd).
+type PD struct {
+	d  *Device
+	pd *mr.PD
+}
+
+// Device returns the PD's device.
+func (pd *PD) Device() *Device { return pd.d }
+
+// Dealloc frees the PD (ibv_dealloc_pd); it fails while regions, windows,
+// QPs or SRQs still use it.
+func (pd *PD) Dealloc() error { return pd.pd.Dealloc() }
+
+// RegMR registers buf for RDMA (ibv_reg_mr). The peer addresses it at
+// mr.IOVA() (the buffer's address unless WithIOVA is given) with
+// mr.RKey(); local SGEs use mr.LKey(). Remote write or atomic access
+// requires AccessLocalWrite, as in IBA.
+func (pd *PD) RegMR(buf []byte, access Access, opts ...RegOption) (*MR, error) {
+	return pd.d.eng.Memory().RegMR(pd.pd, buf, access, opts...)
+}
+
+// AllocMW allocates a memory window (ibv_alloc_mw).
+func (pd *PD) AllocMW(typ MWType) (*MW, error) {
+	return pd.d.eng.Memory().AllocMW(pd.pd, typ)
+}
+
+// QPInitAttr is struct ibv_qp_init_attr.
+type QPInitAttr struct {
+	Type   QPType
+	SendCQ *CQ
+	RecvCQ *CQ
+	SRQ    *SRQ // optional shared receive queue
+	Cap    QPCap
+	// SigAll makes every send WR generate a completion (sq_sig_all).
+	SigAll bool
+}
+
+// QP is a queue pair (struct ibv_qp).
+type QP struct {
+	q    *qp.QP
+	pd   *PD
+	init QPInitAttr
+}
+
+// CreateQP creates a queue pair in the RESET state (ibv_create_qp).
+func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
+	if attr.SendCQ == nil || attr.RecvCQ == nil {
+		return nil, errors.New("ib: CreateQP: send and receive CQs are required")
+	}
+	switch attr.Type {
+	case RC, UC, UD:
+	default:
+		return nil, fmt.Errorf("ib: CreateQP: unsupported QP type %v", attr.Type)
+	}
+	if err := qp.DefaultLimits.CheckCap(attr.Cap, attr.SRQ != nil); err != nil {
+		return nil, fmt.Errorf("ib: CreateQP: %w", err)
+	}
+	c := qp.Config{Type: attr.Type, Cap: attr.Cap, SigAll: attr.SigAll, PD: pd.pd,
+		SendCQ: cqSink{attr.SendCQ}, RecvCQ: cqSink{attr.RecvCQ}}
+	if attr.SRQ != nil {
+		c.SRQ = attr.SRQ.srq
+	}
+	q, err := pd.d.eng.CreateQP(c)
+	if err != nil {
+		return nil, fmt.Errorf("ib: CreateQP: %w", err)
+	}
+	return &QP{q: q, pd: pd, init: attr}, nil
+}
+
+// Num returns the QP number (qp_num).
+func (q *QP) Num() uint32 { return q.q.Num() }
+
+// Type returns the QP type.
+func (q *QP) Type() QPType { return q.q.Type() }
+
+// State returns the current state without a round trip to the engine.
+func (q *QP) State() QPState { return q.q.State() }
+
+// PD returns the QP's protection domain.
+func (q *QP) PD() *PD { return q.pd }
+
+// Modify changes the QP's attributes (ibv_modify_qp). Transitions and
+// masks follow IBA (pkg/qp.CheckModify); a rejected modify returns an
+// error naming the offending attribute and changes nothing. Moving to ERR
+// flushes outstanding work requests with WR_FLUSH_ERR completions.
+func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+	return q.pd.d.eng.ModifyQP(q.q, attr, mask)
+}
+
+// Query returns the QP's attributes and creation attributes (ibv_query_qp).
+func (q *QP) Query() (QPAttr, QPInitAttr, error) {
+	a, err := q.pd.d.eng.QueryQP(q.q)
+	return a, q.init, err
+}
+
+// PostError reports which work request of a post failed; the ones before
+// it were posted.
+type PostError struct {
+	Index int
+	Err   error
+}
+
+func (e *PostError) Error() string { return fmt.Sprintf("ib: work request %d: %v", e.Index, e.Err) }
+
+// Unwrap returns the cause.
+func (e *PostError) Unwrap() error { return e.Err }
+
+// PostSend posts send work requests (ibv_post_send). They are validated
+// (opcode for the QP type, SGE count, inline size, atomic alignment) and
+// queued in order; on error a *PostError names the first one refused and
+// those before it were posted.
+func (q *QP) PostSend(wrs ...SendWR) error {
+	n, err := q.pd.d.eng.PostSend(q.q, wrs)
+	if err != nil {
+		return &PostError{Index: n, Err: err}
+	}
+	return nil
+}
+
+// PostRecv posts receive work requests on the QP's own receive queue
+// (ibv_post_recv). A QP with an SRQ receives through SRQ.PostRecv.
+func (q *QP) PostRecv(wrs ...RecvWR) error {
+	if q.init.SRQ != nil {
+		return &PostError{Err: errors.New("ib: QP uses an SRQ; post to the SRQ")}
+	}
+	n, err := q.pd.d.eng.PostRecv(q.q, wrs)
+	if err != nil {
+		return &PostError{Index: n, Err: err}
+	}
+	return nil
+}
+
+// Destroy destroys the QP (ibv_destroy_qp). Packets for it are dropped
+// afterwards; no completions are generated.
+func (q *QP) Destroy() error { return q.pd.d.eng.DestroyQP(q.q) }
+
+// SRQInitAttr is struct ibv_srq_init_attr.
+type SRQInitAttr struct {
+	MaxWR  int
+	MaxSGE int
+	// Limit arms the limit event (IBV_EVENT_SRQ_LIMIT_REACHED) when fewer
+	// than Limit requests remain; 0 leaves it disarmed.
+	Limit int
+}
+
+// SRQ is a shared receive queue (struct ibv_srq).
+type SRQ struct {
+	srq *qp.SRQ
+	pd  *PD
+}
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq).
+func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
+	s, err := qp.NewSRQ(attr.MaxWR, attr.MaxSGE, attr.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("ib: CreateSRQ: %w", err)
+	}
+	x := &SRQ{srq: s, pd: pd}
+	s.SetLimitHandler(func() { pd.d.post(AsyncEvent{Type: EventSRQLimitReached, SRQ: x}) })
+	return x, nil
+}
+
+// PostRecv posts receive work requests (ibv_post_srq_recv).
+func (s *SRQ) PostRecv(wrs ...RecvWR) error {
+	for i := range wrs {
+		if err := s.srq.Post(&wrs[i]); err != nil {
+			return &PostError{Index: i, Err: err}
+		}
+	}
+	return nil
+}
+
+// ArmLimit sets srq_limit (ibv_modify_srq with IBV_SRQ_LIMIT).
+func (s *SRQ) ArmLimit(limit int) error { return s.srq.ArmLimit(limit) }
+
+// Limit returns the armed limit (ibv_query_srq).
+func (s *SRQ) Limit() int { return s.srq.Limit() }
+
+// Len returns the number of posted, unconsumed receive requests.
+func (s *SRQ) Len() int { return s.srq.Len() }
+
+// Destroy destroys the SRQ (ibv_destroy_srq).
+func (s *SRQ) Destroy() error {
+	s.srq.Close()
+	return nil
+}
+
+// AHAttr is struct ibv_ah_attr (the address vector).
+type AHAttr = AddrVector
+
+// AH is an address handle for UD (struct ibv_ah).
+type AH struct {
+	av AddrVector
+}
+
+// CreateAH creates an address handle (ibv_create_ah). The destination
+// GID must be an address of the same family as the source GID.
+func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
+	if !attr.DGID.IsValid() {
+		return nil, errors.New("ib: CreateAH: no destination GID")
+	}
+	src, err := pd.d.QueryGID(1, int(attr.SGIDIndex))
+	if err != nil {
+		return nil, fmt.Errorf("ib: CreateAH: %w", err)
+	}
+	if src.Unmap().Is4() != attr.DGID.Unmap().Is4() {
+		return nil, errors.New("ib: CreateAH: source and destination GIDs are of different IP families")
+	}
+	return &AH{av: attr}, nil
+}
+
+// AV returns the address vector to put in SendWR.AV for a UD send.
+func (ah *AH) AV() AddrVector { return ah.av }
+
+// Destroy destroys the address handle (ibv_destroy_ah).
+func (ah *AH) Destroy() error { return nil }
+
+// UDSend fills the UD addressing fields of wr from ah, the remote QPN and
+// Q_Key, like the ud part of struct ibv_send_wr.
+func UDSend(wr *SendWR, ah *AH, remoteQPN, remoteQKey uint32) {
+	wr.AV = ah.av
+	wr.RemoteQPN = remoteQPN
+	wr.RemoteQKey = remoteQKey
+}
