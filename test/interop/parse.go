@@ -3,6 +3,7 @@ package interop
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -128,14 +129,21 @@ func ParseHWCounters(s string) Counters {
 // ParseRxedCounters reads rxed's --counters-out file: one JSON object of counter name to
 // non-negative integer.
 func ParseRxedCounters(b []byte) (Counters, error) {
-	raw := map[string]json.Number{}
+	raw := map[string]any{}
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.UseNumber()
 	if err := dec.Decode(&raw); err != nil {
 		return nil, fmt.Errorf("rxed counters: %w", err)
 	}
+	if dec.More() {
+		return nil, errors.New("rxed counters: more than one JSON value")
+	}
 	c := Counters{}
-	for k, n := range raw {
+	for k, x := range raw {
+		n, ok := x.(json.Number)
+		if !ok {
+			return nil, fmt.Errorf("rxed counters: %s = %v is not a number", k, x)
+		}
 		v, err := strconv.ParseUint(n.String(), 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("rxed counters: %s = %s is not a non-negative integer", k, n)

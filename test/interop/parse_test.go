@@ -1,0 +1,146 @@
+package interop
+
+import (
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func readTestdata(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestParsePerfBandwidth(t *testing.T) {
+	row, ok := ParsePerf(readTestdata(t, "write_bw_client.txt"))
+	require.True(t, ok)
+	require.Equal(t, PerfRow{"#bytes": 4096, "#iterations": 200, "BW peak[MB/sec]": 8.62,
+		"BW average[MB/sec]": 7.59, "MsgRate[Mpps]": 0.001943}, row)
+	require.Equal(t, "7.59 MiB/s", row.Metric(PerfBW))
+}
+
+func TestParsePerfLatency(t *testing.T) {
+	row, ok := ParsePerf(readTestdata(t, "read_lat_client.txt"))
+	require.True(t, ok)
+	require.Len(t, row, 9)
+	require.InDelta(t, 811.71, row["t_typical[usec]"], 1e-9)
+	require.InDelta(t, 1825.40, row["t_avg[usec]"], 1e-9)
+	require.InDelta(t, 8158.29, row["99.9% percentile[usec]"], 1e-9)
+	require.Equal(t, "811.7 µs typ, 1825.4 µs avg", row.Metric(PerfLat))
+	require.Empty(t, row.Metric(PerfBW))
+}
+
+func TestParsePerfWithoutTable(t *testing.T) {
+	// ib_read_lat's server prints the connection details but no results
+	_, ok := ParsePerf(readTestdata(t, "read_lat_server.txt"))
+	require.False(t, ok)
+	for _, s := range []string{
+		"",
+		" #bytes     #iterations    BW peak[MB/sec]\n---------\n 4096 200 1.0\n",
+		" #bytes     #iterations    BW peak[MB/sec]\n 4096 200 x.y\n",
+		" #bytes     #iterations    BW peak[MB/sec]\n",
+	} {
+		_, ok := ParsePerf(s)
+		require.False(t, ok, "%q", s)
+	}
+	row, ok := ParsePerf(" #bytes  #iterations  BW peak[Gb/sec]  BW average[Gb/sec]  MsgRate[Mpps]\n\n 65536  50  0.17  0.16  0.000305\n")
+	require.True(t, ok)
+	require.Equal(t, "0.160 Gbit/s", row.Metric(PerfBW))
+}
+
+func TestParsePingpong(t *testing.T) {
+	r, ok := ParsePingpong(readTestdata(t, "ud_pingpong_server.txt"))
+	require.True(t, ok)
+	require.Equal(t, PingpongResult{Bytes: 40960, Mbits: 4.32, Iters: 20, UsecPerIter: 3792.50}, r)
+	require.Equal(t, "4.32 Mbit/s, 3792 µs/iter", r.Metric())
+	_, ok = ParsePingpong("40960 bytes in 0.08 seconds = 4.32 Mbit/sec\n")
+	require.False(t, ok, "the iterations line is missing")
+	_, ok = ParsePingpong("Failed status transport retry counter exceeded (12) for wr_id 2\n")
+	require.False(t, ok)
+}
+
+func TestParseHWCounters(t *testing.T) {
+	c := ParseHWCounters("sent_pkts:64\nrcvd_pkts:63\n\ngarbage\nsend_err: 1\nbad:x\ndmesg_lines:412\n")
+	require.Equal(t, Counters{"sent_pkts": 64, "rcvd_pkts": 63, "send_err": 1, "dmesg_lines": 412}, c)
+}
+
+func TestParseRxedCounters(t *testing.T) {
+	c, err := ParseRxedCounters([]byte(`{"sent_pkts": 10, "rcvd_pkts": 12, "drop_icrc": 0}`))
+	require.NoError(t, err)
+	require.Equal(t, Counters{"sent_pkts": 10, "rcvd_pkts": 12, "drop_icrc": 0}, c)
+	for _, bad := range []string{``, `[]`, `{"a": -1}`, `{"a": 1.5}`, `{"a": "1"}`, `{"a": 1} {"b": 2}`, `{"a": 1`} {
+		_, err := ParseRxedCounters([]byte(bad))
+		require.Error(t, err, "%q", bad)
+	}
+}
+
+func TestDelta(t *testing.T) {
+	d := Delta(Counters{"a": 5, "b": 10}, Counters{"a": 7, "b": 3, "c": 4})
+	require.Equal(t, Counters{"a": 2, "b": 3, "c": 4}, d)
+	require.Equal(t, "a=2 b=3 c=4", d.String())
+	require.Equal(t, "(all zero)", Counters{"a": 0}.String())
+}
+
+func TestCheckRxeCounters(t *testing.T) {
+	clean := Counters{"sent_pkts": 100, "rcvd_pkts": 100, "ack_deferred": 3, "rdma_sends": 20}
+	p, n := CheckRxeCounters(clean, false, true)
+	require.Empty(t, p)
+	require.Empty(t, n)
+
+	retried := Counters{"duplicate_request": 2, "completer_retry_err": 1}
+	p, n = CheckRxeCounters(retried, false, false)
+	require.Empty(t, p)
+	require.Equal(t, []string{"duplicate_request +2", "completer_retry_err +1"}, n)
+	p, _ = CheckRxeCounters(retried, false, true)
+	require.Equal(t, []string{"duplicate_request +2", "completer_retry_err +1"}, p, "strict without loss fails")
+	p, n = CheckRxeCounters(retried, true, true)
+	require.Empty(t, p, "loss makes recovery expected even in strict mode")
+	require.Len(t, n, 2)
+
+	for _, hard := range rxeHardErrors {
+		p, _ := CheckRxeCounters(Counters{hard: 1}, true, false)
+		require.Equal(t, []string{hard + " +1"}, p)
+	}
+}
+
+func TestCheckRxedCounters(t *testing.T) {
+	p, n := CheckRxedCounters(Counters{"drop_icrc": 0, "drop_no_qp": 0, "sent_pkts": 5}, false, true)
+	require.Empty(t, p)
+	require.Empty(t, n)
+	p, n = CheckRxedCounters(Counters{"drop_icrc": 3, "drop_no_qp": 0, "send_err": 1, "duplicate_request": 4}, true, false)
+	require.Equal(t, []string{"rxed drop_icrc=3", "rxed send_err +1"}, p)
+	require.Equal(t, []string{"rxed duplicate_request +4"}, n)
+}
+
+func TestCheckDelivery(t *testing.T) {
+	require.Empty(t, CheckDelivery("rxed", Counters{"sent_pkts": 64}, "guest", Counters{"rcvd_pkts": 64}))
+	require.Empty(t, CheckDelivery("rxed", Counters{}, "guest", Counters{"rcvd_pkts": 64}), "no counter, no check")
+	require.Equal(t, "rxed sent_pkts 64 but guest rcvd_pkts 60",
+		CheckDelivery("rxed", Counters{"sent_pkts": 64}, "guest", Counters{"rcvd_pkts": 60}))
+}
+
+func TestParseGIDs(t *testing.T) {
+	s := "0:fe80:0000:0000:0000:5054:00ff:fe78:000b\n" +
+		"1:0000:0000:0000:0000:0000:ffff:0a4e:000b\n" +
+		"2:fd78:0000:0000:0000:0000:0000:0000:0011\n" +
+		"3:0000:0000:0000:0000:0000:0000:0000:0000\n"
+	i4, i6 := ParseGIDs(s, netip.MustParseAddr("10.78.0.11"), netip.MustParseAddr("fd78::11"))
+	require.Equal(t, 1, i4)
+	require.Equal(t, 2, i6)
+	i4, i6 = ParseGIDs(s, netip.MustParseAddr("10.78.0.12"), netip.MustParseAddr("fd78::12"))
+	require.Equal(t, -1, i4)
+	require.Equal(t, -1, i6)
+	i4, i6 = ParseGIDs("x:y\n1:nonsense\n", netip.MustParseAddr("10.78.0.11"), netip.MustParseAddr("fd78::11"))
+	require.Equal(t, -1, i4)
+	require.Equal(t, -1, i6)
+}
+
+func TestBadOutput(t *testing.T) {
+	require.Equal(t, "Invalid data in page 1", badOutput.FindString("20 iters in 0.1 seconds\nInvalid data in page 1\n"))
+	require.Empty(t, badOutput.FindString(readTestdata(t, "write_bw_client.txt")))
+	require.Empty(t, badOutput.FindString(readTestdata(t, "ud_pingpong_server.txt")))
+}
