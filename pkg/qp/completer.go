@@ -97,16 +97,11 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 		if w == nil {
 			return
 		}
-		if w.state == wqePosted {
-			// Not fully sent; only a response within what was sent counts.
-			if psn.Diff(q.req.psn) >= 0 {
-				return
-			}
-		}
 		// A response past the oldest WQE acknowledges it (coalesced ACK),
 		// unless it is a READ or atomic whose response never came: that is
-		// an implied NAK and the requester goes back.
-		if w.state == wqePending && psn.Diff(w.lastPSN) > 0 {
+		// an implied NAK and the requester goes back. A SEND/WRITE being
+		// resent after a go-back counts as sent: the peer has it all.
+		if (w.state == wqePending || w.sent > 0) && psn.Diff(w.lastPSN) > 0 {
 			if w.isReadOrAtomic() {
 				q.ctr.ImpliedNAKs.Add(1)
 				q.errorRetry(w, now)
@@ -204,8 +199,11 @@ func (q *QP) checkAck(env Env, p *wire.Packet, w *wqe, psn PSN, now time.Time) {
 			}
 			q.comp.psn = psn.Next()
 			q.comp.opcode = -1
-			if w.state == wqePending && w.lastPSN == psn {
+			if w.lastPSN == psn {
 				q.completeWQE(w, false)
+			} else if q.req.psn.Diff(q.comp.psn) < 0 {
+				// The peer already has what we are resending: skip ahead.
+				q.goBackN()
 			}
 		case wire.SynRNR:
 			q.ctr.RcvdRNRErr.Add(1)
@@ -223,6 +221,11 @@ func (q *QP) checkAck(env Env, p *wire.Packet, w *wqe, psn PSN, now time.Time) {
 		case wire.SynNAK:
 			switch syn.NAKCode() {
 			case wire.NAKPSNSeqErr:
+				if !q.rnrAt.IsZero() {
+					// The packets behind an RNR-NAKed one arrive out of
+					// sequence; the RNR retry resends them anyway.
+					return
+				}
 				if psn.Diff(q.comp.psn) > 0 {
 					q.ctr.RcvdSeqErr.Add(1)
 					q.implicitAck(psn)
