@@ -208,3 +208,5 @@ func fill(b []byte, seed int) {
 		b[i] = byte(x)
 	}
 }
+
+func newMemNet() *transport.MemNetwork { return transport.NewMemNetwork() }
