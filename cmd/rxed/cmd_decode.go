@@ -1,0 +1,11 @@
+package main
+
+import "github.com/rxed/rxed/internal/decode"
+
+func init() {
+	register(&command{
+		name:    "decode",
+		summary: "print the RoCEv2 packets of a pcap/pcapng file (-v every field, -json)",
+		run:     decode.Run,
+	})
+}
