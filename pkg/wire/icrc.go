@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math/bits"
+	"sync/atomic"
 )
 
 // The ICRC is CRC-32 (IEEE 802.3, hash/crc32's IEEE polynomial) over eight
@@ -268,13 +269,29 @@ func init() {
 }
 
 // unadvance returns the register r run backwards over n zero bytes.
-func unadvance(r uint32, n int) uint32 {
-	for k := 0; n != 0 && k < len(invPow8); k++ {
-		if n&1 != 0 {
+func unadvance(r uint32, n int) uint32 { return gfMul(invPowBytes(n), r) }
+
+// invPowCache remembers x^(-8n) mod P for recently seen lengths n: a
+// receiver sees few distinct packet sizes (MTU-sized and ACKs), and the
+// square-and-multiply costs about a dozen GF(2) multiplications. Each slot
+// packs n<<32 | value into one atomic word, so a racing reader sees either
+// a complete entry or a miss, never a torn one.
+var invPowCache [64]atomic.Uint64
+
+// invPowBytes returns x^(-8n) mod P (n < 2^23).
+func invPowBytes(n int) uint32 {
+	slot := &invPowCache[n&63]
+	if e := slot.Load(); e>>32 == uint64(n)+1 {
+		return uint32(e)
+	}
+	r := uint32(gfOne)
+	for k, m := 0, n; m != 0 && k < len(invPow8); k++ {
+		if m&1 != 0 {
 			r = gfMul(invPow8[k], r)
 		}
-		n >>= 1
+		m >>= 1
 	}
+	slot.Store((uint64(n)+1)<<32 | uint64(r))
 	return r
 }
 

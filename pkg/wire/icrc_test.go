@@ -2,9 +2,11 @@ package wire
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"net/netip"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -154,4 +156,42 @@ func TestVerifyUnverifiable(t *testing.T) {
 	require.Equal(t, ICRCUnverifiable, VerifyICRC(nil, nil, make([]byte, 10)))
 	// Short headers must not panic.
 	require.NotPanics(t, func() { ICRC(nil, nil, nil); ICRC([]byte{0x60}, []byte{1}, []byte{1, 2}) })
+}
+
+// TestInvPowCacheConcurrent hammers the length cache from several
+// goroutines with colliding slots; every answer must equal the uncached
+// square-and-multiply result.
+func TestInvPowCacheConcurrent(t *testing.T) {
+	ref := func(n int) uint32 {
+		r := uint32(gfOne)
+		for range 8 * n {
+			r = gfDivX(r)
+		}
+		return r
+	}
+	lengths := []int{0, 1, 64, 128, 1046, 1110, 4146, 4210} // several share a slot
+	want := map[int]uint32{}
+	for _, n := range lengths {
+		want[n] = ref(n)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				n := lengths[(i+g)%len(lengths)]
+				if got := invPowBytes(n); got != want[n] {
+					errs <- fmt.Sprintf("n=%d: got %#x want %#x", n, got, want[n])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
 }
