@@ -196,3 +196,45 @@ func TestDecodeBadInput(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, errOut, "-json")
 }
+
+// TestDecodeMatchesPerftestLogs checks the first RDMA request of each
+// perftest WRITE/READ capture against what perftest itself printed: the
+// requester's initial PSN, and the responder's QPN, R_Key and buffer
+// address, which must appear in the BTH and RETH.
+func TestDecodeMatchesPerftestLogs(t *testing.T) {
+	shared := sharedDir(t)
+	addr := regexp.MustCompile(`(local|remote) address: LID \w+ QPN (0x[0-9a-f]+) PSN (0x[0-9a-f]+)(?: OUT 0x[0-9a-f]+)? RKey (0x[0-9a-f]+) VAddr (0x[0-9a-f]+)`)
+	num := func(s string) uint64 {
+		v, err := strconv.ParseUint(s, 0, 64)
+		require.NoError(t, err)
+		return v
+	}
+	checked := 0
+	for _, name := range []string{"perftest_write_bw_rc_4096", "perftest_write_bw_rc_64", "perftest_write_bw_rc_65536",
+		"perftest_write_bw_rc_16384_mtu4096", "perftest_write_bw_rc_4096_ipv6", "perftest_write_lat_rc_2",
+		"perftest_read_bw_rc_4096", "perftest_read_bw_rc_64", "perftest_read_lat_rc_2"} {
+		log, err := os.ReadFile(filepath.Join(shared, "pcaps", "logs", name+".client.txt"))
+		require.NoError(t, err)
+		m := map[string][]string{}
+		for _, a := range addr.FindAllStringSubmatch(string(log), -1) {
+			m[a[1]] = a
+		}
+		require.Len(t, m, 2, name)
+		code, out, _ := runDecode(t, "-json", filepath.Join(shared, "pcaps", name+".pcap"))
+		require.Equal(t, 0, code)
+		for _, p := range jsonLines(t, out) {
+			// The client (VM2, 10.77.0.12 / fd77::12) logged these values.
+			if p["skipped"] == true || p["reth"] == nil || !strings.HasSuffix(p["src"].(string), "12") {
+				continue
+			}
+			reth := p["reth"].(map[string]any)
+			require.Equal(t, json.Number(strconv.FormatUint(num(m["remote"][2]), 10)), p["dqpn"], name)
+			require.Equal(t, json.Number(strconv.FormatUint(num(m["local"][3]), 10)), p["psn"], name)
+			require.Equal(t, json.Number(strconv.FormatUint(num(m["remote"][4]), 10)), reth["rkey"], name)
+			require.Equal(t, json.Number(strconv.FormatUint(num(m["remote"][5]), 10)), reth["va"], name)
+			checked++
+			break
+		}
+	}
+	require.Equal(t, 9, checked)
+}
