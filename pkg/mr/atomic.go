@@ -16,8 +16,7 @@ import (
 // different addresses are not atomic with each other; the data path only
 // issues aligned atomics - Lookup rejects the others with ErrAlign.)
 func CompareSwap(mem []byte, cmp, swap uint64) (orig uint64) {
-	_ = mem[7]
-	p := unsafe.Pointer(&mem[0])
+	p := addr8(mem)
 	if uintptr(p)&7 == 0 {
 		u := (*uint64)(p)
 		for {
@@ -41,8 +40,7 @@ func CompareSwap(mem []byte, cmp, swap uint64) (orig uint64) {
 // byte order: they become their sum with add (mod 2^64). It returns the
 // original value. Atomicity as for CompareSwap.
 func FetchAdd(mem []byte, add uint64) (orig uint64) {
-	_ = mem[7]
-	p := unsafe.Pointer(&mem[0])
+	p := addr8(mem)
 	if uintptr(p)&7 == 0 {
 		return atomic.AddUint64((*uint64)(p), add) - add
 	}
@@ -57,8 +55,7 @@ func FetchAdd(mem []byte, add uint64) (orig uint64) {
 // AtomicStore writes v to mem[0:8] in host byte order as one atomic store
 // (the RDMA ATOMIC_WRITE operation), atomic as CompareSwap.
 func AtomicStore(mem []byte, v uint64) {
-	_ = mem[7]
-	p := unsafe.Pointer(&mem[0])
+	p := addr8(mem)
 	if uintptr(p)&7 == 0 {
 		atomic.StoreUint64((*uint64)(p), v)
 		return
@@ -72,8 +69,7 @@ func AtomicStore(mem []byte, v uint64) {
 // AtomicLoad reads mem[0:8] in host byte order atomically with respect to
 // the operations above.
 func AtomicLoad(mem []byte) uint64 {
-	_ = mem[7]
-	p := unsafe.Pointer(&mem[0])
+	p := addr8(mem)
 	if uintptr(p)&7 == 0 {
 		return atomic.LoadUint64((*uint64)(p))
 	}
@@ -98,4 +94,13 @@ func stripe(p unsafe.Pointer) *sync.Mutex {
 	a ^= a >> 17
 	a *= 0x9e3779b97f4a7c15
 	return &stripes[a>>(64-6)].Mutex
+}
+
+// addr8 returns the address of mem's first byte after checking that mem
+// holds 8 bytes (without reading them, which the race detector would flag).
+func addr8(mem []byte) unsafe.Pointer {
+	if len(mem) < 8 {
+		panic("mr: atomic operand shorter than 8 bytes")
+	}
+	return unsafe.Pointer(unsafe.SliceData(mem))
 }
