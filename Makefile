@@ -24,3 +24,11 @@ fuzz:
 
 demo:
 	$(GO) run ./cmd/rxed demo
+
+# Interop suite: rxed against real Linux rdma_rxe guests under qemu (test/interop/README.md).
+# Needs root (installs qemu/debootstrap when missing); skips without it, fails if CI=true.
+# Not part of `test` yet. Examples: make interop INTEROP_FLAGS='-subject rxe -cells loss'
+INTEROP_FLAGS ?=
+.PHONY: interop
+interop:
+	$(GO) run ./test/interop/cmd/interop $(INTEROP_FLAGS)

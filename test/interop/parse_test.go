@@ -117,10 +117,15 @@ func TestCheckRxedCounters(t *testing.T) {
 }
 
 func TestCheckDelivery(t *testing.T) {
-	require.Empty(t, CheckDelivery("rxed", Counters{"sent_pkts": 64}, "guest", Counters{"rcvd_pkts": 64}))
-	require.Empty(t, CheckDelivery("rxed", Counters{}, "guest", Counters{"rcvd_pkts": 64}), "no counter, no check")
+	require.Empty(t, CheckDelivery("rxed", Counters{"sent_pkts": 64}, "guest", Counters{"rcvd_pkts": 64}, 0))
+	require.Empty(t, CheckDelivery("rxed", Counters{}, "guest", Counters{"rcvd_pkts": 64}, 0), "no counter, no check")
 	require.Equal(t, "rxed sent_pkts 64 but guest rcvd_pkts 60",
-		CheckDelivery("rxed", Counters{"sent_pkts": 64}, "guest", Counters{"rcvd_pkts": 60}))
+		CheckDelivery("rxed", Counters{"sent_pkts": 64}, "guest", Counters{"rcvd_pkts": 60}, 0))
+	require.Empty(t, CheckDelivery("rxed", Counters{"sent_pkts": 64}, "guest", Counters{"rcvd_pkts": 62}, 2))
+	require.NotEmpty(t, CheckDelivery("rxed", Counters{"sent_pkts": 64}, "guest", Counters{"rcvd_pkts": 61}, 2))
+	require.NotEmpty(t, CheckDelivery("rxed", Counters{"sent_pkts": 60}, "guest", Counters{"rcvd_pkts": 64}, 9),
+		"receiving more than was sent is never explained by slack")
+	require.Equal(t, uint64(5), Retransmissions(Counters{"completer_retry_err": 2, "retransmit_timeouts": 3, "sent_pkts": 9}))
 }
 
 func TestParseGIDs(t *testing.T) {

@@ -333,7 +333,7 @@ func hostSmoke(ctx context.Context, lab *interop.Lab, bin string) error {
 		}
 	}
 	vm := lab.VMs[0]
-	g, _ := lab.Guest(ctx, vm, fmt.Sprintf("timeout 20 ibv_rc_pingpong -d rxe0 -g %d -s 64 -n 1 -p %d %s; echo \"(guest ibv_rc_pingpong: exit $? - a retry error is expected, nobody ACKs)\"",
+	g, _ := lab.Guest(ctx, vm, fmt.Sprintf("timeout 8 ibv_rc_pingpong -d rxe0 -g %d -s 64 -n 1 -p %d %s; echo \"(guest ibv_rc_pingpong: exit $? - a retry error is expected, nobody ACKs)\"",
 		vm.GID4, port, interop.HostIP), 40*time.Second)
 	fmt.Print(g)
 	if err := <-done; err != nil {
