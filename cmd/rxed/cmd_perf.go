@@ -1,0 +1,585 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/mr"
+	"github.com/rxed/rxed/pkg/oob"
+)
+
+func init() {
+	register(&command{
+		name:    "perf",
+		summary: "perftest-compatible benchmarks: perf write|read|send|atomic [--lat] (server, or client with the server's address)",
+		run:     runPerf,
+	})
+}
+
+// perfMarker goes in the SRQ-number field of rxed's key messages (perftest
+// reads that field only for XRC and DC QPs). Two rxed ends recognise each
+// other by it and then validate the exact bytes, which they can only do
+// when both sides know the pattern.
+const perfMarker = 0x72786564 // "rxed"
+
+// perfQKey is perftest's DEF_QKEY for UD.
+const perfQKey = 0x11111111
+
+// perfAllMax is the largest size of a -a sweep (perftest: 2^23).
+const perfAllMax = 1 << 23
+
+type perfOpts struct {
+	ef         engineFlags
+	test       oob.Test
+	size       uint64
+	iters      uint64
+	duration   time.Duration
+	qps        int
+	all        bool
+	conn       ib.QPType
+	connName   string
+	atomicType string
+	gidx       int
+	mtu        int // bytes; 0 = the port's active MTU
+	gbits      bool
+	validate   bool
+	txDepth    int
+	rxDepth    int
+	cqMod      int
+	noVersions bool
+	wait       time.Duration
+	server     string
+	progress   time.Duration
+	qpTimeout  uint
+}
+
+func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
+	bad := func(format string, a ...any) (*perfOpts, int, bool) {
+		fmt.Fprintf(stderr, "rxed perf: "+format+"\n", a...)
+		return nil, 2, false
+	}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintln(stderr, "usage: rxed perf write|read|send|atomic [--lat] [flags] [server]")
+			return nil, 0, false
+		}
+		return bad("missing test: usage: rxed perf write|read|send|atomic [--lat] [flags] [server]")
+	}
+	o := &perfOpts{}
+	switch args[0] {
+	case "write":
+		o.test.Verb = oob.VerbWrite
+	case "read":
+		o.test.Verb = oob.VerbRead
+	case "send":
+		o.test.Verb = oob.VerbSend
+	case "atomic":
+		o.test.Verb = oob.VerbAtomic
+	default:
+		return bad("unknown test %q: want write, read, send or atomic", args[0])
+	}
+	fs := flag.NewFlagSet("perf "+args[0], flag.ContinueOnError)
+	o.ef.register(fs, true)
+	fs.BoolVar(&o.test.Latency, "lat", false, "latency test (ib_*_lat) instead of bandwidth (ib_*_bw)")
+	size := fs.Uint64("s", 0, "message `size` (default 65536 for bandwidth, 2 for latency; atomics are 8)")
+	iters := fs.Uint64("n", 0, "iterations (default 5000 for write bandwidth, 1000 otherwise)")
+	dur := fs.Int("D", 0, "run for this many `seconds` instead of -n (write/read/atomic bandwidth)")
+	fs.IntVar(&o.qps, "q", 1, "number of QPs")
+	fs.BoolVar(&o.all, "a", false, "run every size from 2 to 2^23 (write/read bandwidth, both sides)")
+	connType := fs.String("c", "RC", "connection `type`: RC, UC or UD")
+	fs.StringVar(&o.atomicType, "A", "FETCH_AND_ADD", "atomic `type`: CMP_AND_SWAP or FETCH_AND_ADD")
+	fs.IntVar(&o.gidx, "x", 0, "local GID `index` (index into the --addr list)")
+	fs.IntVar(&o.mtu, "m", 0, "path MTU in bytes (default: the port's active MTU)")
+	fs.BoolVar(&o.gbits, "report_gbits", false, "report bandwidth in Gb/sec")
+	fs.Bool("F", false, "accepted for compatibility (perftest: do not fail on CPU frequency checks)")
+	fs.String("d", "rxed0", "device name (accepted for compatibility)")
+	ibPort := fs.Int("i", 1, "device port (only 1)")
+	fs.BoolVar(&o.validate, "validate", false, "check the data that arrived (exact bytes when both ends are rxed)")
+	fs.IntVar(&o.txDepth, "t", 0, "TX depth (default 128 for bandwidth, 1 for latency)")
+	fs.IntVar(&o.rxDepth, "r", 512, "RX depth (send tests)")
+	fs.IntVar(&o.cqMod, "Q", 100, "completion moderation: one signaled work request in this many")
+	fs.BoolVar(&o.noVersions, "dont_xchg_versions", false, "skip the version exchange (as perftest's flag; both sides)")
+	fs.DurationVar(&o.wait, "wait", 0, "server: give up when no client connects within this `duration` (0 waits forever)")
+	fs.UintVar(&o.qpTimeout, "qp-timeout", 14, "RC local ACK timeout exponent (4.096 µs * 2^N; perftest uses 14)")
+	fs.DurationVar(&o.progress, "progress", 2*time.Second, "print a progress line to stderr this often during long runs (0: never)")
+	rest, code, ok := parseArgs(fs, args[1:], stderr)
+	if !ok {
+		return nil, code, false
+	}
+	if len(rest) > 1 {
+		return bad("more than one server address: %q", rest)
+	}
+	if len(rest) == 1 {
+		o.server = rest[0]
+	}
+	if err := o.ef.check(); err != nil {
+		return bad("%v", err)
+	}
+	if _, err := o.ef.gid("-x", o.gidx); err != nil {
+		return bad("%v", err)
+	}
+	if *ibPort != 1 {
+		return bad("-i %d: rxed devices have only port 1", *ibPort)
+	}
+	switch strings.ToUpper(*connType) {
+	case "RC":
+		o.conn = ib.RC
+	case "UC":
+		o.conn = ib.UC
+	case "UD":
+		o.conn = ib.UD
+	default:
+		return bad("-c %q: want RC, UC or UD", *connType)
+	}
+	o.connName = strings.ToUpper(*connType)
+	switch {
+	case o.conn == ib.UC && (o.test.Verb == oob.VerbRead || o.test.Verb == oob.VerbAtomic):
+		return bad("-c UC: %s needs RC (UC has no reads or atomics)", o.test)
+	case o.conn == ib.UD && o.test.Verb != oob.VerbSend:
+		return bad("-c UD: only send tests run over UD")
+	}
+	switch o.atomicType = strings.ToUpper(o.atomicType); o.atomicType {
+	case "CMP_AND_SWAP", "FETCH_AND_ADD":
+	default:
+		return bad("-A %q: want CMP_AND_SWAP or FETCH_AND_ADD", o.atomicType)
+	}
+	if o.qpTimeout > 31 {
+		return bad("--qp-timeout %d: want 0..31", o.qpTimeout)
+	}
+	if o.mtu != 0 && oob.MTUEnum(o.mtu) == 0 {
+		return bad("-m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
+	}
+	o.size = *size
+	switch {
+	case o.test.Verb == oob.VerbAtomic:
+		if o.size != 0 && o.size != 8 {
+			return bad("-s %d: atomics are 8 bytes", o.size)
+		}
+		o.size = 8
+	case o.size == 0 && o.test.Latency:
+		o.size = 2
+	case o.size == 0:
+		o.size = 65536
+	}
+	if o.size > 1<<30 {
+		return bad("-s %d: too large (at most 1 GiB)", o.size)
+	}
+	o.iters = *iters
+	if o.iters == 0 {
+		o.iters = 1000
+		if o.test.Verb == oob.VerbWrite && !o.test.Latency {
+			o.iters = 5000
+		}
+	}
+	if o.iters < 5 && o.test.Latency {
+		return bad("-n %d: latency tests need at least 5 iterations", o.iters)
+	}
+	if *dur < 0 {
+		return bad("-D %d: negative", *dur)
+	}
+	o.duration = time.Duration(*dur) * time.Second
+	if o.duration > 0 && (o.test.Latency || o.test.Verb == oob.VerbSend) {
+		return bad("-D: supported for write, read and atomic bandwidth tests only")
+	}
+	if o.all && (o.test.Latency || o.test.Verb == oob.VerbSend || o.test.Verb == oob.VerbAtomic) {
+		return bad("-a: supported for write and read bandwidth tests only")
+	}
+	if o.all && o.duration > 0 {
+		return bad("-a and -D together are not supported")
+	}
+	if o.qps < 1 || o.qps > 64 {
+		return bad("-q %d: want 1..64", o.qps)
+	}
+	if o.test.Latency && o.qps != 1 {
+		return bad("-q %d: latency tests use one QP", o.qps)
+	}
+	if o.txDepth == 0 {
+		o.txDepth = 128
+		if o.test.Latency {
+			o.txDepth = 1
+		}
+	}
+	if o.txDepth < 1 || o.txDepth > 8192 {
+		return bad("-t %d: want 1..8192", o.txDepth)
+	}
+	if o.duration == 0 && uint64(o.txDepth) > o.iters {
+		o.txDepth = int(o.iters)
+	}
+	if o.rxDepth < 1 || o.rxDepth > 8192 {
+		return bad("-r %d: want 1..8192", o.rxDepth)
+	}
+	if o.duration == 0 && uint64(o.rxDepth) > o.iters {
+		o.rxDepth = int(o.iters)
+	}
+	if o.cqMod < 1 {
+		return bad("-Q %d: must be at least 1", o.cqMod)
+	}
+	o.cqMod = min(o.cqMod, o.txDepth)
+	return o, 0, true
+}
+
+func runPerf(args []string, stdout, stderr io.Writer) int {
+	o, code, ok := parsePerf(args, stderr)
+	if !ok {
+		return code
+	}
+	if err := perf(context.Background(), o, stdout, stderr); err != nil {
+		return fail(stderr, "perf", err)
+	}
+	return 0
+}
+
+// perfQP is one test QP with its slice of the registered buffer.
+type perfQP struct {
+	qp  *ib.QP
+	ah  *ib.AH
+	psn uint32
+	// Offsets into the buffer: src is what we send or write from (and
+	// where READ and atomic results land), target is what we advertise
+	// (remote WRITEs, READs and atomics hit it; write_lat polls it), recv
+	// holds the receive slots of send tests.
+	src, target, recv int
+	srcLen            int
+	remote            oob.Key
+}
+
+// perfRun is one side of a perf run.
+type perfRun struct {
+	o      *perfOpts
+	en     *engine
+	pd     *ib.PD
+	cq     *ib.CQ
+	mapm   *mr.Mapping
+	buf    []byte
+	mr     *ib.MR
+	qps    []*perfQP
+	mtu    int // negotiated ibv_mtu enum
+	slots  int // receive slots per QP (send tests)
+	slotSz int
+	peer   bool // the peer is rxed (marker seen): exact validation
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func (r *perfRun) server() bool { return r.o.server == "" }
+
+// maxSize is the largest message of the run.
+func (o *perfOpts) maxSize() int {
+	if o.all {
+		return perfAllMax
+	}
+	return int(o.size)
+}
+
+func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error) {
+	log := o.ef.logger(stderr)
+	if o.conn == ib.UD && o.size+0 > 4096 {
+		return fmt.Errorf("-s %d: UD messages must fit the MTU", o.size)
+	}
+	en, err := o.ef.open(log)
+	if err != nil {
+		return err
+	}
+	r := &perfRun{o: o, en: en, stdout: stdout, stderr: stderr}
+	defer func() {
+		if cerr := closeEngineAndMemory(r.en, r.mr, r.mapm); err == nil {
+			err = cerr
+		}
+	}()
+	if err := r.setup(); err != nil {
+		return err
+	}
+	cfg := &oob.SessionConfig{Options: oob.Options{Timeout: o.ef.timeout, Logger: log}, DontXchgVersions: o.noVersions}
+	var sess *oob.Session
+	if r.server() {
+		ln, err := oob.ListenPerftest(oobAddress("", o.ef.oobPort), cfg)
+		if err != nil {
+			return err
+		}
+		if err := oob.WriteWaitingForClient(stdout); err != nil {
+			ln.Close()
+			return err
+		}
+		actx := ctx
+		if o.wait > 0 {
+			var cancel context.CancelFunc
+			actx, cancel = context.WithTimeout(ctx, o.wait)
+			defer cancel()
+		}
+		sess, err = ln.Accept(actx)
+		ln.Close()
+		if err != nil {
+			return err
+		}
+	} else {
+		if sess, err = oob.DialPerftest(ctx, oobAddress(o.server, o.ef.oobPort), cfg); err != nil {
+			return err
+		}
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = sess.CloseWithoutExchange()
+		}
+	}()
+	return r.session(ctx, sess, &closed)
+}
+
+func (r *perfRun) localMTU() int {
+	if r.o.mtu != 0 {
+		return oob.MTUEnum(r.o.mtu)
+	}
+	pa, err := r.en.dev.QueryPort(1)
+	if err != nil {
+		return 5
+	}
+	return int(pa.ActiveMTU)
+}
+
+// session runs everything after the TCP connection is up.
+func (r *perfRun) session(ctx context.Context, sess *oob.Session, closed *bool) error {
+	o := r.o
+	neg, err := sess.Negotiate(ctx, r.localMTU())
+	if err != nil {
+		return err
+	}
+	r.mtu = neg.MTU
+	if o.conn == ib.UD && int(o.size) > oob.MTUBytes(r.mtu) {
+		return fmt.Errorf("-s %d: UD messages must fit the negotiated MTU %d", o.size, oob.MTUBytes(r.mtu))
+	}
+	if err := oob.WriteTestInfo(r.stdout, r.testInfo()); err != nil {
+		return err
+	}
+	locals := make([]oob.Key, len(r.qps))
+	for i, q := range r.qps {
+		locals[i] = r.key(q)
+	}
+	remotes, err := sess.Connect(ctx, o.test, locals, r.connect)
+	if err != nil {
+		return err
+	}
+	withGID := true
+	for i, q := range r.qps {
+		_ = oob.WriteAddress(r.stdout, false, o.test.Verb, locals[i], withGID)
+		_ = q
+	}
+	for i := range r.qps {
+		_ = oob.WriteAddress(r.stdout, true, o.test.Verb, remotes[i], withGID)
+	}
+	if o.test.Latency {
+		_ = oob.WriteLatencyHeader(r.stdout, false)
+	} else {
+		_ = oob.WriteBWHeader(r.stdout, o.gbits)
+	}
+	return r.run(ctx, sess, locals[0], closed)
+}
+
+// testInfo is the banner perftest prints.
+func (r *perfRun) testInfo() oob.TestInfo {
+	o := r.o
+	ti := oob.TestInfo{Test: o.test, AtomicType: o.atomicType, Server: r.server(), Device: r.en.dev.Name(),
+		NumQPs: o.qps, Connection: o.connName, PCIeRelaxOrder: true, TxDepth: o.txDepth, RxDepth: o.rxDepth,
+		CQMod: o.cqMod, MTU: r.mtu, GIDIndex: o.gidx, OutReads: 128}
+	if o.test.Latency && o.test.Verb == oob.VerbWrite {
+		ti.PCIeRelaxOrder = false
+	}
+	return ti
+}
+
+func (r *perfRun) key(q *perfQP) oob.Key {
+	gid, _ := r.o.ef.gid("-x", r.o.gidx)
+	k := oob.Key{OutReads: 1, QPN: q.qp.Num(), PSN: q.psn, GID: gid.As16(), SRQN: perfMarker}
+	if r.o.test.Verb == oob.VerbRead || r.o.test.Verb == oob.VerbAtomic {
+		k.OutReads = 128
+	}
+	if r.o.test.Verb != oob.VerbSend {
+		k.RKey = r.mr.RKey()
+		k.VAddr = r.mr.IOVA() + uint64(q.target)
+	}
+	return k
+}
+
+func (r *perfRun) setup() error {
+	o := r.o
+	var err error
+	if r.pd, err = r.en.dev.AllocPD(); err != nil {
+		return err
+	}
+	depth := o.txDepth + 1
+	if o.test.Verb == oob.VerbSend {
+		depth += o.rxDepth
+	}
+	if r.cq, err = r.en.dev.CreateCQ(min(depth*o.qps, 1<<15-1)); err != nil {
+		return err
+	}
+	size := o.maxSize()
+	// Receive slots: one per posted receive, bounded so that big messages
+	// don't need gigabytes.
+	r.slotSz = size
+	if o.conn == ib.UD {
+		r.slotSz += ppGRHLen
+	}
+	r.slots = 1
+	if o.test.Verb == oob.VerbSend {
+		r.slots = max(1, min(o.rxDepth, (64<<20)/r.slotSz))
+		if o.test.Latency {
+			r.slots = max(1, min(16, r.slots))
+		}
+	}
+	srcLen := size
+	switch o.test.Verb {
+	case oob.VerbRead:
+		srcLen = 2 * size // alternate destinations, to compare reads
+	case oob.VerbAtomic:
+		srcLen = 8 * o.txDepth // one result slot per outstanding atomic
+	}
+	align := func(n int) int { return (n + 4095) &^ 4095 }
+	per := align(srcLen) + align(size)
+	if o.test.Verb == oob.VerbSend {
+		per += align(r.slots * r.slotSz)
+	}
+	if r.mapm, err = mr.MapAnonymous(per * o.qps); err != nil {
+		return err
+	}
+	r.buf = r.mapm.Bytes()
+	access := ib.AccessLocalWrite | ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
+	if r.mr, err = r.pd.RegMR(r.buf, access, mr.WithMapping(r.mapm)); err != nil {
+		return err
+	}
+	qpAccess := uint32(ib.QPAccessRemoteWrite | ib.QPAccessRemoteRead | ib.QPAccessRemoteAtomic)
+	if o.conn == ib.UC {
+		qpAccess = ib.QPAccessRemoteWrite
+	}
+	for i := range o.qps {
+		q := &perfQP{psn: rand.Uint32() & 0xffffff, src: i * per, srcLen: srcLen}
+		q.target = q.src + align(srcLen)
+		q.recv = q.target + align(size)
+		q.qp, err = r.pd.CreateQP(ib.QPInitAttr{Type: o.conn, SendCQ: r.cq, RecvCQ: r.cq,
+			Cap: ib.QPCap{MaxSendWR: uint32(o.txDepth), MaxRecvWR: uint32(max(r.slots, 1)), MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return err
+		}
+		a := &ib.QPAttr{State: ib.QPSInit, PKeyIndex: 0, PortNum: 1}
+		mask := ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort
+		if o.conn == ib.UD {
+			a.QKey = perfQKey
+			mask |= ib.AttrQKey
+		} else {
+			a.AccessFlags = qpAccess
+			mask |= ib.AttrAccessFlags
+		}
+		if err := q.qp.Modify(a, mask); err != nil {
+			return fmt.Errorf("modifying QP %#x to INIT: %v", q.qp.Num(), err)
+		}
+		r.qps = append(r.qps, q)
+		fillPattern(r.buf[q.src : q.src+size])
+		if o.test.Verb == oob.VerbRead {
+			fillPattern(r.buf[q.target : q.target+size])
+		}
+	}
+	return nil
+}
+
+// connect moves every QP to RTR/RTS towards its remote key and posts the
+// receives of send tests (before the barriers, as perftest does).
+func (r *perfRun) connect(remotes []oob.Key) error {
+	o := r.o
+	r.peer = true
+	for i, q := range r.qps {
+		rk := remotes[i]
+		q.remote = rk
+		if rk.SRQN != perfMarker {
+			r.peer = false
+		}
+		dgid := netip.AddrFrom16(rk.GID).Unmap()
+		if dgid.IsUnspecified() {
+			return errors.New("the peer sent an all-zero GID")
+		}
+		av := ib.AddrVector{DGID: dgid, SGIDIndex: uint8(o.gidx), PortNum: 1, DestPort: uint16(o.ef.port)}
+		mtu := ib.MTU(r.mtu)
+		switch o.conn {
+		case ib.UD:
+			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTR}, ib.AttrState); err != nil {
+				return err
+			}
+			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(q.psn)}, ib.AttrState|ib.AttrSQPSN); err != nil {
+				return err
+			}
+			ah, err := r.pd.CreateAH(av)
+			if err != nil {
+				return err
+			}
+			q.ah = ah
+		case ib.UC:
+			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: mtu, DestQPN: rk.QPN, RQPSN: ib.PSN(rk.PSN), AV: av},
+				ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN); err != nil {
+				return err
+			}
+			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(q.psn)}, ib.AttrState|ib.AttrSQPSN); err != nil {
+				return err
+			}
+		default:
+			outReads := uint8(1)
+			if o.test.Verb == oob.VerbRead || o.test.Verb == oob.VerbAtomic {
+				outReads = 128
+			}
+			remoteReads := uint8(min(max(int(rk.OutReads), 1), 128))
+			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: mtu, DestQPN: rk.QPN, RQPSN: ib.PSN(rk.PSN),
+				MaxDestRdAtomic: outReads, MinRNRTimer: 12, AV: av},
+				ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer); err != nil {
+				return err
+			}
+			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(q.psn), Timeout: uint8(o.qpTimeout), RetryCnt: 7, RNRRetry: 7,
+				MaxRdAtomic: remoteReads}, ib.AttrState|ib.AttrSQPSN|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrMaxQPRdAtomic); err != nil {
+				return err
+			}
+		}
+		if o.test.Verb == oob.VerbSend {
+			for s := range r.slots {
+				if err := r.postRecv(q, s); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (r *perfRun) postRecv(q *perfQP, slot int) error {
+	off := q.recv + slot*r.slotSz
+	clear(r.buf[off : off+r.slotSz])
+	wr := ib.RecvWR{ID: uint64(slot), SGL: []ib.SGE{{Addr: r.mr.IOVA() + uint64(off), Length: uint32(r.slotSz), LKey: r.mr.LKey()}}}
+	if err := q.qp.PostRecv(wr); err != nil {
+		return fmt.Errorf("posting a receive on QP %#x: %v", q.qp.Num(), err)
+	}
+	return nil
+}
+
+// fillPattern writes the data pattern both rxed ends know: byte j depends
+// on j only, so any prefix of a bigger message is a smaller message.
+func fillPattern(b []byte) {
+	for j := range b {
+		b[j] = patternByte(j)
+	}
+}
+
+func patternByte(j int) byte { return byte(j*131+j>>8+j>>16) ^ 0xa5 }
+
+// checkPattern returns the first offset where b differs from the pattern,
+// or -1.
+func checkPattern(b []byte) int {
+	for j, c := range b {
+		if c != patternByte(j) {
+			return j
+		}
+	}
+	return -1
+}

@@ -1,0 +1,440 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/mr"
+	"github.com/rxed/rxed/pkg/oob"
+)
+
+func init() {
+	register(&command{
+		name:    "pingpong",
+		summary: "ping-pong SENDs like ibv_rc_pingpong / ibv_uc_pingpong / ibv_ud_pingpong (server, or client with the server's address)",
+		run:     runPingpong,
+	})
+}
+
+// Work request IDs of the pingpong loop, as in rdma-core's examples.
+const (
+	ppRecvWRID = 1
+	ppSendWRID = 2
+)
+
+// ppGRHLen is the room a UD receive leaves for the GRH in front of the
+// payload (ibv_ud_pingpong's "+ 40").
+const ppGRHLen = 40
+
+// ppQKey is the Q_Key ibv_ud_pingpong uses.
+const ppQKey = 0x11111111
+
+// ppPage is the stride of the bytes ibv_*_pingpong -c checks.
+const ppPage = 4096
+
+type pingpongOpts struct {
+	ef        engineFlags
+	typ       ib.QPType
+	size      uint
+	mtu       ib.MTU
+	rx        uint
+	iters     uint
+	sl        uint
+	events    bool
+	gidx      int
+	chk       bool
+	wait      time.Duration
+	qpTimeout uint
+	server    string // "" for the server side
+}
+
+func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
+	o := &pingpongOpts{}
+	fs := flag.NewFlagSet("pingpong", flag.ContinueOnError)
+	o.ef.register(fs, true)
+	typ := fs.String("t", "rc", "QP `type`: rc, uc or ud (which of ibv_{rc,uc,ud}_pingpong to mirror)")
+	fs.StringVar(typ, "type", "rc", "same as -t")
+	fs.String("d", "rxed0", "device name (accepted for compatibility; rxed has one device)")
+	ibPort := fs.Int("i", 1, "device port (only 1)")
+	fs.UintVar(&o.size, "s", 4096, "message `size` in bytes (ud: default 2048)")
+	mtu := fs.Int("m", 1024, "path MTU in bytes: 256, 512, 1024, 2048 or 4096")
+	fs.UintVar(&o.rx, "r", 500, "receives to post at a time (rx depth)")
+	fs.UintVar(&o.iters, "n", 1000, "number of exchanges")
+	fs.UintVar(&o.sl, "l", 0, "service level")
+	fs.BoolVar(&o.events, "e", false, "sleep on CQ events (rxed always blocks; accepted for compatibility)")
+	fs.IntVar(&o.gidx, "g", 0, "local GID `index` (index into the --addr list)")
+	fs.BoolVar(&o.chk, "c", false, "validate received buffers (as the tools' -c/--chk)")
+	fs.BoolVar(&o.chk, "chk", false, "same as -c")
+	fs.DurationVar(&o.wait, "wait", 0, "server: give up when no client connects within this `duration` (0 waits forever, like the tools)")
+	fs.UintVar(&o.qpTimeout, "qp-timeout", 14, "RC local ACK timeout exponent (4.096 µs * 2^N; the tools use 14)")
+	rest, code, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return nil, code, false
+	}
+	sizeSet := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "s" {
+			sizeSet = true
+		}
+	})
+	bad := func(format string, a ...any) (*pingpongOpts, int, bool) {
+		fmt.Fprintf(stderr, "rxed pingpong: "+format+"\n", a...)
+		return nil, 2, false
+	}
+	switch strings.ToLower(*typ) {
+	case "rc":
+		o.typ = ib.RC
+	case "uc":
+		o.typ = ib.UC
+	case "ud":
+		o.typ = ib.UD
+		if !sizeSet {
+			o.size = 2048
+		}
+	default:
+		return bad("-t %q: want rc, uc or ud", *typ)
+	}
+	if *ibPort != 1 {
+		return bad("-i %d: rxed devices have only port 1", *ibPort)
+	}
+	m, err := mtuEnum(*mtu)
+	if err != nil {
+		return bad("-m: %v", err)
+	}
+	o.mtu = m
+	switch {
+	case len(rest) > 1:
+		return bad("more than one server address: %q", rest)
+	case o.size == 0:
+		return bad("-s 0: size must be at least 1")
+	case o.size > 1<<30:
+		return bad("-s %d: too large", o.size)
+	case o.iters == 0:
+		return bad("-n 0: need at least one iteration")
+	case o.qpTimeout > 31:
+		return bad("--qp-timeout %d: want 0..31", o.qpTimeout)
+	case o.rx == 0 || o.rx > 8192:
+		return bad("-r %d: rx depth must be 1..8192", o.rx)
+	case o.typ == ib.UD && int(o.size) > o.mtu.Bytes():
+		return bad("-s %d: requested size larger than the port MTU %d (ud)", o.size, o.mtu.Bytes())
+	}
+	if err := o.ef.check(); err != nil {
+		return bad("%v", err)
+	}
+	if _, err := o.ef.gid("-g", o.gidx); err != nil {
+		return bad("%v", err)
+	}
+	if len(rest) == 1 {
+		o.server = rest[0]
+	}
+	return o, 0, true
+}
+
+// mtuEnum converts an MTU in bytes to the ibv_mtu enum.
+func mtuEnum(bytes int) (ib.MTU, error) {
+	if e := oob.MTUEnum(bytes); e != 0 {
+		return ib.MTU(e), nil
+	}
+	return 0, fmt.Errorf("%d is not 256, 512, 1024, 2048 or 4096", bytes)
+}
+
+func runPingpong(args []string, stdout, stderr io.Writer) int {
+	o, code, ok := parsePingpong(args, stderr)
+	if !ok {
+		return code
+	}
+	if err := pingpong(context.Background(), o, stdout, stderr); err != nil {
+		return fail(stderr, "pingpong", err)
+	}
+	return 0
+}
+
+// oobAddress joins host and the -p port for dialing, bracketing IPv6.
+func oobAddress(host string, port uint) string {
+	return net.JoinHostPort(host, strconv.FormatUint(uint64(port), 10))
+}
+
+// ppSide is one end of a pingpong run.
+type ppSide struct {
+	o     *pingpongOpts
+	en    *engine
+	pd    *ib.PD
+	cq    *ib.CQ
+	qp    *ib.QP
+	mapm  *mr.Mapping
+	buf   []byte
+	mr    *ib.MR
+	ah    *ib.AH
+	rqpn  uint32
+	local oob.PingpongDest
+}
+
+func pingpong(ctx context.Context, o *pingpongOpts, stdout, stderr io.Writer) (err error) {
+	log := o.ef.logger(stderr)
+	en, err := o.ef.open(log)
+	if err != nil {
+		return err
+	}
+	s := &ppSide{o: o, en: en}
+	defer func() {
+		if cerr := s.close(); err == nil {
+			err = cerr
+		}
+	}()
+	if err := s.setup(); err != nil {
+		return err
+	}
+	oopts := &oob.Options{Timeout: o.ef.timeout, Logger: log}
+	if err := oob.WritePingpongAddress(stdout, false, s.local, o.typ == ib.UD); err != nil {
+		return err
+	}
+	var remote oob.PingpongDest
+	if o.server != "" {
+		remote, err = oob.DialPingpong(ctx, oobAddress(o.server, o.ef.oobPort), s.local, s.connect, oopts)
+	} else {
+		var ln *oob.PingpongListener
+		ln, err = oob.ListenPingpong(oobAddress("", o.ef.oobPort), oopts)
+		if err != nil {
+			return err
+		}
+		actx := ctx
+		if o.wait > 0 {
+			var cancel context.CancelFunc
+			actx, cancel = context.WithTimeout(ctx, o.wait)
+			defer cancel()
+		}
+		remote, err = ln.Exchange(actx, s.local, s.connect)
+		ln.Close()
+	}
+	if err != nil {
+		return err
+	}
+	if err := oob.WritePingpongAddress(stdout, true, remote, false); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := s.loop(ctx); err != nil {
+		return err
+	}
+	return oob.WritePingpongSummary(stdout, uint32(o.size), uint32(o.iters), time.Since(start))
+}
+
+func (s *ppSide) setup() error {
+	o := s.o
+	var err error
+	if s.pd, err = s.en.dev.AllocPD(); err != nil {
+		return err
+	}
+	if s.cq, err = s.en.dev.CreateCQ(int(o.rx) + 1); err != nil {
+		return err
+	}
+	n := int(o.size)
+	if o.typ == ib.UD {
+		n += ppGRHLen
+	}
+	if s.mapm, err = mr.MapAnonymous(n); err != nil {
+		return err
+	}
+	s.buf = s.mapm.Bytes()
+	// The tools fill the buffer with 0x7b; with -c the client zeroes the
+	// first byte of every page, which is what both sides then check.
+	for i := range s.buf {
+		s.buf[i] = 0x7b
+	}
+	if o.chk {
+		payload := s.payload()
+		for i := 0; i < len(payload); i += ppPage {
+			payload[i] = 0
+		}
+	}
+	if s.mr, err = s.pd.RegMR(s.buf, ib.AccessLocalWrite, mr.WithMapping(s.mapm)); err != nil {
+		return err
+	}
+	s.qp, err = s.pd.CreateQP(ib.QPInitAttr{Type: o.typ, SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: ib.QPCap{MaxSendWR: 1, MaxRecvWR: uint32(o.rx), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return err
+	}
+	init := &ib.QPAttr{State: ib.QPSInit, PKeyIndex: 0, PortNum: 1}
+	mask := ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort
+	if o.typ == ib.UD {
+		init.QKey = ppQKey
+		mask |= ib.AttrQKey
+	} else {
+		mask |= ib.AttrAccessFlags
+	}
+	if err := s.qp.Modify(init, mask); err != nil {
+		return fmt.Errorf("modifying the QP to INIT: %v", err)
+	}
+	if err := s.postRecvs(int(o.rx)); err != nil {
+		return err
+	}
+	gid, _ := s.o.ef.gid("-g", o.gidx)
+	// An IPv4 address's GID is its IPv4-mapped IPv6 form, as rxe's.
+	s.local = oob.PingpongDest{QPN: s.qp.Num(), PSN: rand.Uint32() & 0xffffff, GID: gid.As16()}
+	return nil
+}
+
+// payload is the part of the buffer a message occupies.
+func (s *ppSide) payload() []byte {
+	if s.o.typ == ib.UD {
+		return s.buf[ppGRHLen : ppGRHLen+int(s.o.size)]
+	}
+	return s.buf[:s.o.size]
+}
+
+func (s *ppSide) postRecvs(n int) error {
+	wr := ib.RecvWR{ID: ppRecvWRID, SGL: []ib.SGE{{Addr: s.mr.IOVA(), Length: uint32(len(s.buf)), LKey: s.mr.LKey()}}}
+	for range n {
+		if err := s.qp.PostRecv(wr); err != nil {
+			return fmt.Errorf("posting a receive: %v", err)
+		}
+	}
+	return nil
+}
+
+// connect moves the QP to RTR and RTS with the attributes of rdma-core's
+// pp_connect_ctx.
+func (s *ppSide) connect(remote oob.PingpongDest) error {
+	o := s.o
+	dgid := netip.AddrFrom16(remote.GID).Unmap()
+	if dgid.IsUnspecified() {
+		return errors.New("the peer sent an all-zero GID (start it with -g)")
+	}
+	av := ib.AddrVector{DGID: dgid, SGIDIndex: uint8(o.gidx), SL: uint8(o.sl), PortNum: 1, DestPort: uint16(o.ef.port)}
+	switch o.typ {
+	case ib.UD:
+		if err := s.qp.Modify(&ib.QPAttr{State: ib.QPSRTR}, ib.AttrState); err != nil {
+			return err
+		}
+		if err := s.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(s.local.PSN)}, ib.AttrState|ib.AttrSQPSN); err != nil {
+			return err
+		}
+		ah, err := s.pd.CreateAH(av)
+		if err != nil {
+			return err
+		}
+		s.ah, s.rqpn = ah, remote.QPN
+		return nil
+	case ib.UC:
+		if err := s.qp.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: o.mtu, DestQPN: remote.QPN, RQPSN: ib.PSN(remote.PSN), AV: av},
+			ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN); err != nil {
+			return err
+		}
+		return s.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(s.local.PSN)}, ib.AttrState|ib.AttrSQPSN)
+	}
+	if err := s.qp.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: o.mtu, DestQPN: remote.QPN, RQPSN: ib.PSN(remote.PSN),
+		MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: av},
+		ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer); err != nil {
+		return err
+	}
+	return s.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(s.local.PSN), Timeout: uint8(o.qpTimeout), RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+		ib.AttrState|ib.AttrSQPSN|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrMaxQPRdAtomic)
+}
+
+func (s *ppSide) postSend() error {
+	p := s.payload()
+	wr := ib.SendWR{ID: ppSendWRID, Opcode: ib.WRSend, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{{Addr: s.mr.IOVA() + uint64(len(s.buf)-len(p)), Length: uint32(len(p)), LKey: s.mr.LKey()}}}
+	if s.o.typ == ib.UD {
+		ib.UDSend(&wr, s.ah, s.rqpn, ppQKey)
+	}
+	if err := s.qp.PostSend(wr); err != nil {
+		return fmt.Errorf("couldn't post send: %v", err)
+	}
+	return nil
+}
+
+// loop is the tools' main loop: the client sends first; each side sends
+// its next message once its previous send completed and a message
+// arrived, until both counts reach -n.
+func (s *ppSide) loop(ctx context.Context) error {
+	o := s.o
+	routs := int(o.rx)
+	pending := ppRecvWRID
+	if o.server != "" {
+		if err := s.postSend(); err != nil {
+			return err
+		}
+		pending |= ppSendWRID
+	}
+	var wcs [2]ib.WC
+	rcnt, scnt := 0, 0
+	for rcnt < int(o.iters) || scnt < int(o.iters) {
+		wctx, cancel := context.WithTimeout(ctx, o.ef.timeout)
+		n, err := s.cq.WaitPoll(wctx, wcs[:])
+		cancel()
+		if err != nil {
+			return fmt.Errorf("no completion within %v after %d sends and %d receives of %d (peer gone?)", o.ef.timeout, scnt, rcnt, o.iters)
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != ib.WCSuccess {
+				return fmt.Errorf("failed status %s (%d) for wr_id %d", wc.Status, int(wc.Status), wc.ID)
+			}
+			switch wc.ID {
+			case ppSendWRID:
+				scnt++
+			case ppRecvWRID:
+				if o.chk {
+					if err := s.validate(wc, rcnt); err != nil {
+						return err
+					}
+				}
+				routs--
+				if routs <= 1 {
+					if err := s.postRecvs(int(o.rx) - routs); err != nil {
+						return err
+					}
+					routs = int(o.rx)
+				}
+				rcnt++
+			default:
+				return fmt.Errorf("completion for unknown wr_id %d", wc.ID)
+			}
+			pending &^= int(wc.ID)
+			if scnt < int(o.iters) && pending == 0 {
+				if err := s.postSend(); err != nil {
+					return err
+				}
+				pending = ppRecvWRID | ppSendWRID
+			}
+		}
+	}
+	return nil
+}
+
+// validate checks a received message: its length, and the tools' -c
+// pattern (0 at every page start, 0x7b elsewhere).
+func (s *ppSide) validate(wc ib.WC, i int) error {
+	want := uint32(s.o.size)
+	if s.o.typ == ib.UD {
+		want += ppGRHLen
+	}
+	if wc.ByteLen != want {
+		return fmt.Errorf("validation: message %d has %d bytes, want %d", i, wc.ByteLen, want)
+	}
+	for j, b := range s.payload() {
+		exp := byte(0x7b)
+		if j%ppPage == 0 {
+			exp = 0
+		}
+		if b != exp {
+			return fmt.Errorf("validation: message %d byte %d is %#02x, want %#02x (invalid data in page %d)", i, j, b, exp, j/ppPage)
+		}
+	}
+	return nil
+}
+
+func (s *ppSide) close() error {
+	return closeEngineAndMemory(s.en, s.mr, s.mapm)
+}

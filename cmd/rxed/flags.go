@@ -1,0 +1,246 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/mr"
+	"github.com/rxed/rxed/pkg/oob"
+	"github.com/rxed/rxed/pkg/roce/transport"
+)
+
+// addrList is the repeatable --addr flag: the local addresses, in GID
+// table order.
+type addrList []netip.Addr
+
+func (a *addrList) String() string {
+	s := make([]string, len(*a))
+	for i, x := range *a {
+		s[i] = x.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (a *addrList) Set(v string) error {
+	for part := range strings.SplitSeq(v, ",") {
+		x, err := netip.ParseAddr(strings.TrimSpace(part))
+		if err != nil {
+			return fmt.Errorf("not an IP address: %q", part)
+		}
+		*a = append(*a, x.Unmap())
+	}
+	return nil
+}
+
+// engineFlags are the flags every engine-running command accepts after
+// its name: --addr, --port, --fault, --pcap, and the tools' -p.
+type engineFlags struct {
+	addrs       addrList
+	port        uint
+	fault       string
+	pcap        string
+	oobPort     uint
+	timeout     time.Duration
+	countersOut string
+	verbose     bool
+
+	faultCfg transport.FaultConfig
+}
+
+// register adds the common flags to fs. oobPort is false for commands
+// without an out-of-band exchange.
+func (e *engineFlags) register(fs *flag.FlagSet, oobPort bool) {
+	fs.Var(&e.addrs, "addr", "local IPv4/IPv6 `address` to bind (repeatable; GID table order, index 0 first)")
+	fs.UintVar(&e.port, "port", transport.RoCEv2Port, "UDP `port` of the RoCEv2 engine (peers are assumed to use the same)")
+	fs.StringVar(&e.fault, "fault", "", "fault injection `spec`: loss=P,dup=P,reorder=P,corrupt=P,delay=D,seed=N")
+	fs.StringVar(&e.pcap, "pcap", "", "record the engine's traffic to pcap `file`")
+	fs.DurationVar(&e.timeout, "timeout", oob.DefaultTimeout, "give up on a silent peer or a stalled run after this `duration`")
+	fs.StringVar(&e.countersOut, "counters-out", "", "write the engine's counters as JSON to `file` at exit")
+	fs.BoolVar(&e.verbose, "v", false, "debug logging to stderr")
+	if oobPort {
+		fs.UintVar(&e.oobPort, "p", oob.DefaultPort, "TCP `port` of the out-of-band exchange")
+	}
+}
+
+// check validates the common flags after parsing.
+func (e *engineFlags) check() error {
+	if len(e.addrs) == 0 {
+		return errors.New("--addr is required (the local IP address the engine binds)")
+	}
+	if e.port == 0 || e.port > 65535 {
+		return fmt.Errorf("--port %d out of range 1..65535", e.port)
+	}
+	if e.oobPort > 65535 {
+		return fmt.Errorf("-p %d out of range 0..65535", e.oobPort)
+	}
+	if e.timeout <= 0 {
+		return fmt.Errorf("--timeout %v must be positive", e.timeout)
+	}
+	cfg, err := transport.ParseFaultSpec(e.fault)
+	if err != nil {
+		return fmt.Errorf("--fault: %v", err)
+	}
+	e.faultCfg = cfg
+	return nil
+}
+
+func (e *engineFlags) faulty() bool {
+	c := e.faultCfg
+	return c.Loss != 0 || c.Dup != 0 || c.Reorder != 0 || c.Corrupt != 0 || c.Delay != 0 || c.Jitter != 0
+}
+
+// logger returns the command's logger: warnings and errors to stderr,
+// debug too with -v.
+func (e *engineFlags) logger(stderr io.Writer) *slog.Logger {
+	lvl := slog.LevelWarn
+	if e.verbose {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+// engine is an opened device with what the common flags attached to it.
+type engine struct {
+	dev      *ib.Device
+	pcapFile *os.File
+	flags    *engineFlags
+}
+
+// open opens the device the flags describe.
+func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
+	en := &engine{flags: e}
+	cfg := ib.Config{Addrs: e.addrs, Port: uint16(e.port), Logger: log}
+	if e.faulty() {
+		fc := e.faultCfg
+		cfg.Wrap = func(c transport.Conn) (transport.Conn, error) { return transport.NewFaulty(c, fc), nil }
+	}
+	if e.pcap != "" {
+		f, err := os.Create(e.pcap)
+		if err != nil {
+			return nil, fmt.Errorf("--pcap: %v", err)
+		}
+		en.pcapFile = f
+		cfg.Pcap = f
+	}
+	dev, err := ib.OpenDevice(cfg)
+	if err != nil {
+		if en.pcapFile != nil {
+			en.pcapFile.Close()
+		}
+		return nil, fmt.Errorf("opening the RoCE engine on %s udp/%d: %v", e.addrs.String(), e.port, unwrapAll(err))
+	}
+	en.dev = dev
+	return en, nil
+}
+
+// close stops the engine, then writes --counters-out and closes the pcap.
+func (en *engine) close() error {
+	counters := en.dev.Counters()
+	err := en.dev.Close()
+	if en.pcapFile != nil {
+		if cerr := en.pcapFile.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if en.flags.countersOut != "" {
+		if werr := writeCountersJSON(en.flags.countersOut, counters); err == nil {
+			err = werr
+		}
+	}
+	return err
+}
+
+// gid returns the address at GID index i, with a one-line error naming
+// the flag.
+func (e *engineFlags) gid(flagName string, i int) (netip.Addr, error) {
+	if i < 0 || i >= len(e.addrs) {
+		return netip.Addr{}, fmt.Errorf("%s %d: no such GID index (the table has %d: %s)", flagName, i, len(e.addrs), e.addrs.String())
+	}
+	return e.addrs[i], nil
+}
+
+// writeCountersJSON writes {"counter": value, ...} sorted by name.
+func writeCountersJSON(path string, m map[string]uint64) error {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("{\n")
+	for i, k := range names {
+		kj, _ := json.Marshal(k)
+		fmt.Fprintf(&b, "  %s: %d", kj, m[k])
+		if i < len(names)-1 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("}\n")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("--counters-out: %v", err)
+	}
+	return nil
+}
+
+// parseArgs parses args with fs, printing a one-line error for bad flags.
+// It returns the positional arguments and ok=false with the exit status
+// when parsing failed or help was asked for.
+func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (rest []string, code int, ok bool) {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintf(stderr, "usage: rxed %s [flags]\n", fs.Name())
+			fs.PrintDefaults()
+			return nil, 0, false
+		}
+		fmt.Fprintf(stderr, "rxed %s: %v (see rxed %s -h)\n", fs.Name(), err, fs.Name())
+		return nil, 2, false
+	}
+	return fs.Args(), 0, true
+}
+
+// fail prints the one-line error of command name and returns status 1.
+func fail(stderr io.Writer, name string, err error) int {
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	fmt.Fprintf(stderr, "rxed %s: %s\n", name, msg)
+	return 1
+}
+
+// unwrapAll shortens wrapped errors of the form "pkg: op: cause" where the
+// prefixes only repeat what the caller's message says.
+func unwrapAll(err error) error { return err }
+
+// parseSize parses a byte count like the C tools' strtoul(…, 0): decimal,
+// 0x hex or 0 octal.
+func parseSize(s string) (uint64, error) {
+	return strconv.ParseUint(s, 0, 64)
+}
+
+// closeEngineAndMemory stops the engine first (so nothing touches the
+// memory any more), then deregisters the region and unmaps its memory.
+func closeEngineAndMemory(en *engine, region *ib.MR, m *mr.Mapping) error {
+	var err error
+	if en != nil {
+		err = en.close()
+	}
+	if region != nil {
+		_ = region.Dereg()
+	}
+	if m != nil {
+		_ = m.Close()
+	}
+	return err
+}
