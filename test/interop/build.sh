@@ -8,7 +8,7 @@
 #   img-<H2>/{vmlinuz,initrd.img,base.img,KVER}   boot artifacts; H2 = hash(H1, this script, guest/init)
 #   ssh/id_ed25519              key that logs in as root to the guests
 # Only the newest img-* and rootfs-* are kept. Prints "IMG=<dir>" as its last line.
-# Needs root. Debian packages come through the host's configured apt mirror.
+# Needs root. Debian packages come through the host's configured apt mirror (or RXED_INTEROP_MIRROR).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${RXED_INTEROP_CACHE:-/var/tmp/rxed-interop}
@@ -55,9 +55,9 @@ if [ -e "$IMG/.done" ]; then log "cached: $IMG"; echo "IMG=$IMG"; exit 0; fi
 
 # --- 2. rootfs: debootstrap + kernel (modules, initramfs) ---------------------------------------
 if [ ! -e "$ROOT/.done" ]; then
-  MIRROR=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  MIRROR=${RXED_INTEROP_MIRROR:-$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)}
   [ -n "$MIRROR" ] || MIRROR=$(awk '$1=="deb" && $3 ~ /^bookworm$/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-  [ -n "$MIRROR" ] || { echo "build.sh: no Debian mirror in the apt configuration" >&2; exit 1; }
+  [ -n "$MIRROR" ] || { echo "build.sh: no Debian bookworm mirror in the apt configuration: set RXED_INTEROP_MIRROR" >&2; exit 1; }
   log "debootstrap $SUITE minbase"
   rm -rf "$ROOT"
   # (lines naming the mirror are dropped so no log file records its address)
