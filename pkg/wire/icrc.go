@@ -16,9 +16,8 @@ import (
 
 var ieee = crc32.IEEETable
 
-// icrcSmall is the packet size (without ICRC) up to which ICRC copies the
-// whole packet next to the masked headers and runs the CRC once: for short
-// packets (ACKs) the per-call overhead of crc32.Update dominates.
+// icrcSmall is the packet size (without ICRC) up to which icrcGeneric
+// copies the whole packet next to the masked headers and runs the CRC once.
 const icrcSmall = 64
 
 // maskedPrefix writes eight 0xFF bytes and the masked IP, UDP and BTH

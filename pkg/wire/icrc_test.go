@@ -42,12 +42,16 @@ func TestICRCMatchesNaive(t *testing.T) {
 			roce[j] = byte(rng.Uint32())
 		}
 		var ip []byte
-		if i%2 == 0 {
+		switch i % 3 {
+		case 0:
 			ip = make([]byte, 20)
 			ip[0] = 0x45
-		} else {
+		case 1:
 			ip = make([]byte, 40)
 			ip[0] = 0x60
+		case 2: // IPv4 with options: the generic (copying) path
+			ip = make([]byte, 24)
+			ip[0] = 0x46
 		}
 		for j := 1; j < len(ip); j++ {
 			ip[j] = byte(rng.Uint32())
