@@ -63,12 +63,52 @@ func (m *Mapping) Close() error {
 	if m.pins > 0 {
 		return wrapf(ErrMappingBusy, "%s: %d region versions", m.path, m.pins)
 	}
+	untrack(m)
 	err := munmap(m.b)
 	m.b, m.closed = nil, true
 	return err
 }
 
 func (m *Mapping) persistable() bool { return m.writable && m.file }
+
+// openMappings lists the live mappings so that RegMR can pin the mapping a buffer
+// lies in even without WithMapping: unmapping memory a region still refers
+// to would crash the process instead of failing a lookup.
+var openMappings struct {
+	sync.Mutex
+	set map[*Mapping]struct{}
+}
+
+func track(m *Mapping) *Mapping {
+	openMappings.Lock()
+	defer openMappings.Unlock()
+	if openMappings.set == nil {
+		openMappings.set = make(map[*Mapping]struct{})
+	}
+	openMappings.set[m] = struct{}{}
+	return m
+}
+
+func untrack(m *Mapping) {
+	openMappings.Lock()
+	defer openMappings.Unlock()
+	delete(openMappings.set, m)
+}
+
+// mappingOf returns the open mapping buf lies in, or nil.
+func mappingOf(buf []byte) *Mapping {
+	openMappings.Lock()
+	defer openMappings.Unlock()
+	for m := range openMappings.set {
+		m.mu.Lock()
+		in := !m.closed && within(m.b, buf)
+		m.mu.Unlock()
+		if in {
+			return m
+		}
+	}
+	return nil
+}
 
 // pin records a region version over buf, which must lie in the mapping.
 func (m *Mapping) pin(buf []byte) error {

@@ -130,3 +130,33 @@ func TestMappingRegistrationRules(t *testing.T) {
 	_, mrs, _ := tb.Counts()
 	require.Zero(t, mrs)
 }
+
+// TestMappingPinnedWithoutOption: a region over mapped memory pins the
+// mapping even when WithMapping was not given.
+func TestMappingPinnedWithoutOption(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shm")
+	mp, err := CreateMapFile(path, 100)
+	require.NoError(t, err)
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), fi.Size(), "created and grown")
+	tb := newTestTable(t)
+	pd := mustPD(t, tb)
+	m, err := tb.RegMR(pd, mp.Bytes()[10:20], LocalWrite|FlushPersistent)
+	require.NoError(t, err, "persistable: the mapping was found")
+	require.ErrorIs(t, mp.Close(), ErrMappingBusy)
+	require.NoError(t, m.Dereg())
+	require.NoError(t, mp.Close())
+
+	// Re-creating never shrinks an existing file.
+	mp, err = CreateMapFile(path, 50)
+	require.NoError(t, err)
+	require.NoError(t, mp.Close())
+	fi, err = os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), fi.Size())
+	_, err = CreateMapFile(path, 0)
+	require.ErrorIs(t, err, ErrEmptyBuffer)
+	_, err = CreateMapFile(filepath.Join(path, "sub"), 10)
+	require.Error(t, err, "parent is a file")
+}

@@ -48,7 +48,32 @@ func MapFile(path string, size int, writable bool) (*Mapping, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mr: mmap %s: %w", path, err)
 	}
-	return &Mapping{b: b, path: path, writable: writable, file: true}, nil
+	return track(&Mapping{b: b, path: path, writable: writable, file: true}), nil
+}
+
+// CreateMapFile opens or creates the file at path (mode 0600 when created),
+// grows it to size bytes if it is shorter (never shrinks it) and maps size
+// bytes writable, as MapFile. With a path under /dev/shm this is POSIX
+// shared memory.
+func CreateMapFile(path string, size int) (*Mapping, error) {
+	if size <= 0 {
+		return nil, wrapf(ErrEmptyBuffer, "map %s: %d bytes", path, size)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("mr: create %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err == nil && fi.Size() < int64(size) {
+		err = f.Truncate(int64(size))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mr: create %s: %w", path, err)
+	}
+	return MapFile(path, size, true)
 }
 
 // MapAnonymous maps size bytes of zeroed anonymous memory shared with
@@ -62,7 +87,7 @@ func MapAnonymous(size int) (*Mapping, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mr: mmap anonymous: %w", err)
 	}
-	return &Mapping{b: b, writable: true}, nil
+	return track(&Mapping{b: b, writable: true}), nil
 }
 
 func msync(b []byte) error {

@@ -89,10 +89,12 @@ func WithIOVA(iova uint64) RegOption {
 	return func(c *regConfig) { c.iova, c.hasIOVA = iova, true }
 }
 
-// WithMapping declares that the buffer lies in m. The region then pins the
-// mapping (m.Close fails with ErrMappingBusy until the region is
-// deregistered and every Region over it released), and FlushPersistent
-// access becomes available when m is a writable file mapping.
+// WithMapping declares that the buffer lies in m (ErrNotInMapping if not).
+// A region over a mapping pins it: m.Close fails with ErrMappingBusy until
+// the region is deregistered and every Region over it released. Regions
+// over open mappings are found and pinned without this option too; it
+// documents intent and checks containment. FlushPersistent access needs a
+// writable file mapping.
 func WithMapping(m *Mapping) RegOption {
 	return func(c *regConfig) { c.mapping = m }
 }
@@ -150,6 +152,9 @@ func newState(pd *PD, buf []byte, access Access, cfg *regConfig) (*mrState, erro
 	}
 	if uint64(len(buf))-1 > ^uint64(0)-iova {
 		return nil, wrapf(ErrIOVAOverflow, "iova %#x + length %d passes 2^64", iova, len(buf))
+	}
+	if cfg.mapping == nil {
+		cfg.mapping = mappingOf(buf)
 	}
 	if access&FlushPersistent != 0 && (cfg.mapping == nil || !cfg.mapping.persistable()) {
 		return nil, wrapf(ErrUnsupportedAccess, "FLUSH_PERSISTENT needs a region over a writable file mapping")
