@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -53,10 +54,12 @@ func (d discardHandler) WithGroup(string) slog.Handler           { return d }
 // stream wraps one TCP connection with per-step deadlines, context
 // cancellation and errors that name the peer and the step.
 type stream struct {
-	c       net.Conn
-	peer    string
-	timeout time.Duration
-	log     *slog.Logger
+	c         net.Conn
+	peer      string
+	timeout   time.Duration
+	log       *slog.Logger
+	closeOnce sync.Once
+	closeErr  error
 }
 
 func newStream(c net.Conn, o *Options) *stream {
@@ -129,7 +132,11 @@ func (s *stream) classify(ctx context.Context, err error, n, want int, what, op 
 	}
 }
 
-func (s *stream) close() error { return s.c.Close() }
+// close closes the connection once; later calls return the first result.
+func (s *stream) close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.c.Close() })
+	return s.closeErr
+}
 
 // dial connects to address within the step timeout and ctx.
 func dial(ctx context.Context, address string, o *Options) (*stream, error) {

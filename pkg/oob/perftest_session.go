@@ -69,7 +69,8 @@ type Negotiated struct {
 // Session is one perftest out-of-band connection. Its methods are the
 // exchanges perftest makes, to be called in perftest's order (see Test for
 // the order per benchmark); each is symmetric, so both ends must make the
-// same calls. A Session is not safe for concurrent use.
+// same calls. A method that fails closes the connection: the session is
+// over. A Session is not safe for concurrent use.
 type Session struct {
 	s          *stream
 	role       Role
@@ -157,16 +158,27 @@ func (s *Session) RemoteVersion() string { return s.remoteVer }
 // the server reads then writes, both the same size. bounded=false lets the
 // wait for the peer last as long as ctx allows.
 func (s *Session) exchange(ctx context.Context, out, in []byte, what string, bounded bool) error {
+	var err error
 	if s.role == Client {
-		if err := s.s.writeMsg(ctx, out, what); err != nil {
-			return err
+		if err = s.s.writeMsg(ctx, out, what); err == nil {
+			err = s.s.readMsg(ctx, in, what, bounded)
 		}
-		return s.s.readMsg(ctx, in, what, bounded)
+	} else {
+		if err = s.s.readMsg(ctx, in, what, bounded); err == nil {
+			err = s.s.writeMsg(ctx, out, what)
+		}
 	}
-	if err := s.s.readMsg(ctx, in, what, bounded); err != nil {
-		return err
+	return s.fail(err)
+}
+
+// fail closes the connection when err is not nil: a session that missed a
+// step cannot resynchronise, and closing tells the peer at once (perftest
+// exits, which does the same).
+func (s *Session) fail(err error) error {
+	if err != nil {
+		_ = s.s.close()
 	}
-	return s.s.writeMsg(ctx, out, what)
+	return err
 }
 
 // ExchangeVersions is exchange_versions plus check_version_compatibility:
@@ -187,8 +199,8 @@ func (s *Session) ExchangeVersions(ctx context.Context) (string, error) {
 	v, _ := ParseVersion(in[:])
 	s.remoteVer, s.remoteNum = v, VersionNumber(v)
 	if s.remoteNum < MinPerftestVersion {
-		return v, errorf(s.s.peer, ErrVersion, "speaks perftest protocol version %s; perftest 4.5 and rxed need %.2f or newer",
-			quoteMsg([]byte(v)), MinPerftestVersion)
+		return v, s.fail(errorf(s.s.peer, ErrVersion, "speaks perftest protocol version %s; perftest 4.5 and rxed need %.2f or newer",
+			quoteMsg([]byte(v)), MinPerftestVersion))
 	}
 	return v, nil
 }
@@ -295,7 +307,7 @@ func (s *Session) handShake(ctx context.Context, local Key, what string, bounded
 	}
 	k, err := ParseKey(in[:])
 	if err != nil {
-		return Key{}, errorf(s.s.peer, ErrMalformed, "sent a malformed %s %s: %v", what, quoteMsg(in[:]), err)
+		return Key{}, s.fail(errorf(s.s.peer, ErrMalformed, "sent a malformed %s %s: %v", what, quoteMsg(in[:]), err))
 	}
 	return k, nil
 }
