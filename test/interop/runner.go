@@ -104,7 +104,7 @@ func (p *proc) exited() bool {
 // exitStatus renders how the process ended.
 func (p *proc) exitStatus() string {
 	if !p.exited() {
-		return "still running"
+		return "did not exit (stopped by the harness)"
 	}
 	if p.err == nil {
 		return "exit 0"
@@ -236,10 +236,14 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 	case <-cp.done:
 	case <-cctx.Done():
 	}
-	// the server finishes right after the client; give it a little time
+	// the server finishes right after a successful client; give it a little time
+	grace := 20 * time.Second
+	if cp.exitStatus() != "exit 0" {
+		grace = 3 * time.Second
+	}
 	select {
 	case <-sp.done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(grace):
 	case <-cctx.Done():
 	}
 	res.ServerOut, res.ClientOut = sp.out.String(), cp.out.String()

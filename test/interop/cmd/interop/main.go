@@ -45,6 +45,7 @@ type options struct {
 	cache   string
 	timeout time.Duration
 	memMB   int
+	rxed    string // prebuilt rxed binary (default: go build ./cmd/rxed)
 }
 
 func run() int {
@@ -57,6 +58,7 @@ func run() int {
 	flag.StringVar(&o.cache, "cache", envOr("RXED_INTEROP_CACHE", "/var/tmp/rxed-interop"), "cache for the guest image and run state")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up (and tear down) after this long")
 	flag.IntVar(&o.memMB, "mem", 768, "guest memory in MiB")
+	flag.StringVar(&o.rxed, "rxed", os.Getenv("RXED_INTEROP_RXED"), "use this rxed binary instead of building ./cmd/rxed")
 	list := flag.Bool("list", false, "print the matrix and the command lines, then exit")
 	flag.Parse()
 	o.subject = interop.Subject(*subject)
@@ -159,8 +161,16 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
 	defer os.RemoveAll(bin)
 	gobin := envOr("GO", "go")
 	targets := map[string]string{"hostsmoke": "./test/interop/cmd/hostsmoke"}
+	rxedBin := filepath.Join(bin, "rxed")
 	if o.subject == interop.SubjectRxed {
-		targets["rxed"] = "./cmd/rxed"
+		if o.rxed != "" {
+			if rxedBin, err = filepath.Abs(o.rxed); err != nil {
+				fmt.Fprintln(os.Stderr, "FAIL:", err)
+				return 1
+			}
+		} else {
+			targets["rxed"] = "./cmd/rxed"
+		}
 	}
 	for name, pkg := range targets {
 		if out, err := exec.CommandContext(ctx, gobin, "build", "-o", filepath.Join(bin, name), pkg).CombinedOutput(); err != nil {
@@ -208,7 +218,7 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
 		strict = v == "1"
 	}
 	info.Strict = strict
-	r := &interop.Runner{Lab: lab, Subject: o.subject, Rxed: filepath.Join(bin, "rxed"), LogDir: logDir, Strict: strict}
+	r := &interop.Runner{Lab: lab, Subject: o.subject, Rxed: rxedBin, LogDir: logDir, Strict: strict}
 	var results []interop.Result
 	dirs := []interop.Direction{interop.SubjectServer, interop.SubjectClient}
 	switch o.dirs {
