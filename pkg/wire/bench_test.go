@@ -107,16 +107,19 @@ func BenchmarkVerifySolveIDWrite4K(b *testing.B) {
 }
 
 // benchRatio interleaves ICRC and plain crc32 over the same number of bytes
-// in short alternating rounds, so that load from other processes hits both
-// equally, and reports ICRC throughput as a fraction of crc32's.
+// in short alternating rounds and reports ICRC throughput as a fraction of
+// crc32's. On a shared, loaded machine the sums are dominated by
+// preemption, so the ratio uses the fastest round of each (the usual
+// minimum-of-samples estimate); the mean ratio is reported as well.
 func benchRatio(b *testing.B, pkt []byte) {
 	var ip ipHeaderBuf
 	var udp [8]byte
 	hdr := testFlow.headers(&ip, &udp, len(pkt))
 	roce := pkt[:len(pkt)-ICRCLen]
 	plain := make([]byte, icrcCovered(pkt))
-	const rounds = 32
+	const rounds = 16
 	var tICRC, tCRC time.Duration
+	minICRC, minCRC := time.Duration(1<<62), time.Duration(1<<62)
 	var sink uint32
 	b.ReportAllocs()
 	b.SetBytes(int64(2 * rounds * len(plain))) // both loops per iteration
@@ -129,15 +132,19 @@ func benchRatio(b *testing.B, pkt []byte) {
 		for range rounds {
 			sink ^= crc32.ChecksumIEEE(plain)
 		}
-		tCRC += time.Since(t1)
-		tICRC += t1.Sub(t0)
+		t2 := time.Now()
+		di, dc := t1.Sub(t0), t2.Sub(t1)
+		tICRC += di
+		tCRC += dc
+		minICRC, minCRC = min(minICRC, di), min(minCRC, dc)
 	}
 	if sink == 1 {
 		b.Log("unlikely")
 	}
-	b.ReportMetric(float64(tCRC)/float64(tICRC), "icrc/crc32")
-	b.ReportMetric(float64(tICRC)/float64(b.N*rounds), "icrc-ns/op")
-	b.ReportMetric(float64(tCRC)/float64(b.N*rounds), "crc32-ns/op")
+	b.ReportMetric(float64(minCRC)/float64(minICRC), "icrc/crc32")
+	b.ReportMetric(float64(tCRC)/float64(tICRC), "icrc/crc32-mean")
+	b.ReportMetric(float64(minICRC)/rounds, "icrc-ns/op")
+	b.ReportMetric(float64(minCRC)/rounds, "crc32-ns/op")
 }
 
 func BenchmarkICRCRatioWrite4K(b *testing.B) { benchRatio(b, benchPacket(b, RCWriteOnly, 4096)) }
