@@ -198,7 +198,7 @@ func (k Key) Encode(b []byte) error {
 		b[o], b[o+1] = hexDigits[g>>4], hexDigits[g&0xf]
 	}
 	putHex(b[keySRQNOff:keySRQNOff+8], uint64(k.SRQN))
-	for _, off := range keyColons() {
+	for _, off := range keyColons {
 		b[off] = ':'
 	}
 	b[keyNULOff] = 0
@@ -206,13 +206,20 @@ func (k Key) Encode(b []byte) error {
 }
 
 // keyColons lists the offsets of every ':' in the key message.
-func keyColons() []int {
-	return []int{
-		keyOutOff - 1, keyQPNOff - 1, keyPSNOff - 1, keyRKeyOff - 1, keyVAddrOff - 1, keyGIDOff - 1,
-		keyGIDOff + 2, keyGIDOff + 5, keyGIDOff + 8, keyGIDOff + 11, keyGIDOff + 14, keyGIDOff + 17,
-		keyGIDOff + 20, keyGIDOff + 23, keyGIDOff + 26, keyGIDOff + 29, keyGIDOff + 32, keyGIDOff + 35,
-		keyGIDOff + 38, keyGIDOff + 41, keyGIDOff + 44, keyGIDOff + 47, keyNULOff - 1,
-	}
+var keyColons = [...]int{
+	keyOutOff - 1, keyQPNOff - 1, keyPSNOff - 1, keyRKeyOff - 1, keyVAddrOff - 1, keyGIDOff - 1,
+	keyGIDOff + 2, keyGIDOff + 5, keyGIDOff + 8, keyGIDOff + 11, keyGIDOff + 14, keyGIDOff + 17,
+	keyGIDOff + 20, keyGIDOff + 23, keyGIDOff + 26, keyGIDOff + 29, keyGIDOff + 32, keyGIDOff + 35,
+	keyGIDOff + 38, keyGIDOff + 41, keyGIDOff + 44, keyGIDOff + 47, keyNULOff - 1,
+}
+
+// keyFields are the integer fields of the key message, in order.
+var keyFields = [...]struct {
+	name     string
+	off, len int
+}{
+	{"LID", keyLIDOff, 4}, {"out_reads", keyOutOff, 4}, {"QPN", keyQPNOff, 6}, {"PSN", keyPSNOff, 6},
+	{"RKey", keyRKeyOff, 8}, {"VAddr", keyVAddrOff, 16}, {"SRQ number", keySRQNOff, 8},
 }
 
 // MarshalBinary returns the 108-byte key message.
@@ -241,7 +248,7 @@ func ParseKey(b []byte) (Key, error) {
 	if len(b) != KeyMsgLen {
 		return k, fmt.Errorf("key message is %d bytes, want %d", len(b), KeyMsgLen)
 	}
-	for _, off := range keyColons() {
+	for _, off := range keyColons {
 		if b[off] != ':' {
 			return k, fmt.Errorf("key message: byte %d is %q, want ':'", off, b[off])
 		}
@@ -249,26 +256,16 @@ func ParseKey(b []byte) (Key, error) {
 	if b[keyNULOff] != 0 {
 		return k, fmt.Errorf("key message: byte %d is %q, want NUL", keyNULOff, b[keyNULOff])
 	}
-	fields := []struct {
-		name     string
-		off, len int
-		dst      func(uint64)
-	}{
-		{"LID", keyLIDOff, 4, func(v uint64) { k.LID = uint16(v) }},
-		{"out_reads", keyOutOff, 4, func(v uint64) { k.OutReads = uint16(v) }},
-		{"QPN", keyQPNOff, 6, func(v uint64) { k.QPN = uint32(v) }},
-		{"PSN", keyPSNOff, 6, func(v uint64) { k.PSN = uint32(v) }},
-		{"RKey", keyRKeyOff, 8, func(v uint64) { k.RKey = uint32(v) }},
-		{"VAddr", keyVAddrOff, 16, func(v uint64) { k.VAddr = v }},
-		{"SRQ number", keySRQNOff, 8, func(v uint64) { k.SRQN = uint32(v) }},
-	}
-	for _, f := range fields {
-		v, ok := parseHexField(b[f.off : f.off+f.len])
+	var v [len(keyFields)]uint64
+	for i, f := range keyFields {
+		x, ok := parseHexField(b[f.off : f.off+f.len])
 		if !ok {
-			return Key{}, fmt.Errorf("key message: %s %q is not hex", f.name, b[f.off:f.off+f.len])
+			return k, fmt.Errorf("key message: %s %q is not hex", f.name, b[f.off:f.off+f.len])
 		}
-		f.dst(v)
+		v[i] = x
 	}
+	k.LID, k.OutReads, k.QPN, k.PSN = uint16(v[0]), uint16(v[1]), uint32(v[2]), uint32(v[3])
+	k.RKey, k.VAddr, k.SRQN = uint32(v[4]), v[5], uint32(v[6])
 	for i := range k.GID {
 		o := keyGIDOff + 3*i
 		v, ok := parseHexField(b[o : o+2])

@@ -45,7 +45,7 @@ func TestKeyTable(t *testing.T) {
 }
 
 func TestKeyBadInput(t *testing.T) {
-	for _, off := range keyColons() {
+	for _, off := range keyColons {
 		b := []byte(keySample)
 		b[off] = '0'
 		_, err := ParseKey(b)
