@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rxed/rxed/internal/daemon"
+	"github.com/rxed/rxed/pkg/roce/transport"
+)
+
+func init() {
+	register(&command{
+		name:    "serve",
+		summary: "the daemon: export memory regions to RDMA peers and perftest clients, /metrics, graceful SIGTERM",
+		run:     runServe,
+	})
+}
+
+// exportList is the repeatable --export flag.
+type exportList []daemon.ExportSpec
+
+func (l *exportList) String() string {
+	s := make([]string, len(*l))
+	for i, e := range *l {
+		s[i] = e.String()
+	}
+	return strings.Join(s, " ")
+}
+
+func (l *exportList) Set(v string) error {
+	e, err := daemon.ParseExport(v)
+	if err != nil {
+		return err
+	}
+	*l = append(*l, e)
+	return nil
+}
+
+type serveOpts struct {
+	ef          engineFlags
+	exports     exportList
+	metrics     string
+	perftestExp string
+	gidx        int
+	mtu         int
+	qpTimeout   uint
+	grace       time.Duration
+	maxSessions int
+	logLevel    string
+	logFormat   string
+	config      string
+}
+
+func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
+	o := &serveOpts{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	o.ef.register(fs, true)
+	fs.Var(&o.exports, "export", "export a region (repeatable): `NAME=anon,size=N | NAME=file:PATH[,size=N][,ro] | NAME=shm:OBJ,size=N[,ro]`")
+	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus /metrics on this `address` (e.g. 127.0.0.1:9479); empty disables")
+	fs.StringVar(&o.perftestExp, "perftest-export", "", "`name` of the export perftest clients target (default: the first)")
+	fs.IntVar(&o.gidx, "x", 0, "GID `index` put in perftest key messages")
+	fs.IntVar(&o.mtu, "m", 0, "MTU in bytes offered to perftest clients (default: the port's active MTU)")
+	fs.UintVar(&o.qpTimeout, "qp-timeout", 14, "RC local ACK timeout exponent of the daemon's QPs")
+	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGTERM/SIGINT, let running sessions finish for this long")
+	fs.IntVar(&o.maxSessions, "max-sessions", 64, "concurrent perftest sessions")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log `format`: text or json")
+	fs.StringVar(&o.config, "config", "", "read flags from `file` (lines \"name = value\", # comments); command-line flags win")
+	rest, code, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return nil, code, false
+	}
+	bad := func(format string, a ...any) (*serveOpts, int, bool) {
+		fmt.Fprintf(stderr, "rxed serve: "+format+"\n", a...)
+		return nil, 2, false
+	}
+	if len(rest) > 0 {
+		return bad("unexpected argument %q (serve takes flags only)", rest[0])
+	}
+	if o.config != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if err := applyConfigFile(fs, o.config, set); err != nil {
+			return bad("%v", err)
+		}
+	}
+	if err := o.ef.check(); err != nil {
+		return bad("%v", err)
+	}
+	if o.mtu != 0 && mtuValid(o.mtu) == 0 {
+		return bad("-m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
+	}
+	if o.qpTimeout > 31 {
+		return bad("--qp-timeout %d: want 0..31", o.qpTimeout)
+	}
+	if _, err := o.ef.gid("-x", o.gidx); err != nil {
+		return bad("%v", err)
+	}
+	if _, err := parseLevel(o.logLevel); err != nil {
+		return bad("%v", err)
+	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return bad("--log-format %q: want text or json", o.logFormat)
+	}
+	if o.maxSessions < 1 {
+		return bad("--max-sessions %d: want at least 1", o.maxSessions)
+	}
+	return o, 0, true
+}
+
+// applyConfigFile sets every flag the file names unless the command line
+// set it already. Each line is "name = value", "name value" or "name"
+// (booleans); blank lines and lines starting with # are skipped.
+func applyConfigFile(fs *flag.FlagSet, path string, cliSet map[string]bool) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("config: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, val, hasVal := strings.Cut(line, "=")
+		if !hasVal {
+			name, val, hasVal = strings.Cut(line, " ")
+		}
+		name, val = strings.TrimLeft(strings.TrimSpace(name), "-"), strings.TrimSpace(val)
+		if name == "config" {
+			return fmt.Errorf("config %s line %d: config files do not nest", path, n)
+		}
+		fl := fs.Lookup(name)
+		if fl == nil {
+			return fmt.Errorf("config %s line %d: unknown setting %q", path, n, name)
+		}
+		if cliSet[name] {
+			continue
+		}
+		if !hasVal {
+			val = "true"
+		}
+		if err := fs.Set(name, strings.Trim(val, `"`)); err != nil {
+			return fmt.Errorf("config %s line %d: %s: %v", path, n, name, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("config %s: %v", path, err)
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func mtuValid(bytes int) int {
+	for e := 1; e <= 5; e++ {
+		if 1<<(7+e) == bytes {
+			return e
+		}
+	}
+	return 0
+}
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	o, code, ok := parseServe(args, stderr)
+	if !ok {
+		return code
+	}
+	// SIGTERM and SIGINT cancel the context: the daemon stops accepting,
+	// finishes what runs, msyncs and exits 0.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := serve(ctx, o, stderr, nil); err != nil {
+		return fail(stderr, "serve", err)
+	}
+	return 0
+}
+
+// serve runs the daemon until ctx ends; ready (if not nil) is called once
+// it listens.
+func serve(ctx context.Context, o *serveOpts, logOut io.Writer, ready func(*daemon.Daemon)) error {
+	lvl, _ := parseLevel(o.logLevel)
+	if o.ef.verbose {
+		lvl = slog.LevelDebug
+	}
+	hopts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler = slog.NewTextHandler(logOut, hopts)
+	if o.logFormat == "json" {
+		h = slog.NewJSONHandler(logOut, hopts)
+	}
+	log := slog.New(h)
+	cfg := daemon.Config{Addrs: o.ef.addrs, Port: uint16(o.ef.port), MetricsAddr: o.metrics, Exports: o.exports,
+		PerftestExport: o.perftestExp, GIDIndex: o.gidx, MTU: mtuValid(o.mtu), QPTimeout: uint8(o.qpTimeout),
+		StepTimeout: o.ef.timeout, ShutdownGrace: o.grace, MaxSessions: o.maxSessions, Logger: log}
+	if o.ef.oobPort != 0 {
+		cfg.OOBAddr = oobAddress("", o.ef.oobPort)
+	}
+	if o.ef.faulty() {
+		fc := o.ef.faultCfg
+		cfg.Wrap = func(c transport.Conn) (transport.Conn, error) { return transport.NewFaulty(c, fc), nil }
+	}
+	var pcapFile *os.File
+	if o.ef.pcap != "" {
+		f, err := os.Create(o.ef.pcap)
+		if err != nil {
+			return fmt.Errorf("--pcap: %v", err)
+		}
+		pcapFile = f
+		defer pcapFile.Close()
+		cfg.Pcap = f
+	}
+	d, err := daemon.New(cfg)
+	if err != nil {
+		return err
+	}
+	if ready != nil {
+		ready(d)
+	}
+	err = d.Run(ctx)
+	if o.ef.countersOut != "" {
+		// The engine is stopped; its counters keep their final values.
+		if werr := writeCountersJSON(o.ef.countersOut, d.Device().Counters()); err == nil {
+			err = werr
+		}
+	}
+	return err
+}

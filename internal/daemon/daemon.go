@@ -1,0 +1,350 @@
+// Package daemon is `rxed serve`: a RoCEv2 engine that exports named
+// memory regions (anonymous, file or shared-memory mappings) and lets
+// unmodified perftest clients (ib_write_bw, ib_read_bw, ib_atomic_bw) set
+// up queue pairs against one of them through perftest's out-of-band TCP
+// exchange. Counters are served in Prometheus text format.
+//
+// Shutdown (cancelling Run's context, which `rxed serve` does on SIGTERM
+// and SIGINT) stops accepting, lets running sessions finish for a grace
+// period, stops the engine and msyncs every file-backed export.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/mr"
+	"github.com/rxed/rxed/pkg/oob"
+	"github.com/rxed/rxed/pkg/roce/transport"
+)
+
+// Config configures a Daemon.
+type Config struct {
+	// Addrs are the local addresses (the GID table, in order).
+	Addrs []netip.Addr
+	// Port is the UDP port (0: 4791).
+	Port uint16
+	// OOBAddr is the perftest exchange's TCP listen address, e.g.
+	// ":18515"; "" disables it.
+	OOBAddr string
+	// MetricsAddr is the HTTP listen address of /metrics; "" disables it.
+	MetricsAddr string
+	// Exports are the regions to map and register, in order.
+	Exports []ExportSpec
+	// PerftestExport names the export perftest clients target; "" is the
+	// first one.
+	PerftestExport string
+	// GIDIndex is the GID our perftest keys carry.
+	GIDIndex int
+	// MTU is the ibv_mtu enum offered in the perftest MTU negotiation; 0
+	// is the port's active MTU.
+	MTU int
+	// QPTimeout is the RC local ACK timeout exponent (0: 14).
+	QPTimeout uint8
+	// StepTimeout bounds each out-of-band step (0: oob.DefaultTimeout).
+	StepTimeout time.Duration
+	// ShutdownGrace is how long running sessions may continue after the
+	// context is cancelled (0: 10s).
+	ShutdownGrace time.Duration
+	// MaxSessions bounds concurrent perftest sessions (0: 64).
+	MaxSessions int
+	// Wrap and Pcap are passed to ib.OpenDevice (fault injection, capture).
+	Wrap func(transport.Conn) (transport.Conn, error)
+	Pcap io.Writer
+	// Logger receives structured logs; nil is silent.
+	Logger *slog.Logger
+}
+
+// Daemon is a running rxed serve instance.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	dev     *ib.Device
+	pd      *ib.PD
+	exports []*Export
+	target  *Export
+
+	oobLn     *oob.PerftestListener
+	metricsLn net.Listener
+	http      *http.Server
+
+	wg          sync.WaitGroup
+	sessCtx     context.Context
+	sessCancel  context.CancelFunc
+	active      atomic.Int64
+	total       atomic.Uint64
+	failed      atomic.Uint64
+	completed   atomic.Uint64
+	stopOnce    sync.Once
+	acceptDone  chan struct{}
+	metricsDone chan struct{}
+}
+
+type discard struct{}
+
+func (discard) Enabled(context.Context, slog.Level) bool  { return false }
+func (discard) Handle(context.Context, slog.Record) error { return nil }
+func (d discard) WithAttrs([]slog.Attr) slog.Handler      { return d }
+func (d discard) WithGroup(string) slog.Handler           { return d }
+
+// New maps and registers the exports, opens the engine and the listeners.
+// Every error is one line naming the problem; nothing stays open on error.
+func New(cfg Config) (*Daemon, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(discard{})
+	}
+	if cfg.QPTimeout == 0 {
+		cfg.QPTimeout = 14
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 10 * time.Second
+	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = 64
+	}
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("no local address (give --addr)")
+	}
+	if cfg.GIDIndex < 0 || cfg.GIDIndex >= len(cfg.Addrs) {
+		return nil, fmt.Errorf("GID index %d: the table has %d addresses", cfg.GIDIndex, len(cfg.Addrs))
+	}
+	names := map[string]bool{}
+	for _, s := range cfg.Exports {
+		if names[s.Name] {
+			return nil, fmt.Errorf("export %s given twice", s.Name)
+		}
+		names[s.Name] = true
+	}
+	if cfg.PerftestExport != "" && !names[cfg.PerftestExport] {
+		return nil, fmt.Errorf("perftest export %q: no export has that name", cfg.PerftestExport)
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, acceptDone: make(chan struct{}), metricsDone: make(chan struct{})}
+	d.sessCtx, d.sessCancel = context.WithCancel(context.Background())
+	if err := d.open(); err != nil {
+		_ = d.release()
+		return nil, err
+	}
+	return d, nil
+}
+
+// open does New's work; on error the caller releases what was opened.
+func (d *Daemon) open() (err error) {
+	cfg := d.cfg
+	// Map first: a missing or short export file is the likeliest mistake
+	// and needs no socket.
+	for _, s := range cfg.Exports {
+		m, err := mapExport(s)
+		if err != nil {
+			return err
+		}
+		d.exports = append(d.exports, &Export{Spec: s, Mapping: m})
+	}
+	d.dev, err = ib.OpenDevice(ib.Config{Addrs: cfg.Addrs, Port: cfg.Port, Wrap: cfg.Wrap, Pcap: cfg.Pcap, Logger: cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("opening the RoCE engine: %v", err)
+	}
+	if d.pd, err = d.dev.AllocPD(); err != nil {
+		return err
+	}
+	for _, e := range d.exports {
+		e.MR, err = d.pd.RegMR(e.Mapping.Bytes(), e.Access(), mr.WithMapping(e.Mapping))
+		if err != nil {
+			return fmt.Errorf("export %s: registering: %v", e.Spec.Name, err)
+		}
+		if cfg.PerftestExport == e.Spec.Name || (cfg.PerftestExport == "" && d.target == nil) {
+			d.target = e
+		}
+	}
+	if cfg.OOBAddr != "" {
+		if d.target == nil {
+			return errors.New("perftest clients need an export to target (give --export)")
+		}
+		d.oobLn, err = oob.ListenPerftest(cfg.OOBAddr, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.StepTimeout, Logger: cfg.Logger}})
+		if err != nil {
+			return err
+		}
+	}
+	if cfg.MetricsAddr != "" {
+		d.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics listener: %v", unwrapOp(err))
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/metrics", d.serveMetrics)
+		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	}
+	return nil
+}
+
+func unwrapOp(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return fmt.Errorf("%s %s: %v", oe.Op, oe.Addr, oe.Err)
+	}
+	return err
+}
+
+// Device is the daemon's engine.
+func (d *Daemon) Device() *ib.Device { return d.dev }
+
+// Exports lists the registered exports.
+func (d *Daemon) Exports() []*Export { return d.exports }
+
+// OOBAddr is the address of the perftest listener (nil when disabled).
+func (d *Daemon) OOBAddr() net.Addr {
+	if d.oobLn == nil {
+		return nil
+	}
+	return d.oobLn.Addr()
+}
+
+// MetricsAddr is the address of the metrics listener (nil when disabled).
+func (d *Daemon) MetricsAddr() net.Addr {
+	if d.metricsLn == nil {
+		return nil
+	}
+	return d.metricsLn.Addr()
+}
+
+// Run serves until ctx is cancelled, then shuts down gracefully: stop
+// accepting, give running sessions ShutdownGrace to finish, stop the
+// engine, msync and unmap the exports. It returns the first shutdown
+// error (a failed msync), or nil.
+func (d *Daemon) Run(ctx context.Context) error {
+	for _, e := range d.exports {
+		d.log.Info("export", "name", e.Spec.Name, "kind", e.Spec.Kind.String(), "path", e.Spec.Path,
+			"bytes", e.MR.Len(), "addr", fmt.Sprintf("%#x", e.MR.IOVA()), "rkey", fmt.Sprintf("%#x", e.MR.RKey()), "ro", e.Spec.ReadOnly)
+	}
+	if d.http != nil {
+		go func() {
+			defer close(d.metricsDone)
+			if err := d.http.Serve(d.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("metrics server stopped", "err", err)
+			}
+		}()
+		d.log.Info("metrics", "addr", d.metricsLn.Addr().String())
+	} else {
+		close(d.metricsDone)
+	}
+	if d.oobLn != nil {
+		go d.acceptLoop()
+		d.log.Info("perftest exchange", "addr", d.oobLn.Addr().String(), "export", d.target.Spec.Name)
+	} else {
+		close(d.acceptDone)
+	}
+	d.log.Info("serving", "addrs", fmt.Sprint(d.cfg.Addrs), "udp_port", d.dev.UDPPort())
+	<-ctx.Done()
+	return d.shutdown()
+}
+
+func (d *Daemon) acceptLoop() {
+	defer close(d.acceptDone)
+	sem := make(chan struct{}, d.cfg.MaxSessions)
+	for {
+		sess, err := d.oobLn.Accept(d.sessCtx)
+		if err != nil {
+			if errors.Is(err, oob.ErrCanceled) || errors.Is(err, net.ErrClosed) || d.sessCtx.Err() != nil {
+				return
+			}
+			d.log.Warn("accept failed", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			d.log.Warn("too many sessions: refusing client", "peer", sess.RemoteAddr(), "max", d.cfg.MaxSessions)
+			_ = sess.CloseWithoutExchange()
+			continue
+		}
+		d.wg.Add(1)
+		d.active.Add(1)
+		d.total.Add(1)
+		go func() {
+			defer func() {
+				d.active.Add(-1)
+				<-sem
+				d.wg.Done()
+			}()
+			if err := d.perftestSession(d.sessCtx, sess); err != nil {
+				d.failed.Add(1)
+				d.log.Warn("perftest session failed", "peer", sess.RemoteAddr(), "err", err)
+				return
+			}
+			d.completed.Add(1)
+		}()
+	}
+}
+
+// shutdown is the graceful stop.
+func (d *Daemon) shutdown() error {
+	d.log.Info("shutting down", "active_sessions", d.active.Load())
+	if d.oobLn != nil {
+		_ = d.oobLn.Close()
+	}
+	// Running sessions get the grace period, then their context ends.
+	done := make(chan struct{})
+	go func() { d.wg.Wait(); close(done) }()
+	timer := time.NewTimer(d.cfg.ShutdownGrace)
+	select {
+	case <-done:
+	case <-timer.C:
+		d.log.Warn("grace period over: aborting sessions", "active", d.active.Load())
+	}
+	timer.Stop()
+	d.sessCancel()
+	<-d.acceptDone
+	d.wg.Wait()
+	if d.http != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = d.http.Shutdown(sctx)
+		cancel()
+	}
+	<-d.metricsDone
+	err := d.release()
+	if err == nil {
+		d.log.Info("stopped")
+	}
+	return err
+}
+
+// release stops the engine, then persists and unmaps every export.
+func (d *Daemon) release() error {
+	var first error
+	d.stopOnce.Do(func() {
+		if d.sessCancel != nil {
+			d.sessCancel()
+		}
+		if d.oobLn != nil {
+			_ = d.oobLn.Close()
+		}
+		if d.metricsLn != nil {
+			_ = d.metricsLn.Close()
+		}
+		if d.dev != nil {
+			_ = d.dev.Close()
+		}
+		for _, e := range d.exports {
+			if err := e.Mapping.Sync(); err != nil && first == nil {
+				first = fmt.Errorf("export %s: msync: %v", e.Spec.Name, err)
+			}
+			if e.MR != nil {
+				_ = e.MR.Dereg()
+			}
+			if err := e.Mapping.Close(); err != nil && first == nil {
+				first = fmt.Errorf("export %s: unmap: %v", e.Spec.Name, err)
+			}
+		}
+	})
+	return first
+}
