@@ -6,6 +6,10 @@ import (
 	"strings"
 )
 
+// InlineWarning is what perftest 4.5 prints first, followed by a
+// ResultLine, in read and atomic tests on a device it does not know (rxe).
+const InlineWarning = "Device not recognized to implement inline feature. Disabling it\n"
+
 // ResultLine is perftest's RESULT_LINE: 87 dashes and a newline.
 const ResultLine = "---------------------------------------------------------------------------------------\n"
 
