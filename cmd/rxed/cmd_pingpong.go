@@ -195,6 +195,15 @@ func pingpong(ctx context.Context, o *pingpongOpts, stdout, stderr io.Writer) (e
 		return err
 	}
 	oopts := &oob.Options{Timeout: o.ef.timeout, Logger: log}
+	// The server listens before printing its address, so whoever reads
+	// the address line can connect at once.
+	var ln *oob.PingpongListener
+	if o.server == "" {
+		if ln, err = oob.ListenPingpong(oobAddress("", o.ef.oobPort), oopts); err != nil {
+			return err
+		}
+		defer ln.Close()
+	}
 	if err := oob.WritePingpongAddress(stdout, false, s.local, o.typ == ib.UD); err != nil {
 		return err
 	}
@@ -202,11 +211,6 @@ func pingpong(ctx context.Context, o *pingpongOpts, stdout, stderr io.Writer) (e
 	if o.server != "" {
 		remote, err = oob.DialPingpong(ctx, oobAddress(o.server, o.ef.oobPort), s.local, s.connect, oopts)
 	} else {
-		var ln *oob.PingpongListener
-		ln, err = oob.ListenPingpong(oobAddress("", o.ef.oobPort), oopts)
-		if err != nil {
-			return err
-		}
 		actx := ctx
 		if o.wait > 0 {
 			var cancel context.CancelFunc
@@ -214,7 +218,6 @@ func pingpong(ctx context.Context, o *pingpongOpts, stdout, stderr io.Writer) (e
 			defer cancel()
 		}
 		remote, err = ln.Exchange(actx, s.local, s.connect)
-		ln.Close()
 	}
 	if err != nil {
 		return err

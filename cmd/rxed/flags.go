@@ -67,7 +67,7 @@ func (e *engineFlags) register(fs *flag.FlagSet, oobPort bool) {
 	fs.StringVar(&e.pcap, "pcap", "", "record the engine's traffic to pcap `file`")
 	fs.DurationVar(&e.timeout, "timeout", oob.DefaultTimeout, "give up on a silent peer or a stalled run after this `duration`")
 	fs.StringVar(&e.countersOut, "counters-out", "", "write the engine's counters as JSON to `file` at exit")
-	fs.BoolVar(&e.verbose, "v", false, "debug logging to stderr")
+	fs.BoolVar(&e.verbose, "debug", false, "debug logging to stderr")
 	if oobPort {
 		fs.UintVar(&e.oobPort, "p", oob.DefaultPort, "TCP `port` of the out-of-band exchange")
 	}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"github.com/rxed/rxed/pkg/ib"
+)
+
+func init() {
+	register(&command{
+		name:    "devinfo",
+		summary: "show the device like ibv_devinfo: GID table, MTU, port state, limits (-v)",
+		run:     runDevinfo,
+	})
+}
+
+func runDevinfo(args []string, stdout, stderr io.Writer) int {
+	var ef engineFlags
+	fs := flag.NewFlagSet("devinfo", flag.ContinueOnError)
+	ef.register(fs, false)
+	verbose := fs.Bool("v", false, "also print the device limits (ibv_devinfo -v)")
+	fs.String("d", "rxed0", "device name (accepted for compatibility)")
+	rest, code, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return code
+	}
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "rxed devinfo: unexpected argument %q\n", rest[0])
+		return 2
+	}
+	if err := ef.check(); err != nil {
+		fmt.Fprintf(stderr, "rxed devinfo: %v\n", err)
+		return 2
+	}
+	// An ephemeral port: devinfo must work next to a daemon that holds
+	// the configured one. The port shown is the configured one.
+	dev, err := ib.OpenDevice(ib.Config{Addrs: ef.addrs, EphemeralPort: true})
+	if err != nil {
+		return fail(stderr, "devinfo", fmt.Errorf("opening the device on %s: %v", ef.addrs.String(), err))
+	}
+	defer dev.Close()
+	writeDevinfo(stdout, dev, uint16(ef.port), *verbose)
+	return 0
+}
+
+// guidString formats a GUID as ibv_devinfo does: four groups of 4 hex
+// digits.
+func guidString(g uint64) string {
+	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xffff, g>>16&0xffff, g&0xffff)
+}
+
+func writeDevinfo(w io.Writer, dev *ib.Device, udpPort uint16, verbose bool) {
+	a := dev.QueryDevice()
+	p, _ := dev.QueryPort(1)
+	var b strings.Builder
+	fmt.Fprintf(&b, "hca_id:\t%s\n", dev.Name())
+	fmt.Fprintf(&b, "\ttransport:\t\t\tInfiniBand (0)\n")
+	fmt.Fprintf(&b, "\tfw_ver:\t\t\t\t%s\n", a.FwVer)
+	fmt.Fprintf(&b, "\tnode_guid:\t\t\t%s\n", guidString(a.NodeGUID))
+	fmt.Fprintf(&b, "\tsys_image_guid:\t\t\t%s\n", guidString(a.SysImageGUID))
+	fmt.Fprintf(&b, "\tvendor_id:\t\t\t0x%06x\n", a.VendorID)
+	fmt.Fprintf(&b, "\tvendor_part_id:\t\t\t%d\n", a.VendorPartID)
+	fmt.Fprintf(&b, "\thw_ver:\t\t\t\t0x%X\n", a.HwVer)
+	fmt.Fprintf(&b, "\tphys_port_cnt:\t\t\t%d\n", a.PhysPortCnt)
+	if verbose {
+		lim := []struct {
+			name string
+			v    any
+		}{
+			{"max_mr_size", fmt.Sprintf("0x%x", a.MaxMRSize)}, {"page_size_cap", fmt.Sprintf("0x%x", a.PageSizeCap)},
+			{"max_qp", a.MaxQP}, {"max_qp_wr", a.MaxQPWR}, {"max_sge", a.MaxSGE}, {"max_sge_rd", a.MaxSGERd},
+			{"max_cq", a.MaxCQ}, {"max_cqe", a.MaxCQE}, {"max_mr", a.MaxMR}, {"max_pd", a.MaxPD},
+			{"max_qp_rd_atom", a.MaxQPRdAtom}, {"max_qp_init_rd_atom", a.MaxQPInitRdAtom},
+			{"max_res_rd_atom", a.MaxResRdAtom}, {"atomic_cap", atomicCap(a.AtomicCap)}, {"max_mw", a.MaxMW},
+			{"max_srq", a.MaxSRQ}, {"max_srq_wr", a.MaxSRQWR}, {"max_srq_sge", a.MaxSRQSGE},
+			{"max_pkeys", a.MaxPKeys}, {"local_ca_ack_delay", a.LocalCAAckDelay},
+			{"max_inline_data", a.MaxInlineData}, {"max_msg_size", fmt.Sprintf("0x%x", a.MaxMsgSize)},
+			{"max_fast_reg_page_list_len", a.MaxFastRegPageList},
+		}
+		for _, l := range lim {
+			tabs := "\t\t\t"
+			if len(l.name) >= 15 {
+				tabs = "\t\t"
+			}
+			if len(l.name) >= 23 {
+				tabs = "\t"
+			}
+			fmt.Fprintf(&b, "\t%s:%s%v\n", l.name, tabs, l.v)
+		}
+	}
+	fmt.Fprintf(&b, "\t\tport:\t1\n")
+	state := "PORT_DOWN"
+	if p.State == ib.PortActive {
+		state = "PORT_ACTIVE"
+	}
+	fmt.Fprintf(&b, "\t\t\tstate:\t\t\t%s (%d)\n", state, p.State)
+	fmt.Fprintf(&b, "\t\t\tmax_mtu:\t\t%d (%d)\n", p.MaxMTU.Bytes(), int(p.MaxMTU))
+	fmt.Fprintf(&b, "\t\t\tactive_mtu:\t\t%d (%d)\n", p.ActiveMTU.Bytes(), int(p.ActiveMTU))
+	fmt.Fprintf(&b, "\t\t\tsm_lid:\t\t\t0\n\t\t\tport_lid:\t\t0\n\t\t\tport_lmc:\t\t0x00\n")
+	fmt.Fprintf(&b, "\t\t\tlink_layer:\t\t%s\n", p.LinkLayer)
+	fmt.Fprintf(&b, "\t\t\tudp_port:\t\t%d\n", udpPort)
+	if verbose {
+		fmt.Fprintf(&b, "\t\t\tmax_msg_sz:\t\t0x%x\n\t\t\tgid_tbl_len:\t\t%d\n\t\t\tpkey_tbl_len:\t\t%d\n", p.MaxMsgSz, p.GIDTblLen, p.PKeyTblLen)
+	}
+	for i, g := range dev.GIDs() {
+		fmt.Fprintf(&b, "\t\t\tGID[%3d]:\t\t%s, RoCE v2\n", i, gidText(g))
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// gidText prints an IPv4-mapped GID the way ibv_devinfo does
+// (::ffff:a.b.c.d) and other GIDs in plain IPv6 form.
+func gidText(g netip.Addr) string {
+	if g.Is4In6() || g.Is4() {
+		return "::ffff:" + g.Unmap().String()
+	}
+	return g.String()
+}
+
+func atomicCap(c int) string {
+	if c == 1 {
+		return "ATOMIC_HCA (1)"
+	}
+	return fmt.Sprintf("ATOMIC_NONE (%d)", c)
+}
