@@ -46,6 +46,13 @@ func (v Verb) String() string {
 //	key 108, report 8+8+8+8+8       (write/read/atomic bw)     (Finish)
 //	key 108, "done\0" each way      (all but ib_write_lat)     (Finish)
 //	close                           (ib_write_lat: nothing sent)
+//
+// Only single-QP runs were captured; the per-QP address exchange for -q N
+// follows perftest's source. ib_atomic_lat was not captured and is taken to
+// behave like ib_read_lat. The write, read and atomic bandwidth tests make
+// identical exchanges, so a server that cannot know which one a client runs
+// (rxed serve) may use Test{Verb: VerbWrite} for all three; the client's key
+// tells write (OutReads 1) from read/atomic (OutReads > 1).
 type Test struct {
 	Verb    Verb
 	Latency bool // ib_*_lat rather than ib_*_bw
