@@ -57,7 +57,19 @@ func drain(c *net.TCPConn) {
 	_, _ = io.Copy(io.Discard, c)
 }
 
-func shortOpts() *Options { return &Options{Timeout: 100 * time.Millisecond} }
+// silentOpts is for peers that never answer: the step timeout must fire.
+func silentOpts() *Options { return &Options{Timeout: 100 * time.Millisecond} }
+
+// patientOpts is for peers that do answer (or hang up): a timeout there
+// would be a false failure on a loaded machine.
+func patientOpts() *Options { return &Options{Timeout: 10 * time.Second} }
+
+func optsFor(cause error) *Options {
+	if cause == ErrTimeout {
+		return silentOpts()
+	}
+	return patientOpts()
+}
 
 func TestPingpongServerBadInput(t *testing.T) {
 	good := []byte(ppSample)
@@ -79,7 +91,7 @@ func TestPingpongServerBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ln, err := ListenPingpong("127.0.0.1:0", shortOpts())
+			ln, err := ListenPingpong("127.0.0.1:0", optsFor(tc.cause))
 			require.NoError(t, err)
 			defer ln.Close()
 			done := fakeClient(t, ln.Addr().String(), tc.script)
@@ -94,7 +106,7 @@ func TestPingpongServerBadInput(t *testing.T) {
 }
 
 func TestPingpongConnectFailure(t *testing.T) {
-	ln, err := ListenPingpong("127.0.0.1:0", shortOpts())
+	ln, err := ListenPingpong("127.0.0.1:0", patientOpts())
 	require.NoError(t, err)
 	defer ln.Close()
 	clientErr := make(chan error, 1)
@@ -112,13 +124,13 @@ func TestPingpongConnectFailure(t *testing.T) {
 func TestPingpongClientBadInput(t *testing.T) {
 	t.Run("silent server", func(t *testing.T) {
 		addr, done := fakeServer(t, func(c *net.TCPConn) { _, _ = io.Copy(io.Discard, c) })
-		_, err := DialPingpong(context.Background(), addr, PingpongDest{}, nil, shortOpts())
+		_, err := DialPingpong(context.Background(), addr, PingpongDest{}, nil, silentOpts())
 		require.ErrorIs(t, err, ErrTimeout)
 		<-done
 	})
 	t.Run("server closes", func(t *testing.T) {
 		addr, done := fakeServer(t, func(c *net.TCPConn) { buf := make([]byte, 52); io.ReadFull(c, buf); drain(c) })
-		_, err := DialPingpong(context.Background(), addr, PingpongDest{}, nil, shortOpts())
+		_, err := DialPingpong(context.Background(), addr, PingpongDest{}, nil, patientOpts())
 		require.ErrorIs(t, err, ErrClosed)
 		require.Contains(t, err.Error(), "sent 0 bytes, want 52")
 		<-done
@@ -130,7 +142,7 @@ func TestPingpongClientBadInput(t *testing.T) {
 			c.Write([]byte(strings.Repeat("\x01", 52)))
 			drain(c)
 		})
-		_, err := DialPingpong(context.Background(), addr, PingpongDest{}, nil, shortOpts())
+		_, err := DialPingpong(context.Background(), addr, PingpongDest{}, nil, patientOpts())
 		require.ErrorIs(t, err, ErrMalformed)
 		require.Contains(t, err.Error(), `"\x01\x01`)
 		<-done
@@ -142,7 +154,7 @@ func TestPingpongClientBadInput(t *testing.T) {
 			c.Write([]byte(ppSample))
 			drain(c)
 		})
-		_, err := DialPingpong(context.Background(), addr, PingpongDest{}, func(PingpongDest) error { return errors.New("boom") }, shortOpts())
+		_, err := DialPingpong(context.Background(), addr, PingpongDest{}, func(PingpongDest) error { return errors.New("boom") }, patientOpts())
 		require.ErrorIs(t, err, ErrConnect)
 		<-done
 	})
@@ -151,12 +163,12 @@ func TestPingpongClientBadInput(t *testing.T) {
 		require.NoError(t, err)
 		addr := ln.Addr().String()
 		ln.Close()
-		_, err = DialPingpong(context.Background(), addr, PingpongDest{}, nil, shortOpts())
+		_, err = DialPingpong(context.Background(), addr, PingpongDest{}, nil, patientOpts())
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "couldn't connect to "+addr)
 	})
 	t.Run("bad local", func(t *testing.T) {
-		_, err := DialPingpong(context.Background(), "127.0.0.1:1", PingpongDest{QPN: 1 << 24}, nil, shortOpts())
+		_, err := DialPingpong(context.Background(), "127.0.0.1:1", PingpongDest{QPN: 1 << 24}, nil, patientOpts())
 		require.ErrorIs(t, err, errField24)
 	})
 }
@@ -203,7 +215,7 @@ func versionMsg(v string) []byte {
 
 func TestPerftestOldVersion(t *testing.T) {
 	t.Run("old client", func(t *testing.T) {
-		ln, err := ListenPerftest("127.0.0.1:0", &SessionConfig{Options: *shortOpts()})
+		ln, err := ListenPerftest("127.0.0.1:0", &SessionConfig{Options: *patientOpts()})
 		require.NoError(t, err)
 		defer ln.Close()
 		got := make(chan []byte, 1)
@@ -232,7 +244,7 @@ func TestPerftestOldVersion(t *testing.T) {
 			c.Write(versionMsg("5.2"))
 			drain(c)
 		})
-		s, err := DialPerftest(context.Background(), addr, &SessionConfig{Options: *shortOpts()})
+		s, err := DialPerftest(context.Background(), addr, &SessionConfig{Options: *patientOpts()})
 		require.NoError(t, err)
 		_, err = s.ExchangeVersions(context.Background())
 		require.ErrorIs(t, err, ErrVersion)
@@ -246,7 +258,7 @@ func TestPerftestOldVersion(t *testing.T) {
 			c.Write([]byte("\xff\xfeHTTP/1.1 400 x"))
 			drain(c)
 		})
-		s, err := DialPerftest(context.Background(), addr, &SessionConfig{Options: *shortOpts()})
+		s, err := DialPerftest(context.Background(), addr, &SessionConfig{Options: *patientOpts()})
 		require.NoError(t, err)
 		_, err = s.ExchangeVersions(context.Background())
 		require.ErrorIs(t, err, ErrVersion)
@@ -284,7 +296,7 @@ func TestPerftestServerBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ln, err := ListenPerftest("127.0.0.1:0", &SessionConfig{Options: *shortOpts()})
+			ln, err := ListenPerftest("127.0.0.1:0", &SessionConfig{Options: *optsFor(tc.cause)})
 			require.NoError(t, err)
 			defer ln.Close()
 			done := fakeClient(t, ln.Addr().String(), tc.script)
@@ -353,7 +365,7 @@ func TestPerftestCloseDone(t *testing.T) {
 			c.Write([]byte(keySample))
 			afterKey(c)
 		})
-		s, err := DialPerftest(context.Background(), addr, &SessionConfig{Options: *shortOpts()})
+		s, err := DialPerftest(context.Background(), addr, &SessionConfig{Options: *patientOpts()})
 		require.NoError(t, err)
 		err = s.Close(context.Background(), Key{})
 		<-done
