@@ -47,8 +47,8 @@ func init() {
 }
 
 // BTH is the gopacket layer of a RoCEv2 packet's Base Transport Header. It
-// also carries the packet-level results of parsing: the whole wire.Packet
-// (every view aliases the packet data), the pad and the ICRC.
+// also carries the packet-level results of parsing: the ICRC, and the whole
+// wire.Packet through the Packet method.
 type BTH struct {
 	layers.BaseLayer
 	Opcode   wire.Opcode
@@ -62,9 +62,13 @@ type BTH struct {
 	AckReq   bool
 	PSN      uint32
 	ICRC     uint32 // as received (wire bytes read little-endian)
-	// Packet is the full parse; on a parse error only its BTH is set.
-	Packet wire.Packet
+	pkt      wire.Packet
 }
+
+// Packet returns the full parse behind the layer (every view aliases the
+// packet data); after a parse error only Raw and the BTH view are set.
+// It is unexported as a field so gopacket's layer dumps stay readable.
+func (b *BTH) Packet() *wire.Packet { return &b.pkt }
 
 // LayerType implements gopacket.Layer.
 func (b *BTH) LayerType() gopacket.LayerType { return LayerTypeBTH }
@@ -78,19 +82,22 @@ func (b *BTH) CanDecode() gopacket.LayerClass { return LayerTypeBTH }
 func (b *BTH) NextLayerType() gopacket.LayerType { return gopacket.LayerTypePayload }
 
 // DecodeFromBytes implements gopacket.DecodingLayer. data is the UDP
-// payload. Contents is the BTH; Payload the application payload.
+// payload. Contents is the BTH; Payload the application payload (the
+// extension headers are in Packet()). Decoded by gopacket.NewPacket
+// instead, the BTH is followed by one layer per extension header and its
+// Payload is, as usual, everything after it.
 func (b *BTH) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
-	err := b.Packet.Parse(data)
+	err := b.pkt.Parse(data)
 	if len(data) < wire.BTHLen {
 		df.SetTruncated()
 		return err
 	}
 	h := wire.BTH(data)
 	*b = BTH{
-		BaseLayer: layers.BaseLayer{Contents: data[:wire.BTHLen], Payload: b.Packet.Payload},
+		BaseLayer: layers.BaseLayer{Contents: data[:wire.BTHLen], Payload: b.pkt.Payload},
 		Opcode:    h.Opcode(), SE: h.SE(), M: h.M(), PadCount: h.PadCount(), TVer: h.TVer(),
 		PKey: h.PKey(), FECN: h.FECN(), BECN: h.BECN(), DestQP: h.DestQP(), AckReq: h.AckReq(),
-		PSN: h.PSN(), ICRC: b.Packet.ICRC, Packet: b.Packet,
+		PSN: h.PSN(), ICRC: b.pkt.ICRC, pkt: b.pkt,
 	}
 	if errors.Is(err, wire.ErrTruncated) {
 		df.SetTruncated()
@@ -108,16 +115,15 @@ func decodeBTH(data []byte, p gopacket.PacketBuilder) error {
 	if err != nil {
 		return err
 	}
-	pk := &b.Packet
+	pk := &b.pkt
 	info := pk.Info
+	// As in gopacket's own layers, each layer's payload is everything after
+	// it: here the following headers and the payload, up to the pad.
+	end := info.HdrLen + len(pk.Payload)
+	b.Payload = data[wire.BTHLen:end]
 	for k, h := range info.HeaderOrder() {
 		off := info.Offsets[k]
-		base := layers.BaseLayer{Contents: data[off : off+h.Len()]}
-		if k == info.NHeaders-1 {
-			base.Payload = pk.Payload
-		} else {
-			base.Payload = data[off+h.Len() : info.HdrLen]
-		}
+		base := layers.BaseLayer{Contents: data[off : off+h.Len()], Payload: data[off+h.Len() : end]}
 		p.AddLayer(extLayer(h, base, pk))
 	}
 	if len(pk.Payload) == 0 {

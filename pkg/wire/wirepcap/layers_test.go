@@ -52,6 +52,8 @@ func TestGopacketLayers(t *testing.T) {
 			require.Equal(t, p.BTH.PSN(), bl.PSN)
 			require.Equal(t, p.BTH.DestQP(), bl.DestQP)
 			require.Equal(t, p.ICRC, bl.ICRC)
+			require.Equal(t, p.Payload, bl.Packet().Payload)
+			require.Equal(t, p.Raw, bl.Packet().Raw)
 			require.Equal(t, wire.ICRCOK, wirepcap.VerifyPacketICRC(pkt))
 
 			var got []gopacket.LayerType
