@@ -73,7 +73,7 @@ func TestMatrixCoversTheIssue(t *testing.T) {
 			require.True(t, has(func(c Cell) bool { return c.Tool == want.tool && c.Args == want.args && c.Size == 1<<20 }), "%v 1MiB", want)
 		}
 	}
-	require.True(t, has(func(c Cell) bool { return c.Tool == "read_bw" && strings.Contains(c.Args, "-o 8") }))
+	require.True(t, has(func(c Cell) bool { return c.Tool == "read_bw" && strings.Contains(c.Args+c.RxeArgs, "-o 8") }))
 	require.True(t, has(func(c Cell) bool { return c.Tool == "atomic_bw" && strings.Contains(c.Args, "CMP_AND_SWAP") }))
 	require.True(t, has(func(c Cell) bool { return c.Tool == "atomic_bw" && strings.Contains(c.Args, "FETCH_AND_ADD") }))
 	for _, lat := range []string{"write_lat", "send_lat", "read_lat"} {
@@ -88,9 +88,9 @@ func TestMatrixCoversTheIssue(t *testing.T) {
 }
 
 func TestRender(t *testing.T) {
-	c := Cell{Size: 4096, Iters: 20, MTU: 1024, Args: "-c UD  -x"}
-	require.Equal(t, "a 4096 20 1024 -c UD -x fd78::1 3 20001 /c rxed",
-		Render("a {size} {iters} {mtu} {args} {addr} {gid} {port} {counters} {rxed}", c,
+	c := Cell{Size: 4096, Iters: 20, MTU: 1024, Args: "-c UD  -x", RxeArgs: "-o 2"}
+	require.Equal(t, "a 4096 20 1024 -c UD -x -o 2 fd78::1 3 20001 /c rxed",
+		Render("a {size} {iters} {mtu} {args} {rxeargs} {addr} {gid} {port} {counters} {rxed}", c,
 			Vars{Rxed: "rxed", Addr: HostIP6, GID: 3, Port: 20001, Counters: "/c"}))
 	require.Equal(t, "x {unknown}", Render("x {unknown} {args}", Cell{}, Vars{}))
 }
