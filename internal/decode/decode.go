@@ -30,7 +30,7 @@ type Stats struct {
 	Errors  int // RoCEv2 frames with a defect (including a bad ICRC)
 }
 
-const usageText = `usage: rxed decode [-v] [-json] FILE
+const usageText = `usage: rxed decode [-v] [-json] FILE|-
 
 Print the RoCEv2 packets of a pcap or pcapng capture (Ethernet, 802.1Q,
 raw IP or Linux cooked link types), one line per packet, checking each
@@ -78,14 +78,24 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// DecodeFile decodes the capture at path into w.
+// stdin is where "-" reads from (a variable for tests).
+var stdin io.Reader = os.Stdin
+
+// DecodeFile decodes the capture at path ("-" for standard input, e.g.
+// `tcpdump -w - udp port 4791 | rxed decode -`) into w.
 func DecodeFile(path string, opt Options, w io.Writer) (Stats, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return Stats{}, err
+	var in io.Reader
+	if path == "-" {
+		in = stdin
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return Stats{}, err
+		}
+		defer f.Close()
+		in = f
 	}
-	defer f.Close()
-	r, err := wirepcap.NewReader(f)
+	r, err := wirepcap.NewReader(in)
 	if err != nil {
 		return Stats{}, fmt.Errorf("%s: %w", path, err)
 	}

@@ -238,3 +238,14 @@ func TestDecodeMatchesPerftestLogs(t *testing.T) {
 	}
 	require.Equal(t, 9, checked)
 }
+
+func TestDecodeStdin(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(sharedDir(t), "pcaps", "rc_pingpong_send_64.pcap"))
+	require.NoError(t, err)
+	old := stdin
+	stdin = bytes.NewReader(b)
+	defer func() { stdin = old }()
+	code, out, errOut := runDecode(t, "-")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, 40, strings.Count(out, "icrc=ok"))
+}
