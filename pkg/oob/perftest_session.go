@@ -206,8 +206,9 @@ func (s *Session) ExchangeVersions(ctx context.Context) (string, error) {
 }
 
 // CheckSysData is check_sys_data: cycle_buffer and cache_line_size are
-// exchanged as 32-bit big-endian integers (peers of version 5.32 and newer,
-// unless DontXchgVersions) and each side keeps the larger value.
+// exchanged as 32-bit big-endian integers (unless DontXchgVersions) and each
+// side keeps the larger value. (Peers older than 5.32 skipped it, but
+// ExchangeVersions refuses anything below 5.70.)
 func (s *Session) CheckSysData(ctx context.Context) (SysData, error) {
 	local := SysData{CycleBuffer: s.cfg.CycleBuffer, CacheLineSize: s.cfg.CacheLineSize}
 	if local.CycleBuffer == 0 {
@@ -216,7 +217,7 @@ func (s *Session) CheckSysData(ctx context.Context) (SysData, error) {
 	if local.CacheLineSize == 0 {
 		local.CacheLineSize = 64
 	}
-	if s.remoteNum < 5.32 || s.cfg.DontXchgVersions {
+	if s.cfg.DontXchgVersions {
 		return local, nil
 	}
 	var out, in [SysDataMsgLen]byte
@@ -241,28 +242,25 @@ func (s *Session) CheckSysData(ctx context.Context) (SysData, error) {
 }
 
 // CheckMTU is check_mtu's exchange: localMTU is this side's ibv_mtu enum
-// value (1 = 256 ... 5 = 4096); the result is the smaller of both when the
-// peer's value is valid, else ours. Peers of version 5.31 and newer send 2
-// bytes; 5.1 to 5.31 send 4; older ones and DontXchgVersions send nothing.
+// value (1 = 256 ... 5 = 4096), sent as 2 bytes of decimal text; the result
+// is the smaller of both when the peer's value is valid, else ours. With
+// DontXchgVersions nothing is sent. (Peers older than 5.31 sent 4 bytes and
+// older than 5.1 nothing, but ExchangeVersions refuses anything below 5.70.)
 func (s *Session) CheckMTU(ctx context.Context, localMTU int) (int, error) {
 	if localMTU < 1 || localMTU > 5 {
 		return 0, fmt.Errorf("oob: local MTU enum %d is not 1..5", localMTU)
 	}
-	rv := float64(float32(s.remoteNum)) // check_mtu holds the version in a float
-	if s.cfg.DontXchgVersions || rv < 5.1 {
+	if s.cfg.DontXchgVersions {
 		return localMTU, nil
 	}
-	n := MTUMsgLen
-	if rv < 5.31 {
-		n = 4
-	}
-	out := make([]byte, n)
-	in := make([]byte, n)
-	copy(out, fmt.Sprintf("%d\x00", localMTU))
-	if err := s.exchange(ctx, out, in, "MTU", true); err != nil {
+	var out, in [MTUMsgLen]byte
+	if err := EncodeMTU(out[:], localMTU); err != nil {
 		return 0, err
 	}
-	if rem, ok := ParseMTU(in); ok && rem < localMTU {
+	if err := s.exchange(ctx, out[:], in[:], "MTU", true); err != nil {
+		return 0, err
+	}
+	if rem, ok := ParseMTU(in[:]); ok && rem < localMTU {
 		return rem, nil
 	}
 	return localMTU, nil

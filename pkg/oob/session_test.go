@@ -1,8 +1,14 @@
 package oob
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,7 +61,7 @@ func TestPerftestSessionLoopback(t *testing.T) {
 	}
 	for _, test := range tests {
 		for _, qps := range []int{1, 3} {
-			t.Run(test.String()+"/qps="+string(rune('0'+qps)), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%v/qps=%d", test, qps), func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				scfg := &SessionConfig{Options: Options{Timeout: 5 * time.Second}, CycleBuffer: 4096, CacheLineSize: 128}
@@ -174,4 +180,129 @@ func TestPingpongLoopback(t *testing.T) {
 	sr := <-srv
 	require.NoError(t, sr.err)
 	require.Equal(t, client, sr.d)
+}
+
+func TestPerftestConnectCallbackFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := &SessionConfig{Options: Options{Timeout: 10 * time.Second}}
+	ln, err := ListenPerftest("127.0.0.1:0", cfg)
+	require.NoError(t, err)
+	defer ln.Close()
+	test := Test{Verb: VerbRead}
+	srv := make(chan sessionResult, 1)
+	go func() {
+		s, err := ln.Accept(ctx)
+		if err != nil {
+			srv <- sessionResult{err: err}
+			return
+		}
+		srv <- runSide(ctx, s, test, 3, []Key{{QPN: 1}}, BWReport{})
+	}()
+	c, err := DialPerftest(ctx, ln.Addr().String(), cfg)
+	require.NoError(t, err)
+	_, err = c.Negotiate(ctx, 3)
+	require.NoError(t, err)
+	_, err = c.Connect(ctx, test, []Key{{QPN: 2}}, func([]Key) error { return errors.New("RTR refused") })
+	require.ErrorIs(t, err, ErrConnect)
+	require.Contains(t, err.Error(), "RTR refused")
+	// The server learns at once, not after its 10 s step timeout.
+	sres := <-srv
+	require.ErrorIs(t, sres.err, ErrClosed)
+	require.Contains(t, sres.err.Error(), "key message")
+}
+
+func TestSessionLogs(t *testing.T) {
+	var logBuf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logBuf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := &SessionConfig{Options: Options{Timeout: 5 * time.Second, Logger: logger}}
+	ln, err := ListenPerftest("127.0.0.1:0", cfg)
+	require.NoError(t, err)
+	defer ln.Close()
+	errc := make(chan error, 1)
+	go func() {
+		s, err := ln.Accept(ctx)
+		if err == nil {
+			_, err = s.ExchangeVersions(ctx)
+			s.CloseWithoutExchange()
+		}
+		errc <- err
+	}()
+	c, err := DialPerftest(ctx, ln.Addr().String(), nil)
+	require.NoError(t, err)
+	v, err := c.ExchangeVersions(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "6.06", v)
+	require.Equal(t, Client, c.Role())
+	require.Equal(t, ln.Addr().String(), c.RemoteAddr())
+	require.NoError(t, <-errc)
+	require.NoError(t, c.CloseWithoutExchange())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, logBuf.String(), `msg="oob recv"`)
+	require.Contains(t, logBuf.String(), `what="perftest version" len=16`)
+	require.Equal(t, "server", Server.String())
+	require.Equal(t, "client", Client.String())
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestOldLocalVersionNarrowsIters: with --dont_xchg_versions the peer is
+// taken to run our version; claiming one older than 5.33 switches the
+// report's iters field to 4 bytes, as perftest would.
+func TestOldLocalVersionNarrowsIters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := &SessionConfig{Options: Options{Timeout: 5 * time.Second}, DontXchgVersions: true, Version: "5.20"}
+	ln, err := ListenPerftest("127.0.0.1:0", cfg)
+	require.NoError(t, err)
+	defer ln.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.CloseWithoutExchange()
+		// Raw: the size exchange, then a 4-byte iters field.
+		b := make([]byte, 12)
+		_, _ = io.ReadFull(c.s.c, b[:8])
+		_, _ = c.s.c.Write(make([]byte, 8))
+		_, _ = io.ReadFull(c.s.c, b[8:])
+		got <- b
+	}()
+	s, err := DialPerftest(ctx, ln.Addr().String(), cfg)
+	require.NoError(t, err)
+	defer s.CloseWithoutExchange()
+	go func() { _, _ = s.ExchangeBWReports(ctx, BWReport{Size: 1, Iters: 0x01020304}) }()
+	require.Equal(t, []byte{0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4}, <-got)
+}
+
+func TestTestKinds(t *testing.T) {
+	names := map[Test]string{
+		{VerbWrite, false}: "ib_write_bw", {VerbRead, true}: "ib_read_lat", {VerbSend, false}: "ib_send_bw", {VerbAtomic, true}: "ib_atomic_lat",
+	}
+	for tc, want := range names {
+		require.Equal(t, want, tc.String())
+	}
+	require.Equal(t, "Verb(9)", Verb(9).String())
+	require.True(t, Test{Verb: VerbRead}.ServerIdles())
+	require.True(t, Test{Verb: VerbRead, Latency: true}.ServerIdles())
+	require.False(t, Test{Verb: VerbWrite, Latency: true}.ServerIdles())
+	require.False(t, Test{Verb: VerbSend}.ServerIdles())
+	require.False(t, Test{Verb: VerbWrite, Latency: true}.ClosesWithExchange())
+	require.True(t, Test{Verb: VerbSend, Latency: true}.ClosesWithExchange())
 }
