@@ -20,6 +20,7 @@ const (
 	Server
 )
 
+// String is "client" or "server".
 func (r Role) String() string {
 	if r == Server {
 		return "server"
