@@ -78,8 +78,28 @@ func (s *stream) step(ctx context.Context, bounded bool) (done func()) {
 		dl = d
 	}
 	_ = s.c.SetDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { _ = s.c.SetDeadline(time.Unix(1, 0)) })
-	return func() { stop() }
+	return interruptOn(ctx, s.c.SetDeadline)
+}
+
+// interruptOn makes ctx's cancellation set a deadline in the past through
+// setDeadline, until the returned function is called; a cancellation racing
+// with that call cannot leak into a later step.
+func interruptOn(ctx context.Context, setDeadline func(time.Time) error) (done func()) {
+	var mu sync.Mutex
+	finished := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !finished {
+			_ = setDeadline(time.Unix(1, 0))
+		}
+	})
+	return func() {
+		stop()
+		mu.Lock()
+		finished = true
+		mu.Unlock()
+	}
 }
 
 // readMsg reads exactly len(buf) bytes of the step named what.
@@ -164,9 +184,11 @@ func accept(ctx context.Context, ln net.Listener, o *Options) (*stream, error) {
 	if dl, ok := ln.(deadliner); ok {
 		d, _ := ctx.Deadline()
 		_ = dl.SetDeadline(d)
-		stop := context.AfterFunc(ctx, func() { _ = dl.SetDeadline(time.Unix(1, 0)) })
-		defer stop()
-		defer func() { _ = dl.SetDeadline(time.Time{}) }()
+		done := interruptOn(ctx, dl.SetDeadline)
+		defer func() {
+			done()
+			_ = dl.SetDeadline(time.Time{})
+		}()
 	}
 	c, err := ln.Accept()
 	if err != nil {
