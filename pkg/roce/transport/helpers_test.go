@@ -7,21 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rxSet is a reusable set of receive buffers for tests.
-type rxSet struct {
-	bufs  [][]byte
-	sizes []int
-	eps   []Endpoint
-}
-
-func newRxSet(n, size int) *rxSet {
-	r := &rxSet{bufs: make([][]byte, n), sizes: make([]int, n), eps: make([]Endpoint, n)}
-	for i := range r.bufs {
-		r.bufs[i] = make([]byte, size)
-	}
-	return r
-}
-
 type gotPkt struct {
 	data []byte
 	ep   Endpoint
