@@ -15,4 +15,3 @@ func newRxSet(n, size int) *rxSet {
 	}
 	return r
 }
-
