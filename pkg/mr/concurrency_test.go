@@ -20,7 +20,7 @@ import (
 func TestConcurrentRegisterLookupDereg(t *testing.T) {
 	tb := newTestTable(t)
 	pd := mustPD(t, tb)
-	const writers, readers, rounds = 8, 4, 300
+	const writers, readers, rounds = 8, 4, 1000
 	var published [64]atomic.Uint32
 	var stop atomic.Bool
 	var wg, rwg sync.WaitGroup
@@ -30,6 +30,7 @@ func TestConcurrentRegisterLookupDereg(t *testing.T) {
 		done chan error
 	}
 	probes := make(chan probe)
+	var hits atomic.Int64
 
 	for r := range readers {
 		rwg.Add(1)
@@ -48,6 +49,9 @@ func TestConcurrentRegisterLookupDereg(t *testing.T) {
 					p.done <- err
 				default:
 				}
+				// Readers spin; yield so blocked writers are not left
+				// waiting for a preemption tick on a small machine.
+				runtime.Gosched()
 				key := published[rng.IntN(len(published))].Load()
 				if key == 0 {
 					continue
@@ -65,6 +69,7 @@ func TestConcurrentRegisterLookupDereg(t *testing.T) {
 					reg.Release()
 					return
 				}
+				hits.Add(1)
 				reg.Release()
 			}
 		}()
@@ -120,6 +125,7 @@ func TestConcurrentRegisterLookupDereg(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+	t.Logf("racing reader hits on live keys: %d", hits.Load())
 	pds, mrs, _ := tb.Counts()
 	require.Equal(t, 1, pds)
 	require.Zero(t, mrs)
@@ -143,6 +149,7 @@ func TestConcurrentReregLookup(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
+				runtime.Gosched() // spinning readers must not starve the writer
 				reg, err := tb.Lookup(m.RKey(), RKey, pd, m.IOVA(), 256, RemoteRead)
 				switch {
 				case err == nil:
@@ -166,7 +173,6 @@ func TestConcurrentReregLookup(t *testing.T) {
 			access = LocalWrite
 		}
 		require.NoError(t, m.Rereg(ReregAccess, nil, nil, access))
-		runtime.Gosched() // let the readers see this version on a 2-core box
 		reg, err := tb.Lookup(m.RKey(), RKey, pd, m.IOVA(), 256, RemoteRead)
 		if access&RemoteRead != 0 {
 			require.NoError(t, err)
