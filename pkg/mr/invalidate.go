@@ -67,3 +67,35 @@ func (t *Table) invalidateMW(pd *PD, qpn uint32, key uint32) error {
 	w.st.Store(&mwState{rkey: ws.rkey, pd: ws.pd, typ: ws.typ, qpn: NoQP})
 	return nil
 }
+
+// DetachQP invalidates every type 2 window bound through QP number qpn and
+// returns how many there were. Call it when the QP is destroyed: QP numbers
+// are reused, and a window must not become reachable from a new QP that
+// happens to get the old number.
+func (t *Table) DetachQP(qpn uint32) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for ci := range t.mws.chunks {
+		c := t.mws.chunks[ci].Load()
+		if c == nil {
+			continue
+		}
+		for i := range c {
+			w := c[i].p.Load()
+			if w == nil {
+				continue
+			}
+			ws := w.st.Load()
+			if ws == nil || ws.typ != MWType2 || !ws.valid || ws.qpn != qpn {
+				continue
+			}
+			if ws.mr != nil {
+				ws.mr.numMW--
+			}
+			w.st.Store(&mwState{rkey: ws.rkey, pd: ws.pd, typ: ws.typ, qpn: NoQP})
+			n++
+		}
+	}
+	return n
+}

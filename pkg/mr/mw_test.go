@@ -246,3 +246,44 @@ func TestBindChecks(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.Equal(t, "type2", MWType2.String())
 }
+
+func TestDetachQP(t *testing.T) {
+	f := newMWFixture(t, LocalWrite|RemoteRead|MWBind)
+	var keys []uint32
+	for i := range 3 {
+		w, err := f.tb.AllocMW(f.pd, MWType2)
+		require.NoError(t, err)
+		qpn := uint32(0x20)
+		if i == 2 {
+			qpn = 0x21
+		}
+		rkey, err := f.tb.BindMW(f.pd, qpn, Bind{MWKey: w.RKey(), NewKey: IncKey(w.RKey()), MRKey: f.mr.LKey(), Addr: f.mr.IOVA(), Length: 8, Access: RemoteRead})
+		require.NoError(t, err)
+		keys = append(keys, rkey)
+	}
+	t1, err := f.tb.AllocMW(f.pd, MWType1)
+	require.NoError(t, err)
+	_, err = t1.Bind(f.mr, f.mr.IOVA(), 8, RemoteRead)
+	require.NoError(t, err)
+
+	require.Equal(t, 2, f.tb.DetachQP(0x20))
+	require.Zero(t, f.tb.DetachQP(0x20))
+	for i, k := range keys {
+		qpn := uint32(0x20)
+		if i == 2 {
+			qpn = 0x21
+		}
+		reg, err := f.tb.LookupQP(k, RKey, f.pd, qpn, f.mr.IOVA(), 8, RemoteRead)
+		if i == 2 {
+			require.NoError(t, err, "other QP's window untouched")
+			reg.Release()
+		} else {
+			require.ErrorIs(t, err, ErrInvalidated)
+		}
+	}
+	require.True(t, t1.Bound(), "type 1 windows do not belong to a QP")
+	require.Equal(t, 1, f.tb.DetachQP(0x21))
+	_, err = t1.Bind(nil, 0, 0, 0)
+	require.NoError(t, err)
+	require.NoError(t, f.mr.Dereg(), "no windows left bound")
+}
