@@ -107,6 +107,12 @@ func (t *Table) LookupQP(key uint32, kind KeyKind, pd *PD, qpn uint32, va, lengt
 		if st.tryGet() {
 			return Region{b: b, st: st}, nil
 		}
+		if m.st.Load() == st {
+			// Versions are replaced before their last reference goes,
+			// so a dead current version means a Region was released
+			// twice; fail rather than spin.
+			return Region{}, ErrInvalidKey
+		}
 		// The version was retired between Load and tryGet; the region
 		// has a newer one (or none), so look again.
 	}

@@ -2,6 +2,7 @@ package mr
 
 import (
 	"bytes"
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -263,4 +264,46 @@ func TestStatusMapping(t *testing.T) {
 	require.Equal(t, StatusSuccess, RemoteStatus(nil))
 	require.Equal(t, StatusRemInvReqErr, RemoteInvalidateStatus(ErrKeyMismatch))
 	require.Equal(t, StatusSuccess, RemoteInvalidateStatus(nil))
+}
+
+func TestProgrammingErrorsPanic(t *testing.T) {
+	require.PanicsWithValue(t, "mr: atomic operand shorter than 8 bytes", func() { FetchAdd(make([]byte, 7), 1) })
+	require.Panics(t, func() { CompareSwap(nil, 0, 1) })
+
+	tb := newTestTable(t)
+	pd := mustPD(t, tb)
+	require.PanicsWithValue(t, "mr: PD.Unhold without Hold", pd.Unhold)
+
+	m, err := tb.RegMR(pd, make([]byte, 8), 0)
+	require.NoError(t, err)
+	reg, err := tb.Lookup(m.LKey(), LKey, pd, m.IOVA(), 8, 0)
+	require.NoError(t, err)
+	dup := reg
+	reg.Release()
+	require.NoError(t, m.Dereg())
+	require.Panics(t, dup.Release, "releasing a copy twice is caught")
+
+	// Over-releasing a live region's version makes its key fail instead
+	// of hanging lookups.
+	m, err = tb.RegMR(pd, make([]byte, 8), 0)
+	require.NoError(t, err)
+	reg, err = tb.Lookup(m.LKey(), LKey, pd, m.IOVA(), 8, 0)
+	require.NoError(t, err)
+	dup = reg
+	reg.Release()
+	dup.Release()
+	_, err = tb.Lookup(m.LKey(), LKey, pd, m.IOVA(), 8, 0)
+	require.ErrorIs(t, err, ErrInvalidKey)
+}
+
+func TestLoggerSeesRejections(t *testing.T) {
+	var logged bytes.Buffer
+	tb := newTestTable(t, WithLogger(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	pd := mustPD(t, tb)
+	require.Equal(t, tb, pd.Table())
+	require.NotZero(t, pd.Handle())
+	_, err := tb.RegMR(pd, make([]byte, 8), RemoteWrite)
+	require.ErrorIs(t, err, ErrAccessCombo)
+	require.Contains(t, logged.String(), "reg_mr rejected")
+	require.Contains(t, logged.String(), "LOCAL_WRITE")
 }

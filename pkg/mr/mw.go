@@ -300,5 +300,8 @@ func (t *Table) lookupMW(key uint32, pd *PD, qpn uint32, va, length uint64, need
 		if st.tryGet() {
 			return Region{b: b, st: st}, nil
 		}
+		if ws.mr.st.Load() == st {
+			return Region{}, ErrInvalidKey // over-released; see LookupQP
+		}
 	}
 }
