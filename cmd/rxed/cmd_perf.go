@@ -462,8 +462,11 @@ func (r *perfRun) setup() error {
 		q := &perfQP{psn: rand.Uint32() & 0xffffff, src: i * per, srcLen: srcLen}
 		q.target = q.src + align(srcLen)
 		q.recv = q.target + align(size)
+		// The send queue has room for twice -t: at most -t are outstanding,
+		// but a completion can be polled a moment before the engine frees
+		// its send queue slot.
 		q.qp, err = r.pd.CreateQP(ib.QPInitAttr{Type: o.conn, SendCQ: r.cq, RecvCQ: r.cq,
-			Cap: ib.QPCap{MaxSendWR: uint32(o.txDepth), MaxRecvWR: uint32(max(r.slots, 1)), MaxSendSGE: 1, MaxRecvSGE: 1}})
+			Cap: ib.QPCap{MaxSendWR: uint32(min(2*o.txDepth, 8192)), MaxRecvWR: uint32(max(r.slots, 1)), MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			return err
 		}

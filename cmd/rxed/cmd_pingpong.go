@@ -264,7 +264,7 @@ func (s *ppSide) setup() error {
 		return err
 	}
 	s.qp, err = s.pd.CreateQP(ib.QPInitAttr{Type: o.typ, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: ib.QPCap{MaxSendWR: 1, MaxRecvWR: uint32(o.rx), MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: ib.QPCap{MaxSendWR: 2, MaxRecvWR: uint32(o.rx), MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Address plan: these tests use 127.0.2.1 .. 127.0.2.254 (UDP 4791) and
+// ephemeral TCP ports only, so they run next to other packages' tests.
+// Each test takes its own pair of addresses.
+var (
+	addrMu   sync.Mutex
+	nextAddr = 1
+)
+
+// addrPair returns two addresses no other test in this package uses.
+func addrPair(t *testing.T) (string, string) {
+	t.Helper()
+	addrMu.Lock()
+	defer addrMu.Unlock()
+	require.Less(t, nextAddr+1, 255, "out of 127.0.2.x addresses")
+	a, b := nextAddr, nextAddr+1
+	nextAddr += 2
+	return "127.0.2." + strconv.Itoa(a), "127.0.2." + strconv.Itoa(b)
+}
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// syncBuffer is an io.Writer safe for concurrent use that can wait for
+// text to appear.
+type syncBuffer struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{}
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{changed: make(chan struct{})} }
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := s.b.Write(p)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return n, err
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor blocks until the buffer contains sub (or fails the test after
+// d), woken by every write.
+func (s *syncBuffer) waitFor(t *testing.T, sub string, d time.Duration) {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		s.mu.Lock()
+		has := strings.Contains(s.b.String(), sub)
+		ch := s.changed
+		s.mu.Unlock()
+		if has {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("%q did not appear within %v; output so far:\n%s", sub, d, s.String())
+		}
+	}
+}
+
+// result is a finished command.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// startCmd runs rxed with args in a goroutine.
+func startCmd(args ...string) (out, errOut *syncBuffer, done <-chan result) {
+	out, errOut = newSyncBuffer(), newSyncBuffer()
+	ch := make(chan result, 1)
+	go func() {
+		code := run(args, out, errOut)
+		ch <- result{code, out.String(), errOut.String()}
+	}()
+	return out, errOut, ch
+}
+
+// runCmd runs rxed with args to completion.
+func runCmd(args ...string) result {
+	var out, errOut bytes.Buffer
+	code := run(args, &out, &errOut)
+	return result{code, out.String(), errOut.String()}
+}
+
+func await(t *testing.T, ch <-chan result, d time.Duration) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(d):
+		t.Fatalf("command did not finish within %v", d)
+	}
+	return result{}
+}
+
+// runPair starts the server command, waits until it listens (ready is a
+// line it prints once listening), runs the client, and returns both
+// results.
+func runPair(t *testing.T, server []string, ready string, client []string) (srv, cli result) {
+	t.Helper()
+	sout, _, sdone := startCmd(server...)
+	select {
+	case r := <-sdone:
+		t.Fatalf("server exited early with %d:\n%s\n%s", r.code, r.stdout, r.stderr)
+	default:
+	}
+	sout.waitFor(t, ready, 20*time.Second)
+	cli = runCmd(client...)
+	srv = await(t, sdone, 60*time.Second)
+	return srv, cli
+}
+
+// requireOK fails with both outputs unless the command exited 0.
+func requireOK(t *testing.T, name string, r result) {
+	t.Helper()
+	require.Equalf(t, 0, r.code, "%s exited %d\nstdout:\n%s\nstderr:\n%s", name, r.code, r.stdout, r.stderr)
+}
+
+// requireOneLineError checks a failed command printed exactly one line
+// containing every want.
+func requireOneLineError(t *testing.T, r result, want ...string) {
+	t.Helper()
+	require.NotEqualf(t, 0, r.code, "expected failure; stdout:\n%s", r.stdout)
+	msg := strings.TrimRight(r.stderr, "\n")
+	require.NotEmpty(t, msg, "no error message")
+	require.NotContainsf(t, msg, "\n", "error is more than one line:\n%s", r.stderr)
+	for _, w := range want {
+		require.Containsf(t, msg, w, "error %q does not name %q", msg, w)
+	}
+}
+
+// readCounters parses a --counters-out file.
+func readCounters(t *testing.T, path string) map[string]uint64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var m map[string]uint64
+	require.NoError(t, json.Unmarshal(b, &m))
+	return m
+}
+
+func tempPath(t *testing.T, name string) string { return filepath.Join(t.TempDir(), name) }
