@@ -103,7 +103,7 @@ func (a Access) Has(need Access) bool { return a&need == need }
 
 // checkMRAccess applies ib_check_mr_access's rules to region access flags.
 func checkMRAccess(a Access) error {
-	// IBA C10-? / ib_check_mr_access: remote write or atomic lets a peer
+	// IBA and ib_check_mr_access: remote write or atomic lets a peer
 	// change memory, which the owner itself must be allowed to do.
 	if a&(RemoteWrite|RemoteAtomic) != 0 && a&LocalWrite == 0 {
 		return wrapf(ErrAccessCombo, "access %v: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE", a)

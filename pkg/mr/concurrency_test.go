@@ -317,3 +317,83 @@ func TestCompareSwapCounter(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, uint64(goroutines*perG), AtomicLoad(buf))
 }
+
+// TestConcurrentWindowBindInvalidate binds and invalidates a type 2 window
+// while other goroutines access it and try to deregister the region under
+// it (kept pinned by a bound type 1 window): accesses see the window's
+// memory or fail cleanly, and the region is never deregistered while a
+// window is bound.
+func TestConcurrentWindowBindInvalidate(t *testing.T) {
+	tb := newTestTable(t)
+	pd := mustPD(t, tb)
+	buf := alignedBuf(128)
+	m, err := tb.RegMR(pd, buf, LocalWrite|MWBind)
+	require.NoError(t, err)
+	pin, err := tb.AllocMW(pd, MWType1)
+	require.NoError(t, err)
+	_, err = pin.Bind(m, m.IOVA(), 8, RemoteRead)
+	require.NoError(t, err)
+	w, err := tb.AllocMW(pd, MWType2)
+	require.NoError(t, err)
+	const qpn, rounds = 5, 1000
+	var rkey atomic.Uint32
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var hits atomic.Int64
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				runtime.Gosched()
+				reg, err := tb.LookupQP(rkey.Load(), RKey, pd, qpn, 0, 8, RemoteAtomic)
+				switch {
+				case err == nil:
+					if !samePtr(reg.Bytes(), buf[64:]) {
+						t.Error("window resolved to wrong memory")
+					}
+					FetchAdd(reg.Bytes(), 1)
+					hits.Add(1)
+					reg.Release()
+				case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidated):
+				default:
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			runtime.Gosched()
+			if err := m.Dereg(); !errors.Is(err, ErrMWBound) {
+				t.Errorf("dereg under bound windows: %v", err)
+				return
+			}
+		}
+	}()
+	cur := w.RKey()
+	own := 0
+	for range rounds {
+		k, err := tb.BindMW(pd, qpn, Bind{MWKey: cur, NewKey: IncKey(cur), MRKey: m.LKey(), Addr: m.IOVA() + 64, Length: 8, Access: RemoteAtomic | ZeroBased})
+		require.NoError(t, err)
+		require.NotEqual(t, cur, k)
+		rkey.Store(k)
+		cur = k
+		reg, err := tb.LookupQP(k, RKey, pd, qpn, 0, 8, RemoteAtomic)
+		require.NoError(t, err)
+		FetchAdd(reg.Bytes(), 1)
+		own++
+		reg.Release()
+		require.NoError(t, tb.Invalidate(pd, qpn, k))
+	}
+	stop.Store(true)
+	wg.Wait()
+	require.Equal(t, uint64(own)+uint64(hits.Load()), AtomicLoad(buf[64:]), "every successful access landed in the window")
+	require.ErrorIs(t, m.Dereg(), ErrMWBound)
+	require.NoError(t, pin.Dealloc())
+	require.NoError(t, m.Dereg(), "no window bound: region can go")
+	t.Logf("racing window accesses: %d", hits.Load())
+}

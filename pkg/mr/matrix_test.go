@@ -37,7 +37,7 @@ func inRange128(va, length, iova, n uint64) bool {
 }
 
 // expectLookup is the IBA answer for the matrix, written from the rules
-// (C9-88 zero-length, C10 key/PD/access checks, o9-? atomic alignment), not
+// (C9-88 zero-length, key/PD/access checks, naturally aligned atomics), not
 // from the implementation.
 func expectLookup(access Access, o op, va, length, iova, n uint64, rightPD, liveKey bool) error {
 	atomic := o.need&RemoteAtomic != 0
