@@ -50,9 +50,13 @@ type Config struct {
 	// Conn, if set, is the transport to use instead of opening UDP sockets
 	// (for example a transport.MemNetwork conn). The device owns it.
 	Conn transport.Conn
-	// Wrap, if set, wraps the transport before the engine uses it, e.g.
-	// with transport.NewFaulty for fault injection. It is applied inside
-	// the pcap recorder, so the capture shows what the engine saw.
+	// Fault, if set, injects loss, duplication, reordering, corruption and
+	// delay into what the device sends and receives (transport.NewFaulty;
+	// transport.ParseFaultSpec reads rxed's --fault syntax).
+	Fault *transport.FaultConfig
+	// Wrap, if set, wraps the transport (after Fault) before the engine
+	// uses it. Both are applied inside the pcap recorder, so the capture
+	// shows what the engine saw.
 	Wrap func(transport.Conn) (transport.Conn, error)
 	// Pcap, if set, records every packet the engine sends and receives.
 	Pcap io.Writer
@@ -101,6 +105,13 @@ func OpenDevice(cfg Config) (*Device, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ib: OpenDevice: %w", err)
 		}
+	}
+	if cfg.Fault != nil {
+		if err := cfg.Fault.Validate(); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("ib: OpenDevice: %w", err)
+		}
+		conn = transport.NewFaulty(conn, *cfg.Fault)
 	}
 	if cfg.Wrap != nil {
 		w, err := cfg.Wrap(conn)

@@ -92,6 +92,15 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 		return
 	}
 	psn := PSN(p.BTH.PSN())
+	// retry_cnt bounds retries while the responder is silent. Any response
+	// inside the outstanding window proves it is alive and answering, even
+	// one that only tells us (implied NAK) that an earlier response was
+	// lost, so it refills the counter. rxe refills it only on responses
+	// that complete or advance the oldest WQE; under heavy loss that
+	// fails live connections after seven unlucky rounds in a row.
+	if psn.InRange(q.comp.psn, q.req.psn) {
+		q.comp.retryCnt = q.attr.RetryCnt
+	}
 	for {
 		w := q.headWQE()
 		if w == nil {
@@ -229,7 +238,13 @@ func (q *QP) checkAck(env Env, p *wire.Packet, w *wqe, psn PSN, now time.Time) {
 				if psn.Diff(q.comp.psn) > 0 {
 					q.ctr.RcvdSeqErr.Add(1)
 					q.implicitAck(psn)
-					q.comp.psn = psn
+					// The NAK acknowledges the requests before psn, but
+					// not the responses of a READ or atomic among them:
+					// never move past one that is still unanswered, so
+					// the retry asks for its data again.
+					if h := q.headWQE(); h == nil || !h.isReadOrAtomic() || h.state != wqePending {
+						q.comp.psn = psn
+					}
 				}
 				if w = q.headWQE(); w != nil {
 					q.errorRetry(w, now)

@@ -324,8 +324,11 @@ func (w *worker) Transmit(n int, av *qp.AddrVector) {
 		Local:  netip.AddrPortFrom(local, e.ports[local]),
 		Remote: netip.AddrPortFrom(remote, dport),
 	}
-	if w.txN > 0 && ep != w.txEP {
+	if k := w.txN; k > 0 && ep != w.txEP {
+		// The packet was built in txBufs[k]; after the flush it becomes
+		// the first of the next batch.
 		w.flush()
+		w.txBufs[0], w.txBufs[k] = w.txBufs[k], w.txBufs[0]
 	}
 	pkt := w.txBufs[w.txN][:n]
 	wire.Flow{Src: ep.Local, Dst: ep.Remote}.Seal(pkt)
