@@ -72,10 +72,16 @@ func (s *syncBuffer) String() string {
 // d), woken by every write.
 func (s *syncBuffer) waitFor(t *testing.T, sub string, d time.Duration) {
 	t.Helper()
+	s.waitForCount(t, sub, 1, d)
+}
+
+// waitForCount is waitFor for n occurrences of sub.
+func (s *syncBuffer) waitForCount(t *testing.T, sub string, n int, d time.Duration) {
+	t.Helper()
 	timeout := time.After(d)
 	for {
 		s.mu.Lock()
-		has := strings.Contains(s.b.String(), sub)
+		has := strings.Count(s.b.String(), sub) >= n
 		ch := s.changed
 		s.mu.Unlock()
 		if has {
@@ -84,7 +90,7 @@ func (s *syncBuffer) waitFor(t *testing.T, sub string, d time.Duration) {
 		select {
 		case <-ch:
 		case <-timeout:
-			t.Fatalf("%q did not appear within %v; output so far:\n%s", sub, d, s.String())
+			t.Fatalf("%q did not appear %d times within %v; output so far:\n%s", sub, n, d, s.String())
 		}
 	}
 }

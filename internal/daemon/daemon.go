@@ -282,6 +282,7 @@ func (d *Daemon) acceptLoop() {
 				return
 			}
 			d.completed.Add(1)
+			d.log.Debug("perftest session complete", "peer", sess.RemoteAddr())
 		}()
 	}
 }
