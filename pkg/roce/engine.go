@@ -180,12 +180,33 @@ func (e *Engine) gid(i uint8) netip.Addr {
 	return netip.Addr{}
 }
 
+// isLocal reports whether a is in the GID table (an invalid a, from a
+// transport that does not report destinations, is accepted).
+func (e *Engine) isLocal(a netip.Addr) bool {
+	if !a.IsValid() {
+		return true
+	}
+	a = a.Unmap()
+	for _, g := range e.gids {
+		if g == a {
+			return true
+		}
+	}
+	return false
+}
+
 func (e *Engine) workerFor(qpn uint32) *worker {
 	return e.workers[int(qpn)%len(e.workers)]
 }
 
-// CreateQP creates a QP in RESET; c.Num, c.Mem and c.Counters are filled
-// in by the engine.
+// ErrQPNInUse is returned by CreateQP for a requested QP number that
+// exists.
+var ErrQPNInUse = errors.New("roce: QP number in use")
+
+// CreateQP creates a QP in RESET; c.Mem and c.Counters are filled in by
+// the engine. c.Num 0 allocates the next QP number (from FirstQPN, like
+// rxe); a non-zero c.Num asks for that number (QP1 for the GSI QP, or a
+// test that replays captured packets).
 func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 	select {
 	case <-e.closed:
@@ -194,7 +215,11 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 	}
 	c.Mem = e.mem
 	c.Counters = &e.ctr
-	c.Num = e.nextQPN.Add(1) & 0xFFFFFF
+	if c.Num == 0 {
+		c.Num = e.nextQPN.Add(1) & 0xFFFFFF
+	} else if c.Num > 0xFFFFFF {
+		return nil, fmt.Errorf("roce: QP number %#x does not fit 24 bits", c.Num)
+	}
 	user := c.OnError
 	c.OnError = func(q *qp.QP) {
 		if user != nil {
@@ -211,9 +236,19 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 	q.SetLocalOps(localOps{e})
 	q.SetRemoteInvalidate(e.remoteInvalidate)
 	w := e.workerFor(q.Num())
-	err = w.call(func() { w.qps[q.Num()] = &qpEntry{q: q} })
+	inUse := false
+	err = w.call(func() {
+		if w.qps[q.Num()] != nil {
+			inUse = true
+			return
+		}
+		w.qps[q.Num()] = &qpEntry{q: q}
+	})
 	if err != nil {
 		return nil, err
+	}
+	if inUse {
+		return nil, fmt.Errorf("%w: %#x", ErrQPNInUse, q.Num())
 	}
 	return q, nil
 }

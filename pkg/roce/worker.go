@@ -266,6 +266,13 @@ func parseDrop(err error) qp.DropReason {
 func (w *worker) handlePacket(rb *rxBuf) {
 	e := w.e
 	p := &w.pkt
+	// rxe_chk_dgid: the destination must be one of our GIDs. A kernel
+	// socket only delivers such packets, but a wildcard bind or an
+	// injected packet may not be.
+	if !e.isLocal(rb.ep.Local.Addr()) {
+		e.drop(qp.DropAddress)
+		return
+	}
 	if err := p.Parse(rb.b[:rb.n]); err != nil {
 		e.drop(parseDrop(err))
 		return
