@@ -62,7 +62,7 @@ func (c *injectConn) Send(bufs [][]byte, ep transport.Endpoint) error {
 	return nil
 }
 
-func (c *injectConn) BatchSize() int                 { return 8 }
+func (c *injectConn) BatchSize() int               { return 8 }
 func (c *injectConn) LocalAddrs() []netip.AddrPort { return []netip.AddrPort{c.local} }
 func (c *injectConn) Close() error {
 	c.once.Do(func() { close(c.closed) })
