@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/rxed/rxed/internal/daemon"
-	"github.com/rxed/rxed/pkg/roce/transport"
 )
 
 func init() {
@@ -213,7 +212,7 @@ func serve(ctx context.Context, o *serveOpts, logOut io.Writer, ready func(*daem
 	}
 	if o.ef.faulty() {
 		fc := o.ef.faultCfg
-		cfg.Wrap = func(c transport.Conn) (transport.Conn, error) { return transport.NewFaulty(c, fc), nil }
+		cfg.Fault = &fc
 	}
 	var pcapFile *os.File
 	if o.ef.pcap != "" {

@@ -123,7 +123,7 @@ func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
 	cfg := ib.Config{Addrs: e.addrs, Port: uint16(e.port), Logger: log}
 	if e.faulty() {
 		fc := e.faultCfg
-		cfg.Wrap = func(c transport.Conn) (transport.Conn, error) { return transport.NewFaulty(c, fc), nil }
+		cfg.Fault = &fc
 	}
 	if e.pcap != "" {
 		f, err := os.Create(e.pcap)

@@ -58,9 +58,11 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// MaxSessions bounds concurrent perftest sessions (0: 64).
 	MaxSessions int
-	// Wrap and Pcap are passed to ib.OpenDevice (fault injection, capture).
-	Wrap func(transport.Conn) (transport.Conn, error)
-	Pcap io.Writer
+	// Fault, Wrap and Pcap are passed to ib.OpenDevice (fault injection,
+	// transport wrapping, capture).
+	Fault *transport.FaultConfig
+	Wrap  func(transport.Conn) (transport.Conn, error)
+	Pcap  io.Writer
 	// Logger receives structured logs; nil is silent.
 	Logger *slog.Logger
 }
@@ -149,7 +151,7 @@ func (d *Daemon) open() (err error) {
 		}
 		d.exports = append(d.exports, &Export{Spec: s, Mapping: m})
 	}
-	d.dev, err = ib.OpenDevice(ib.Config{Addrs: cfg.Addrs, Port: cfg.Port, Wrap: cfg.Wrap, Pcap: cfg.Pcap, Logger: cfg.Logger})
+	d.dev, err = ib.OpenDevice(ib.Config{Addrs: cfg.Addrs, Port: cfg.Port, Fault: cfg.Fault, Wrap: cfg.Wrap, Pcap: cfg.Pcap, Logger: cfg.Logger})
 	if err != nil {
 		return fmt.Errorf("opening the RoCE engine: %v", err)
 	}
