@@ -81,6 +81,11 @@ func TestServeExportFile(t *testing.T) {
 	c.Close()
 	logs.waitFor(t, "perftest session failed", 10*time.Second)
 
+	// A send test cannot target an export: refused, the daemon goes on.
+	sd := runCmd("perf", "send", "--addr", b, "-p", port, "-n", "10", "--timeout", "5s", "127.0.0.1")
+	require.NotEqual(t, 0, sd.code)
+	logs.waitFor(t, "the client runs a send test", 10*time.Second)
+
 	at := runCmd("perf", "atomic", "--addr", b, "-p", port, "-n", "100", "-q", "2", "--validate", "--progress", "0", "127.0.0.1")
 	requireOK(t, "perf atomic", at)
 
@@ -88,7 +93,7 @@ func TestServeExportFile(t *testing.T) {
 	st := runCmd("stat", "--metrics", "127.0.0.1:"+mport)
 	requireOK(t, "stat", st)
 	require.Regexp(t, `(?m)^sessions_completed_total +3$`, st.stdout)
-	require.Regexp(t, `(?m)^sessions_failed_total +1$`, st.stdout)
+	require.Regexp(t, `(?m)^sessions_failed_total +2$`, st.stdout)
 	require.Regexp(t, `(?m)^rcvd_pkts +[1-9][0-9]*$`, st.stdout)
 	js := runCmd("stat", "--metrics", "http://127.0.0.1:"+mport+"/metrics", "--json", "--all")
 	requireOK(t, "stat --json", js)

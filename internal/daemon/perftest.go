@@ -71,6 +71,11 @@ func (d *Daemon) perftestSession(ctx context.Context, sess *oob.Session) (err er
 	if err != nil {
 		return err
 	}
+	if first.RKey == 0 && first.VAddr == 0 {
+		// perftest sends no buffer address in send tests: ib_send_bw and
+		// ib_send_lat need a peer that posts receives, not an export.
+		return errors.New("the client runs a send test (its key has no buffer address); serve answers ib_write_bw, ib_read_bw and ib_atomic_bw clients (use rxed perf send for send tests)")
+	}
 	remotes := []oob.Key{first}
 	for {
 		if len(remotes) > maxPerftestQPs {
