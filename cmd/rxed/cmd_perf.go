@@ -281,7 +281,7 @@ func (o *perfOpts) maxSize() int {
 
 func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error) {
 	log := o.ef.logger(stderr)
-	if o.conn == ib.UD && o.size+0 > 4096 {
+	if o.conn == ib.UD && o.size > 4096 {
 		return fmt.Errorf("-s %d: UD messages must fit the MTU", o.size)
 	}
 	en, err := o.ef.open(log)
@@ -366,13 +366,12 @@ func (r *perfRun) session(ctx context.Context, sess *oob.Session, closed *bool) 
 	if err != nil {
 		return err
 	}
-	withGID := true
-	for i, q := range r.qps {
-		_ = oob.WriteAddress(r.stdout, false, o.test.Verb, locals[i], withGID)
-		_ = q
+	// RoCE: perftest prints the GID line under every address.
+	for i := range r.qps {
+		_ = oob.WriteAddress(r.stdout, false, o.test.Verb, locals[i], true)
 	}
 	for i := range r.qps {
-		_ = oob.WriteAddress(r.stdout, true, o.test.Verb, remotes[i], withGID)
+		_ = oob.WriteAddress(r.stdout, true, o.test.Verb, remotes[i], true)
 	}
 	if o.test.Latency {
 		_ = oob.WriteLatencyHeader(r.stdout, false)

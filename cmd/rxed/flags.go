@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -138,7 +137,7 @@ func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
 		if en.pcapFile != nil {
 			en.pcapFile.Close()
 		}
-		return nil, fmt.Errorf("opening the RoCE engine on %s udp/%d: %v", e.addrs.String(), e.port, unwrapAll(err))
+		return nil, fmt.Errorf("opening the RoCE engine on %s udp/%d: %v", e.addrs.String(), e.port, err)
 	}
 	en.dev = dev
 	return en, nil
@@ -217,16 +216,6 @@ func fail(stderr io.Writer, name string, err error) int {
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
 	fmt.Fprintf(stderr, "rxed %s: %s\n", name, msg)
 	return 1
-}
-
-// unwrapAll shortens wrapped errors of the form "pkg: op: cause" where the
-// prefixes only repeat what the caller's message says.
-func unwrapAll(err error) error { return err }
-
-// parseSize parses a byte count like the C tools' strtoul(…, 0): decimal,
-// 0x hex or 0 octal.
-func parseSize(s string) (uint64, error) {
-	return strconv.ParseUint(s, 0, 64)
 }
 
 // closeEngineAndMemory stops the engine first (so nothing touches the
