@@ -33,8 +33,11 @@ func ParsePerf(out string) (row PerfRow, ok bool) {
 			if len(f) == 0 {
 				continue
 			}
+			if strings.HasPrefix(f[0], "---") || strings.HasPrefix(f[0], "#bytes") {
+				break // the table ended without a row
+			}
 			if _, err := strconv.ParseFloat(f[0], 64); err != nil {
-				break // a separator line or a warning: no row under this header
+				continue // a progress or warning line interleaved from stderr
 			}
 			row = PerfRow{}
 			for j := 0; j < len(heads) && j < len(f); j++ {
@@ -290,4 +293,35 @@ func ParseGIDs(s string, v4, v6 netip.Addr) (idx4, idx6 int) {
 		}
 	}
 	return idx4, idx6
+}
+
+// ParseSNMP reads the "Udp:" header and value lines of /proc/net/snmp and returns the UDP
+// counters prefixed "udp_" (e.g. udp_InErrors, udp_RcvbufErrors).
+func ParseSNMP(s string) Counters {
+	c := Counters{}
+	var head []string
+	for _, l := range strings.Split(s, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || f[0] != "Udp:" {
+			continue
+		}
+		if head == nil {
+			head = f[1:]
+			continue
+		}
+		for i, v := range f[1:] {
+			if i < len(head) {
+				if x, err := strconv.ParseUint(v, 10, 64); err == nil {
+					c["udp_"+head[i]] = x
+				}
+			}
+		}
+		break
+	}
+	return c
+}
+
+// UDPDrops is the number of datagrams a host's UDP layer discarded, from ParseSNMP's counters.
+func UDPDrops(c Counters) uint64 {
+	return c["udp_InErrors"] + c["udp_RcvbufErrors"]
 }

@@ -47,7 +47,12 @@ func TestParsePerfWithoutTable(t *testing.T) {
 		_, ok := ParsePerf(s)
 		require.False(t, ok, "%q", s)
 	}
-	row, ok := ParsePerf(" #bytes  #iterations  BW peak[Gb/sec]  BW average[Gb/sec]  MsgRate[Mpps]\n\n 65536  50  0.17  0.16  0.000305\n")
+	// rxed perf's progress line (stderr) can land between the header and the row
+	row, ok := ParsePerf(" #bytes  #iterations  BW peak[MB/sec]  BW average[MB/sec]  MsgRate[Mpps]\n" +
+		"rxed perf: ib_write_bw size 65536: 50 iterations in 2.4 s, 1.29 MB/sec\n 65536  50  1.29  1.29  0.000021\n---\n")
+	require.True(t, ok)
+	require.Equal(t, "1.29 MiB/s", row.Metric(PerfBW))
+	row, ok = ParsePerf(" #bytes  #iterations  BW peak[Gb/sec]  BW average[Gb/sec]  MsgRate[Mpps]\n\n 65536  50  0.17  0.16  0.000305\n")
 	require.True(t, ok)
 	require.Equal(t, "0.160 Gbit/s", row.Metric(PerfBW))
 }
@@ -148,4 +153,17 @@ func TestBadOutput(t *testing.T) {
 	require.Equal(t, "Invalid data in page 1", badOutput.FindString("20 iters in 0.1 seconds\nInvalid data in page 1\n"))
 	require.Empty(t, badOutput.FindString(readTestdata(t, "write_bw_client.txt")))
 	require.Empty(t, badOutput.FindString(readTestdata(t, "ud_pingpong_server.txt")))
+}
+
+func TestParseSNMP(t *testing.T) {
+	s := "Ip: Forwarding DefaultTTL\nIp: 2 64\n" +
+		"Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\n" +
+		"Udp: 5000 2 7 4000 3 0 0 0 0\n" +
+		"UdpLite: InDatagrams NoPorts InErrors\nUdpLite: 0 0 9\n"
+	c := ParseSNMP(s)
+	require.Equal(t, uint64(5000), c["udp_InDatagrams"])
+	require.Equal(t, uint64(7), c["udp_InErrors"])
+	require.Equal(t, uint64(3), c["udp_RcvbufErrors"])
+	require.Equal(t, uint64(10), UDPDrops(c))
+	require.Empty(t, ParseSNMP("garbage\nUdp:\n"))
 }

@@ -46,14 +46,15 @@ func dirLabel(s Subject, d Direction) string {
 
 // WriteTable writes the results as a Markdown table.
 func WriteTable(w io.Writer, s Subject, rs []Result) {
-	fmt.Fprintln(w, "| cell | direction | result | bandwidth / latency | time | notes |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| cell | direction | result | bandwidth / latency | packets | time | notes |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, r := range rs {
 		st := "PASS"
 		if !r.Pass {
 			st = "**FAIL**"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %.1fs | %s |\n", r.Cell.Name, dirLabel(s, r.Dir), st, r.Metric, r.Elapsed.Seconds(), strings.Join(r.Notes, ", "))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.1fs | %s |\n", r.Cell.Name, dirLabel(s, r.Dir), st, r.Metric,
+			packets(s, r), r.Elapsed.Seconds(), strings.Join(r.Notes, ", "))
 	}
 }
 
@@ -105,4 +106,20 @@ func WriteReport(w io.Writer, info RunInfo, rs []Result) {
 func tail(s string, n int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+// packets renders the delivery accounting: what the subject sent and the peer accepted, and the
+// other way round ("-" where a counter is missing).
+func packets(s Subject, r Result) string {
+	get := func(c Counters, k string) string {
+		if v, ok := c[k]; ok {
+			return fmt.Sprint(v)
+		}
+		return "-"
+	}
+	if r.Subject == nil && r.PeerDelta == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s %s→%s, rxe %s→%s", s, get(r.Subject, "sent_pkts"), get(r.PeerDelta, "rcvd_pkts"),
+		get(r.PeerDelta, "sent_pkts"), get(r.Subject, "rcvd_pkts"))
 }

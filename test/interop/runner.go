@@ -205,6 +205,7 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 		fail("counters before: %v", err)
 		return res
 	}
+	hostBefore := r.hostDrops(ctx)
 	if c.LossPct > 0 {
 		if err := r.Lab.SetLoss(ctx, c.LossPct); err != nil {
 			fail("netem: %v", err)
@@ -259,7 +260,9 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 	after, err := r.snapshot(ctx)
 	if err != nil {
 		fail("counters after: %v", err)
+		return res
 	}
+	host := Delta(hostBefore, r.hostDrops(ctx))
 	loss := c.LossPct > 0
 	judge := func(who string, p, n []string) {
 		for _, x := range p {
@@ -296,6 +299,19 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 			judge("", p, n)
 		}
 	}
+	// packets the network lost on the way (queues of the taps and veths, the receivers' UDP
+	// layers): measured, so they never count against the implementations
+	peer1 := r.Lab.VMs[0]
+	toPeer := host[peer1.Tap+".tx_dropped"] + (after[0].drops - before[0].drops)
+	var toSubject uint64
+	if len(after) > 1 {
+		toSubject = host[r.Lab.VMs[1].Tap+".tx_dropped"] + (after[1].drops - before[1].drops)
+	} else {
+		toSubject = host[HostPort+".tx_dropped"] + host[HostVeth+".rx_dropped"] + UDPDrops(host)
+	}
+	if toPeer+toSubject > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("network dropped %d to the guest, %d to %s", toPeer, toSubject, r.Subject))
+	}
 	if !loss && res.Subject != nil {
 		name := string(r.Subject)
 		slack := func(c Counters) uint64 {
@@ -304,10 +320,10 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 			}
 			return Retransmissions(c)
 		}
-		if m := CheckDelivery(name, res.Subject, "guest", res.PeerDelta, slack(res.Subject)); m != "" {
+		if m := CheckDelivery(name, res.Subject, "guest", res.PeerDelta, toPeer+slack(res.Subject)); m != "" {
 			fail("%s (dropped by the guest's rxe)", m)
 		}
-		if m := CheckDelivery("guest", res.PeerDelta, name, res.Subject, slack(res.PeerDelta)); m != "" {
+		if m := CheckDelivery("guest", res.PeerDelta, name, res.Subject, toSubject+slack(res.PeerDelta)); m != "" {
 			fail("%s (dropped by %s)", m, name)
 		}
 	}
@@ -420,24 +436,47 @@ func (r *Runner) waitListen(ctx context.Context, e end, p *proc, port int) error
 }
 
 type snap struct {
-	hw    Counters
-	dmesg uint64
+	hw    Counters // rxe0 hw_counters
+	dmesg uint64   // kernel log lines
+	drops uint64   // eth0 rx_dropped + UDP InErrors/RcvbufErrors: packets lost before rxe saw them
 }
 
-// snapshot reads every guest's hw_counters and kernel log length in one ssh call per guest.
+// snapshot reads every guest's hw_counters, kernel log length and receive-path drops in one ssh
+// call per guest.
 func (r *Runner) snapshot(ctx context.Context) ([]snap, error) {
 	var out []snap
 	for _, vm := range r.Lab.VMs {
-		s, err := r.Lab.Guest(ctx, vm, `cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . *; echo "dmesg_lines:$(dmesg | wc -l)"`, 20*time.Second)
+		s, err := r.Lab.Guest(ctx, vm, `cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . *
+echo "dmesg_lines:$(dmesg | wc -l)"; echo "eth0_rx_dropped:$(cat /sys/class/net/eth0/statistics/rx_dropped)"
+grep '^Udp:' /proc/net/snmp`, 20*time.Second)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s", err, s)
 		}
 		c := ParseHWCounters(s)
-		n := c["dmesg_lines"]
+		sn := snap{dmesg: c["dmesg_lines"], drops: c["eth0_rx_dropped"] + UDPDrops(ParseSNMP(s))}
 		delete(c, "dmesg_lines")
-		out = append(out, snap{hw: c, dmesg: n})
+		delete(c, "eth0_rx_dropped")
+		sn.hw = c
+		out = append(out, sn)
 	}
 	return out, nil
+}
+
+// hostDrops reads, inside the namespace, the drop counters of the bridge ports and rxed's veth
+// ("<dev>.tx_dropped", "<dev>.rx_dropped") and the namespace's UDP counters.
+func (r *Runner) hostDrops(ctx context.Context) Counters {
+	devs := []string{HostVeth, HostPort}
+	for _, vm := range r.Lab.VMs {
+		devs = append(devs, vm.Tap)
+	}
+	script := "for d in " + strings.Join(devs, " ") + `; do for k in tx_dropped rx_dropped; do
+echo "$d.$k:$(cat /sys/class/net/$d/statistics/$k)"; done; done; grep '^Udp:' /proc/net/snmp`
+	s, _ := nsh(ctx, "sh", "-c", script)
+	c := ParseHWCounters(s)
+	for k, v := range ParseSNMP(s) {
+		c[k] = v
+	}
+	return c
 }
 
 // kernelLog returns the guest's kernel messages after line `from` that concern RDMA.
