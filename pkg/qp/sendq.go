@@ -1,6 +1,9 @@
 package qp
 
-import "sync"
+import (
+	"net/netip"
+	"sync"
+)
 
 // wqeState is where a send WQE is in its life, as rxe's wqe_state.
 type wqeState uint8
@@ -56,7 +59,15 @@ func (s *sendQueue) push(wr *SendWR) error {
 	}
 	w := s.at(s.tail)
 	sgl, inl := w.sgl[:0], w.inline[:0]
-	w.wr = *wr
+	// Copy field by field: storing wr's slice headers in the ring, even
+	// briefly, would make every caller's SGE list escape to the heap.
+	w.wr = SendWR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
+		InvalidateRKey: wr.InvalidateRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
+		CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN,
+		RemoteQKey: wr.RemoteQKey, Bind: wr.Bind, Reg: wr.Reg,
+		AV: AddrVector{DGID: cloneAddr(wr.AV.DGID), FlowLabel: wr.AV.FlowLabel, SGIDIndex: wr.AV.SGIDIndex,
+			HopLimit: wr.AV.HopLimit, TrafficClass: wr.AV.TrafficClass, SL: wr.AV.SL,
+			StaticRate: wr.AV.StaticRate, PortNum: wr.AV.PortNum, SrcPort: wr.AV.SrcPort, DestPort: wr.AV.DestPort}}
 	if wr.Flags&Inline != 0 {
 		inl = append(inl, wr.Inline...)
 		w.wr.SGL = nil
@@ -73,6 +84,19 @@ func (s *sendQueue) push(wr *SendWR) error {
 	w.hasRdAtomic = false
 	s.tail++
 	return nil
+}
+
+// cloneAddr rebuilds a without sharing its internal pointer (the zone
+// handle), which would otherwise make escape analysis send every posted
+// WR's SGE list to the heap. Zones mean nothing for a GID.
+func cloneAddr(a netip.Addr) netip.Addr {
+	switch {
+	case a.Is4():
+		return netip.AddrFrom4(a.As4())
+	case a.Is6():
+		return netip.AddrFrom16(a.As16())
+	}
+	return netip.Addr{}
 }
 
 // published returns the producer index; WQEs before it are visible.

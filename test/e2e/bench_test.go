@@ -1,0 +1,376 @@
+package e2e
+
+import (
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/stretchr/testify/require"
+)
+
+// The benchmarks run two devices over loopback UDP (127.0.0.1 and
+// 127.0.0.2, ephemeral ports) and, in the same run, a raw-UDP Go baseline
+// that moves the same payload with the same batching through the same
+// transport (transport.OpenUDP: sendmmsg/recvmmsg, GSO/GRO). They report:
+//
+//	MB/s or ns/op   the RDMA figure (standard benchmark output)
+//	udp-MB/s, udp-ns/rtt   the baseline
+//	ratio           RDMA / baseline (bandwidth: goal >= 0.8; latency: goal <= 1.3)
+//	allocs/pkt      heap allocations per RoCE packet sent or received
+//
+// Run: go test -run '^$' -bench . -benchtime 2s ./test/e2e
+
+const (
+	benchMsg   = 64 << 10
+	benchMTU   = ib.MTU4096
+	benchDepth = 16 // outstanding WRITEs in flight (all QPs together)
+)
+
+var benchWorkers = 1
+
+const (
+	_ = 0
+)
+
+func benchNodes(b *testing.B) (*node, *node) {
+	b.Helper()
+	mk := func(a string) *node {
+		addr := netip.MustParseAddr(a)
+		return newNode(b, ib.Config{Addrs: []netip.Addr{addr}, EphemeralPort: true, Workers: benchWorkers}, addr, nodeOpts{bufSize: 4 << 20, cqe: 1 << 14})
+	}
+	return mk("127.0.0.1"), mk("127.0.0.2")
+}
+
+// allocsPerPacket measures heap allocations per packet over f.
+func allocsPerPacket(na, nb *node, f func()) float64 {
+	pk := func() uint64 {
+		ca, cb := na.dev.Counters(), nb.dev.Counters()
+		return ca["sent_pkts"] + cb["sent_pkts"]
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	p0 := pk()
+	f()
+	runtime.ReadMemStats(&m1)
+	p := pk() - p0
+	if p == 0 {
+		return 0
+	}
+	return float64(m1.Mallocs-m0.Mallocs) / float64(p)
+}
+
+// BenchmarkWriteBW64K measures RDMA WRITE bandwidth with 64 KiB messages
+// on 1 and 16 QPs (ib_write_bw style: a window of signalled WRITEs).
+func BenchmarkWriteBW64K(b *testing.B) {
+	for _, nqp := range []int{1, 16} {
+		b.Run(map[int]string{1: "qps=1", 16: "qps=16"}[nqp], func(b *testing.B) {
+			udp := udpBandwidth(b, b.N, benchMsg)
+			na, nb := benchNodes(b)
+			o := qpOpts{mtu: benchMTU, timeout: 14, sendWR: 256}
+			qa := make([]*ib.QP, nqp)
+			for i := range qa {
+				q, pq := na.createQP(o), nb.createQP(o)
+				connectQPs(b, na, q, nb, pq, o)
+				qa[i] = q
+			}
+			depth := max(benchDepth/nqp, 2)
+			b.SetBytes(benchMsg)
+			b.ReportAllocs()
+			var elapsed time.Duration
+			apk := allocsPerPacket(na, nb, func() {
+				b.ResetTimer()
+				start := time.Now()
+				runWrites(b, na, nb, qa, depth, b.N)
+				elapsed = time.Since(start)
+				b.StopTimer()
+			})
+			rdma := float64(b.N) * benchMsg / elapsed.Seconds() / 1e6
+			b.ReportMetric(udp, "udp-MB/s")
+			b.ReportMetric(rdma/udp, "ratio")
+			b.ReportMetric(apk, "allocs/pkt")
+		})
+	}
+}
+
+func runWrites(b *testing.B, na, nb *node, qps []*ib.QP, depth, n int) {
+	posted, done := 0, 0
+	inflight := make(map[uint32]int)
+	wcs := make([]ib.WC, 64)
+	post := func(q *ib.QP, i int) {
+		off := (i % 32) * benchMsg
+		if err := q.PostSend(ib.SendWR{ID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{sge(na, off, benchMsg)}, RemoteAddr: nb.mr.IOVA() + uint64(off), RKey: nb.mr.RKey()}); err != nil {
+			b.Fatal(err)
+		}
+		inflight[q.Num()]++
+	}
+	for _, q := range qps {
+		for k := 0; k < depth && posted < n; k++ {
+			post(q, posted)
+			posted++
+		}
+	}
+	byNum := map[uint32]*ib.QP{}
+	for _, q := range qps {
+		byNum[q.Num()] = q
+	}
+	ctx := context.Background()
+	for done < n {
+		c, err := na.scq.WaitPoll(ctx, wcs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, wc := range wcs[:c] {
+			if wc.Status != ib.WCSuccess {
+				b.Fatalf("wc %v", wc.Status)
+			}
+			done++
+			if posted < n {
+				post(byNum[wc.QPNum], posted)
+				posted++
+			}
+		}
+	}
+}
+
+// udpBandwidth is the baseline: the sender pushes n messages of size
+// bytes as 4 KiB datagrams (the RDMA packet payload) in batches through
+// transport.OpenUDP, the receiver answers each message with one small
+// datagram (the RDMA ACK), and the sender keeps benchDepth messages in
+// flight. It returns MB/s.
+func udpBandwidth(b *testing.B, n, size int) float64 {
+	snd, rcv := openPair(b)
+	const seg = 4096
+	per := (size + seg - 1) / seg
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // receiver: count segments, ack each message
+		defer wg.Done()
+		bufs, sizes, eps := rxSlots(rcv.BatchSize(), 9000)
+		ack := [][]byte{make([]byte, 32)}
+		got := 0
+		for msgs := 0; msgs < n; {
+			k, err := rcv.Receive(bufs, sizes, eps)
+			if err != nil {
+				return
+			}
+			for i := 0; i < k; i++ {
+				got++
+				if got == per {
+					got = 0
+					msgs++
+					binary.LittleEndian.PutUint32(ack[0], uint32(msgs))
+					_ = rcv.Send(ack, transport.Endpoint{Remote: eps[i].Remote})
+				}
+			}
+		}
+	}()
+	dst := rcv.LocalAddrs()[0]
+	payload := make([]byte, seg+28) // BTH+RETH-sized header room, like a RoCE packet
+	msg := make([][]byte, per)
+	for i := range msg {
+		msg[i] = payload
+	}
+	acks := make(chan struct{}, n)
+	go func() { // sender's ACK reader
+		bufs, sizes, eps := rxSlots(snd.BatchSize(), 9000)
+		for got := 0; got < n; {
+			k, err := snd.Receive(bufs, sizes, eps)
+			if err != nil {
+				return
+			}
+			for i := 0; i < k; i++ {
+				got++
+				acks <- struct{}{}
+			}
+		}
+	}()
+	start := time.Now()
+	inflight := 0
+	for sent := 0; sent < n; {
+		for inflight < benchDepth && sent < n {
+			if err := snd.Send(msg, transport.Endpoint{Remote: dst}); err != nil {
+				b.Fatal(err)
+			}
+			sent++
+			inflight++
+		}
+		select {
+		case <-acks:
+			inflight--
+		case <-time.After(2 * time.Second):
+			// A lost datagram (socket buffer overflow): resend the window.
+			inflight = 0
+		}
+	}
+	for inflight > 0 {
+		select {
+		case <-acks:
+			inflight--
+		case <-time.After(2 * time.Second):
+			inflight = 0
+		}
+	}
+	el := time.Since(start)
+	snd.Close()
+	rcv.Close()
+	wg.Wait()
+	return float64(n) * float64(size) / el.Seconds() / 1e6
+}
+
+func openPair(b *testing.B) (transport.Conn, transport.Conn) {
+	b.Helper()
+	a, err := transport.OpenUDP(transport.UDPConfig{Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
+	require.NoError(b, err)
+	c, err := transport.OpenUDP(transport.UDPConfig{Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.2")}})
+	require.NoError(b, err)
+	return a, c
+}
+
+func rxSlots(n, size int) ([][]byte, []int, []transport.Endpoint) {
+	bufs := make([][]byte, n)
+	for i := range bufs {
+		bufs[i] = make([]byte, size)
+	}
+	return bufs, make([]int, n), make([]transport.Endpoint, n)
+}
+
+// udpRTT is the latency baseline: 8-byte ping-pong between two sockets of
+// transport.OpenUDP, n round trips; it returns ns per round trip.
+func udpRTT(b *testing.B, n int) float64 {
+	a, c := openPair(b)
+	defer a.Close()
+	defer c.Close()
+	go func() {
+		bufs, sizes, eps := rxSlots(1, 256)
+		for {
+			k, err := c.Receive(bufs, sizes, eps)
+			if err != nil {
+				return
+			}
+			for i := 0; i < k; i++ {
+				_ = c.Send([][]byte{bufs[i][:sizes[i]]}, transport.Endpoint{Remote: eps[i].Remote})
+			}
+		}
+	}()
+	bufs, sizes, eps := rxSlots(1, 256)
+	ping := [][]byte{make([]byte, 8+28+4)} // 8 bytes plus BTH and ICRC, like the RoCE packet
+	dst := c.LocalAddrs()[0]
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if err := a.Send(ping, transport.Endpoint{Remote: dst}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := a.Receive(bufs, sizes, eps); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(time.Since(start).Nanoseconds()) / float64(n)
+}
+
+// BenchmarkSendLatency8 is ib_send_lat with 8 bytes: A sends, B's receive
+// completes and B sends back; one op is a round trip.
+func BenchmarkSendLatency8(b *testing.B) {
+	base := udpRTT(b, max(b.N, 100))
+	na, nb := benchNodes(b)
+	o := qpOpts{mtu: benchMTU, timeout: 14}
+	a, bq := na.createQP(o), nb.createQP(o)
+	connectQPs(b, na, a, nb, bq, o)
+	for i := 0; i < 64; i++ {
+		require.NoError(b, a.PostRecv(ib.RecvWR{ID: uint64(i), SGL: []ib.SGE{sge(na, 4096, 64)}}))
+		require.NoError(b, bq.PostRecv(ib.RecvWR{ID: uint64(i), SGL: []ib.SGE{sge(nb, 4096, 64)}}))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // B: echo every receive
+		defer wg.Done()
+		wcs := make([]ib.WC, 16)
+		ctx := context.Background()
+		for {
+			n, err := nb.rcq.WaitPoll(ctx, wcs)
+			if err != nil {
+				return
+			}
+			for _, wc := range wcs[:n] {
+				_ = bq.PostRecv(ib.RecvWR{ID: wc.ID, SGL: []ib.SGE{sge(nb, 4096, 64)}})
+				_ = bq.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendInline, Inline: nb.buf[:8]})
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	wcs := make([]ib.WC, 16)
+	ctx := context.Background()
+	b.ReportAllocs()
+	var el time.Duration
+	apk := allocsPerPacket(na, nb, func() {
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			if err := a.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendInline, Inline: na.buf[:8]}); err != nil {
+				b.Fatal(err)
+			}
+			n, err := na.rcq.WaitPoll(ctx, wcs)
+			if err != nil || n != 1 || wcs[0].Status != ib.WCSuccess {
+				b.Fatalf("recv: %v %d %v", err, n, wcs[0].Status)
+			}
+			if err := a.PostRecv(ib.RecvWR{ID: wcs[0].ID, SGL: []ib.SGE{sge(na, 4096, 64)}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		el = time.Since(start)
+		b.StopTimer()
+	})
+	close(stop)
+	nb.rcq.Destroy()
+	wg.Wait()
+	rt := float64(el.Nanoseconds()) / float64(b.N)
+	b.ReportMetric(base, "udp-ns/rtt")
+	b.ReportMetric(rt/base, "ratio")
+	b.ReportMetric(apk, "allocs/pkt")
+}
+
+// BenchmarkWriteLatency8 is the 8-byte RDMA WRITE round trip: A writes
+// 8 bytes into B's memory and waits for the completion, which needs the
+// WRITE to reach B, be placed, and B's ACK to come back; one op is that
+// round trip.
+func BenchmarkWriteLatency8(b *testing.B) {
+	base := udpRTT(b, max(b.N, 100))
+	na, nb := benchNodes(b)
+	o := qpOpts{mtu: benchMTU, timeout: 14}
+	a, bq := na.createQP(o), nb.createQP(o)
+	connectQPs(b, na, a, nb, bq, o)
+	wcs := make([]ib.WC, 1)
+	ctx := context.Background()
+	b.ReportAllocs()
+	var el time.Duration
+	apk := allocsPerPacket(na, nb, func() {
+		b.ResetTimer()
+		start := time.Now()
+		for i := 1; i <= b.N; i++ {
+			if err := a.PostSend(ib.SendWR{Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled | ib.SendInline, Inline: na.buf[64:72],
+				RemoteAddr: nb.mr.IOVA(), RKey: nb.mr.RKey()}); err != nil {
+				b.Fatal(err)
+			}
+			if n, err := na.scq.WaitPoll(ctx, wcs); err != nil || n != 1 || wcs[0].Status != ib.WCSuccess {
+				b.Fatalf("write: %v %v", err, wcs[0].Status)
+			}
+		}
+		el = time.Since(start)
+		b.StopTimer()
+	})
+	rt := float64(el.Nanoseconds()) / float64(b.N)
+	b.ReportMetric(base, "udp-ns/rtt")
+	b.ReportMetric(rt/base, "ratio")
+	b.ReportMetric(apk, "allocs/pkt")
+}
