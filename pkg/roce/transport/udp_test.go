@@ -278,10 +278,16 @@ func TestUDPEnvSwitches(t *testing.T) {
 }
 
 func TestUDPSteadyStateAllocs(t *testing.T) {
-	for _, m := range offloadModes {
+	modes := append([]offloadMode{}, offloadModes...)
+	modes = append(modes, offloadMode{name: "two-sockets"}) // reader goroutines + hand-off
+	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			a := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}, DisableGSO: m.noGSO, DisableGRO: m.noGRO})
-			b := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}, DisableGSO: m.noGSO, DisableGRO: m.noGRO})
+			rxAddrs := []netip.Addr{lo1}
+			if m.name == "two-sockets" {
+				rxAddrs = []netip.Addr{lo1, lo2}
+			}
+			b := openTestUDP(t, UDPConfig{Addrs: rxAddrs, DisableGSO: m.noGSO, DisableGRO: m.noGRO})
 			bufs := make([][]byte, 32)
 			for i := range bufs {
 				bufs[i] = payload(i, 1024)
