@@ -19,9 +19,11 @@ const DefaultSocketBufferBytes = 4 << 20
 // UDPConfig configures OpenUDP.
 type UDPConfig struct {
 	// Addrs are the local addresses to receive on and send from, IPv4 and/or
-	// IPv6, one socket each. At least one is required. Prefer specific
-	// addresses: the engine computes the ICRC over the exact source address,
-	// and a socket bound to 0.0.0.0 or :: lets the kernel choose it.
+	// IPv6, one socket each. At least one is required. A wildcard (0.0.0.0
+	// or ::) receives on every address of its family, Endpoint.Local telling
+	// which; on Linux, Send then uses ep.Local as the source address
+	// (IP_PKTINFO), as the ICRC requires. Elsewhere the kernel chooses the
+	// source of a wildcard socket, so bind specific addresses there.
 	Addrs []netip.Addr
 	// Port is the UDP port of every socket. Zero means an ephemeral port, as
 	// for net.ListenUDP (tests); the first socket's port is then reused for
@@ -317,7 +319,13 @@ func (c *udpConn) Send(bufs [][]byte, ep Endpoint) error {
 	if len(bufs) == 0 {
 		return nil
 	}
-	if err := s.writeBatch(bufs, remote); err != nil {
+	// A wildcard-bound socket sends from the address the caller names
+	// (IP_PKTINFO on Linux); the ICRC was computed over it.
+	var from netip.Addr
+	if s.local.Addr().IsUnspecified() {
+		from = ep.Local.Addr().Unmap()
+	}
+	if err := s.writeBatch(bufs, remote, from); err != nil {
 		return err
 	}
 	c.stats.sentPackets.Add(uint64(len(bufs)))

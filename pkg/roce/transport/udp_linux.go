@@ -74,6 +74,8 @@ type sockSys struct {
 	txOOB   []byte
 	txName  unix.RawSockaddrInet6
 	txNameN uint32
+	txSrc   []byte // the IP(V6)_PKTINFO cmsg selecting the source, or empty
+	txSrcB  [64]byte
 	txOff   int
 	txEnd   int
 	txN     int
@@ -81,7 +83,8 @@ type sockSys struct {
 	sendFn  func(uintptr) bool
 }
 
-var txOOBSpace = unix.CmsgSpace(2)
+// txOOBSpace holds a UDP_SEGMENT and an IP(V6)_PKTINFO control message.
+var txOOBSpace = unix.CmsgSpace(2) + unix.CmsgSpace(unix.SizeofInet6Pktinfo)
 
 // offloads is what the running kernel supports, probed once per process.
 var offloads struct {
@@ -324,13 +327,41 @@ func (y *sockSys) setName(to netip.AddrPort, is6 bool) {
 	y.txNameN = unix.SizeofSockaddrInet4
 }
 
+// setSource prepares the control message that makes a wildcard-bound socket
+// send from src (none when src is invalid or unspecified).
+func (y *sockSys) setSource(src netip.Addr, is6 bool) {
+	y.txSrc = y.txSrcB[:0]
+	if !src.IsValid() || src.IsUnspecified() || src.Is6() != is6 {
+		return
+	}
+	b := y.txSrcB[:]
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	if is6 {
+		h.Level, h.Type = unix.IPPROTO_IPV6, unix.IPV6_PKTINFO
+		h.SetLen(unix.CmsgLen(unix.SizeofInet6Pktinfo))
+		clear(b[unix.CmsgLen(0):unix.CmsgSpace(unix.SizeofInet6Pktinfo)])
+		a := src.As16()
+		copy(b[unix.CmsgLen(0):], a[:]) // in6_pktinfo.ipi6_addr; ifindex 0
+		y.txSrc = b[:unix.CmsgSpace(unix.SizeofInet6Pktinfo)]
+		return
+	}
+	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_PKTINFO
+	h.SetLen(unix.CmsgLen(unix.SizeofInet4Pktinfo))
+	clear(b[unix.CmsgLen(0):unix.CmsgSpace(unix.SizeofInet4Pktinfo)])
+	a := src.As4()
+	copy(b[unix.CmsgLen(0)+4:], a[:]) // in_pktinfo.ipi_spec_dst: the source address
+	y.txSrc = b[:unix.CmsgSpace(unix.SizeofInet4Pktinfo)]
+}
+
 // writeBatch sends bufs to one destination with sendmmsg, packing runs of
-// equal-sized datagrams into single UDP_SEGMENT messages when GSO is on.
-func (s *udpSocket) writeBatch(bufs [][]byte, to netip.AddrPort) error {
+// equal-sized datagrams into single UDP_SEGMENT messages when GSO is on. A
+// valid from (only for wildcard-bound sockets) sets the source address.
+func (s *udpSocket) writeBatch(bufs [][]byte, to netip.AddrPort, from netip.Addr) error {
 	y := &s.sys
 	y.txMu.Lock()
 	defer y.txMu.Unlock()
 	y.setName(to, s.is6)
+	y.setSource(from, s.is6)
 	maxGSO := maxGSOBytes4
 	if s.is6 {
 		maxGSO = maxGSOBytes6
@@ -417,15 +448,19 @@ func (y *sockSys) pack(bufs [][]byte, gso bool, maxGSO int) (msgs, used int) {
 		h.Iov = &y.txIovs[k]
 		h.SetIovlen(cnt)
 		h.Flags = 0
+		oob := y.txOOB[msgs*txOOBSpace : (msgs+1)*txOOBSpace]
+		ol := copy(oob, y.txSrc)
 		if cnt > 1 {
-			oob := y.txOOB[msgs*txOOBSpace : (msgs+1)*txOOBSpace]
-			ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+			ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[ol]))
 			ch.Level = unix.SOL_UDP
 			ch.Type = unix.UDP_SEGMENT
 			ch.SetLen(unix.CmsgLen(2))
-			binary.NativeEndian.PutUint16(oob[unix.CmsgLen(0):], uint16(seg))
+			binary.NativeEndian.PutUint16(oob[ol+unix.CmsgLen(0):], uint16(seg))
+			ol += unix.CmsgSpace(2)
+		}
+		if ol > 0 {
 			h.Control = &oob[0]
-			h.SetControllen(txOOBSpace)
+			h.SetControllen(ol)
 		} else {
 			h.Control = nil
 			h.SetControllen(0)

@@ -61,7 +61,7 @@ func (s *udpSocket) readBatch(b *rxBatch) (int, error) {
 	return 1, nil
 }
 
-func (s *udpSocket) writeBatch(bufs [][]byte, to netip.AddrPort) error {
+func (s *udpSocket) writeBatch(bufs [][]byte, to netip.AddrPort, _ netip.Addr) error {
 	s.sys.txMu.Lock()
 	defer s.sys.txMu.Unlock()
 	for _, b := range bufs {

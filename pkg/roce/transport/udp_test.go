@@ -318,3 +318,23 @@ func TestUDPSteadyStateAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestUDPWildcardBound: a socket bound to 0.0.0.0 learns each datagram's
+// destination from IP_PKTINFO and sends from the address the caller names.
+// (Traffic is loopback only; the wildcard socket merely listens.)
+func TestUDPWildcardBound(t *testing.T) {
+	w := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{netip.IPv4Unspecified()}})
+	port := w.LocalAddrs()[0].Port()
+	cli := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}})
+	for _, dst := range []netip.Addr{lo2, lo1, netip.MustParseAddr("127.0.0.3")} {
+		require.NoError(t, cli.Send([][]byte{dst.AsSlice()}, Endpoint{Remote: netip.AddrPortFrom(dst, port)}))
+		got := receiveN(t, w, 1, 64)
+		require.Equal(t, netip.AddrPortFrom(dst, port), got[0].ep.Local)
+		// Reply from exactly that address, in a batch that GSO may pack.
+		require.NoError(t, w.Send([][]byte{{1, 2}, {3, 4}}, got[0].ep)) // a received Endpoint is already the reply's
+		back := receiveN(t, cli, 2, 64)
+		require.Equal(t, netip.AddrPortFrom(dst, port), back[0].ep.Remote)
+		require.Equal(t, netip.AddrPortFrom(dst, port), back[1].ep.Remote)
+		require.Equal(t, []byte{3, 4}, back[1].data)
+	}
+}
