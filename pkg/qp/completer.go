@@ -48,7 +48,6 @@ func (q *QP) completeDone() {
 		case wqeDone:
 			q.completeWQE(w, false)
 		case wqeError:
-			q.completeWQE(w, true)
 			q.enterError()
 			return
 		default:
@@ -280,8 +279,10 @@ func (q *QP) implicitAck(psn PSN) {
 
 // failWQE completes w with its error status and moves the QP to ERR.
 func (q *QP) failWQE(w *wqe) {
+	// enterError flushes from the head, where w is: w completes first
+	// with its own status, the rest with WR_FLUSH_ERR, and the QP is
+	// already in ERR when the first completion becomes visible.
 	w.state = wqeError
-	q.completeWQE(w, true)
 	q.enterError()
 }
 

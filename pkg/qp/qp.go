@@ -105,9 +105,10 @@ type QP struct {
 	// remoteInv invalidates the rkey of a SEND_WITH_INV.
 	remoteInv func(*QP, uint32) WCStatus
 
-	state atomic.Int32 // mirror of attr.State for lock-free reads
-	attr  Attr
-	mtu   int
+	state      atomic.Int32 // mirror of attr.State for lock-free reads
+	errFlushed bool         // enterError ran (reset when leaving ERR)
+	attr       Attr
+	mtu        int
 
 	sq sendQueue
 
@@ -278,6 +279,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 		next := a.State
 		switch next {
 		case Reset:
+			q.errFlushed = false
 			q.sq.clear()
 			if q.rq != nil {
 				q.rq.Flush(func(RecvWR) {})
@@ -287,6 +289,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 		case Err:
 			q.setState(Err)
 			q.flush()
+			q.errFlushed = true
 		default:
 			q.setState(next)
 		}
@@ -323,9 +326,10 @@ func RNRDelay(code uint8) time.Duration {
 // enterError moves the QP to ERR on its own (a fatal protocol error) and
 // flushes the queues.
 func (q *QP) enterError() {
-	if q.attr.State == Err {
+	if q.errFlushed {
 		return
 	}
+	q.errFlushed = true
 	q.setState(Err)
 	q.flush()
 	if q.onErr != nil {

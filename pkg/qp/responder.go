@@ -222,6 +222,7 @@ func (q *QP) checkOpValid(fl wire.OpFlags) bool {
 // in progress, and move the QP to ERR.
 func (q *QP) nakError(env Env, psn PSN, code uint8, st WCStatus) {
 	q.sendAck(env, wire.NAKSyndrome(code), psn)
+	q.setState(Err) // before any completion is visible
 	if q.resp.recvValid {
 		wc := WC{ID: q.resp.recv.ID, Status: st, QPNum: q.num}
 		q.rcq.Push(wc)
