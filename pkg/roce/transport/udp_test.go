@@ -250,10 +250,19 @@ func TestUDPOversizeDropped(t *testing.T) {
 }
 
 func TestUDPCloseUnblocksReceive(t *testing.T) {
-	c, err := OpenUDP(UDPConfig{Addrs: []netip.Addr{lo1, lo2}})
-	require.NoError(t, err)
-	testCloseUnblocks(t, c)
-	require.ErrorIs(t, c.Send([][]byte{{1}}, Endpoint{Remote: ap("127.0.0.1:9")}), net.ErrClosed)
+	sets := map[string][]netip.Addr{"one-socket": {lo1}, "two-sockets": {lo1, lo2}}
+	if hasIPv6Loopback() {
+		sets["ipv6"] = []netip.Addr{lo6}
+		sets["dual"] = []netip.Addr{lo1, lo6}
+	}
+	for name, addrs := range sets {
+		t.Run(name, func(t *testing.T) {
+			c, err := OpenUDP(UDPConfig{Addrs: addrs})
+			require.NoError(t, err)
+			testCloseUnblocks(t, c)
+			require.ErrorIs(t, c.Send([][]byte{{1}}, Endpoint{Remote: ap("127.0.0.1:9")}), net.ErrClosed)
+		})
+	}
 }
 
 func TestUDPEnvSwitches(t *testing.T) {
