@@ -34,16 +34,47 @@ func skipWithoutRaw(t *testing.T, err error) {
 // header.
 type loCapture struct{ fd int }
 
-func openLoCapture(t *testing.T) *loCapture {
+func openLoCapture(t *testing.T, dstPort uint16) *loCapture {
 	t.Helper()
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	// Protocol 0 receives nothing until bound: attach the filter first so
+	// that other tests' loopback traffic never fills this socket's queue.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	skipWithoutRaw(t, err)
+	t.Cleanup(func() { unix.Close(fd) })
+	require.NoError(t, unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, udpDstPortFilter(dstPort)))
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20)
 	lo, err := net.InterfaceByName("lo")
 	require.NoError(t, err)
 	require.NoError(t, unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: lo.Index}))
 	require.NoError(t, unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 10}))
-	t.Cleanup(func() { unix.Close(fd) })
 	return &loCapture{fd: fd}
+}
+
+// udpDstPortFilter is a classic BPF program accepting Ethernet frames with
+// IPv4 (no options) or IPv6 (no extension headers) UDP to port.
+func udpDstPortFilter(port uint16) *unix.SockFprog {
+	const (
+		ldh  = unix.BPF_LD | unix.BPF_H | unix.BPF_ABS
+		ldb  = unix.BPF_LD | unix.BPF_B | unix.BPF_ABS
+		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		retk = unix.BPF_RET | unix.BPF_K
+	)
+	prog := []unix.SockFilter{
+		{Code: ldh, K: 12},                         // 0: ethertype
+		{Code: jeq, K: 0x0800, Jt: 0, Jf: 4},       // 1: IPv4? else 6
+		{Code: ldb, K: 14 + 9},                     // 2: protocol
+		{Code: jeq, K: 17, Jt: 0, Jf: 8},           // 3: UDP? else drop (12)
+		{Code: ldh, K: 14 + 20 + 2},                // 4: destination port
+		{Code: jeq, K: uint32(port), Jt: 5, Jf: 6}, // 5: accept (11) or drop (12)
+		{Code: jeq, K: 0x86dd, Jt: 0, Jf: 5},       // 6: IPv6? else drop (12)
+		{Code: ldb, K: 14 + 6},                     // 7: next header
+		{Code: jeq, K: 17, Jt: 0, Jf: 3},           // 8: UDP? else drop (12)
+		{Code: ldh, K: 14 + 40 + 2},                // 9: destination port
+		{Code: jeq, K: uint32(port), Jt: 0, Jf: 1}, // 10: accept or drop
+		{Code: retk, K: 0xffff},                    // 11: accept
+		{Code: retk, K: 0},                         // 12: drop
+	}
+	return &unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -75,9 +106,9 @@ func (c *loCapture) next(t *testing.T, payload []byte) []byte {
 // TOS 0, and the header equals what buildIPv4Header (used by the pcap
 // recorder) reconstructs.
 func TestKernelSendsPredictableIPv4Header(t *testing.T) {
-	capt := openLoCapture(t)
 	a := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}})
 	b := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo2}})
+	capt := openLoCapture(t, b.LocalAddrs()[0].Port())
 	for i, size := range []int{16, 1000, 4136} {
 		p := payload(0x5a5a0000+i, size)
 		// One datagram per Send: a GSO message is one frame on lo.
@@ -111,9 +142,9 @@ func TestKernelSendsPredictableIPv6Header(t *testing.T) {
 	if !hasIPv6Loopback() {
 		t.Skip("no IPv6 loopback")
 	}
-	capt := openLoCapture(t)
 	a := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo6}})
 	b := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo6}})
+	capt := openLoCapture(t, b.LocalAddrs()[0].Port())
 	p := payload(0x6b6b0000, 300)
 	require.NoError(t, a.Send([][]byte{p}, Endpoint{Remote: b.LocalAddrs()[0]}))
 	receiveN(t, b, 1, MaxDatagramSize)
