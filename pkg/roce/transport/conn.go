@@ -1,16 +1,3 @@
-// Package transport moves RoCEv2 datagrams (UDP payloads: BTH … ICRC) between
-// a RoCE engine and the network.
-//
-// The design is batch-first, after wireguard-go's conn package: one call moves
-// many datagrams so that system-call and wake-up costs are shared by a batch.
-// Implementations:
-//
-//   - OpenUDP: real UDP sockets (recvmmsg/sendmmsg, UDP GSO/GRO on Linux).
-//   - NewMemNetwork: in-process delivery between several Conns, no sockets.
-//   - NewFaulty: a wrapper injecting loss, duplication, reordering,
-//     corruption and delay, reproducibly from a seed.
-//   - NewPcapRecorder: a wrapper writing every datagram to a pcap file as an
-//     Ethernet/IP/UDP frame whose IP header is the one the kernel sends.
 package transport
 
 import (

@@ -193,17 +193,18 @@ func (s *udpSocket) readLoop() {
 		case <-c.closed:
 			return
 		}
-		b.n, b.err = s.readBatch(b)
-		if b.err != nil && errors.Is(b.err, net.ErrClosed) {
+		n, err := s.readBatch(b)
+		if err != nil && errors.Is(err, net.ErrClosed) {
 			return
 		}
+		if err != nil {
+			c.log.Warn("transport: receive error", "local", s.local, "err", err)
+		}
+		b.n, b.err = n, err
 		select {
-		case c.filled <- b:
+		case c.filled <- b: // b belongs to Receive from here on
 		case <-c.closed:
 			return
-		}
-		if b.err != nil {
-			c.log.Warn("transport: receive error", "local", s.local, "err", b.err)
 		}
 	}
 }
