@@ -153,6 +153,18 @@ func (w *worker) loop() {
 			}
 		case <-w.timer.C():
 			w.timerAt = time.Time{}
+			// Responses already queued may make the expiry moot: a
+			// retransmit timer must not fire only because this
+			// goroutine was slow to get to them.
+		pending:
+			for i := 0; i < 256; i++ {
+				select {
+				case ev := <-w.events:
+					w.handle(ev)
+				default:
+					break pending
+				}
+			}
 			w.onTimer()
 		case <-w.e.closed:
 			return

@@ -60,9 +60,10 @@ func TestRCEveryMTUAndSize(t *testing.T) {
 				}
 			}
 			noCompletion(t, nb.rcq)
-			c := nb.dev.Counters()
-			require.Zero(t, c["duplicate_request"])
-			require.Zero(t, c["out_of_seq_request"])
+			// The in-memory network loses nothing, so nothing was ever
+			// out of sequence (a slow machine may still see a spurious
+			// retransmit, hence no claim about duplicates).
+			require.Zero(t, nb.dev.Counters()["out_of_seq_request"])
 		})
 	}
 }
