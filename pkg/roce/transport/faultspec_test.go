@@ -48,6 +48,12 @@ func TestFaultConfigString(t *testing.T) {
 	c := FaultConfig{Loss: 0.25, Corrupt: 1e-3, Delay: 1500 * time.Microsecond, Seed: 7, Direction: DirSend}
 	require.Equal(t, "loss=0.25,corrupt=0.001,delay=1.5ms,seed=7,dir=send", c.String())
 	require.Equal(t, "", FaultConfig{}.String())
+	require.True(t, c.Enabled())
+	empty, err := ParseFaultSpec("seed=3,dir=send,depth=2")
+	require.NoError(t, err)
+	require.False(t, empty.Enabled())
+	jit, _ := ParseFaultSpec("jitter=1ms")
+	require.True(t, jit.Enabled())
 }
 
 func FuzzParseFaultSpec(f *testing.F) {

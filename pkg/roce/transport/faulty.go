@@ -67,6 +67,13 @@ type FaultConfig struct {
 	QueueLen int
 }
 
+// Enabled reports whether cfg injects anything, so callers can skip the
+// wrapper (and its receive goroutine) for an empty --fault spec.
+func (c *FaultConfig) Enabled() bool {
+	return c.Loss != 0 || c.Dup != 0 || c.Reorder != 0 || c.Corrupt != 0 ||
+		c.Delay != 0 || c.Jitter != 0 || c.DelayFunc != nil
+}
+
 // Validate reports the first out-of-range field.
 func (c *FaultConfig) Validate() error {
 	for _, p := range []struct {
