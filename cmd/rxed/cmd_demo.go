@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/roce/transport"
 )
 
 func init() {
@@ -36,8 +38,8 @@ type demoPeer struct {
 
 const demoBufSize = 64 << 10
 
-func openDemoPeer(name string, addr netip.Addr, ephemeral bool) (*demoPeer, error) {
-	p, err := openDemoPeerDev(name, addr, ephemeral)
+func openDemoPeer(name string, addr netip.Addr, cfg demoConfig, ephemeral bool, pcap io.Writer) (*demoPeer, error) {
+	p, err := openDemoPeerDev(name, addr, cfg, ephemeral, pcap)
 	if err != nil {
 		p.close()
 		return nil, err
@@ -45,8 +47,9 @@ func openDemoPeer(name string, addr netip.Addr, ephemeral bool) (*demoPeer, erro
 	return p, nil
 }
 
-func openDemoPeerDev(name string, addr netip.Addr, ephemeral bool) (*demoPeer, error) {
-	dev, err := ib.OpenDevice(ib.Config{Addrs: []netip.Addr{addr}, EphemeralPort: ephemeral})
+func openDemoPeerDev(name string, addr netip.Addr, cfg demoConfig, ephemeral bool, pcap io.Writer) (*demoPeer, error) {
+	dev, err := ib.OpenDevice(ib.Config{Addrs: []netip.Addr{addr}, Port: cfg.port, EphemeralPort: ephemeral,
+		Fault: cfg.fault, Pcap: pcap})
 	if err != nil {
 		return nil, err
 	}
@@ -109,15 +112,59 @@ func (p *demoPeer) await(wrID uint64, want ib.WCOpcode) (ib.WC, error) {
 	return wc, nil
 }
 
+// demoConfig is what `rxed demo` takes from its flags.
+type demoConfig struct {
+	addrs []netip.Addr
+	port  uint16
+	fault *transport.FaultConfig
+	pcap  io.Writer
+}
+
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addrA := fs.String("addr-a", "127.0.0.1", "first engine's address")
-	addrB := fs.String("addr-b", "127.0.0.2", "second engine's address")
+	var addrs addrList
+	fs.Var(&addrs, "addr", "local address of an engine (repeatable: first A, then B; default 127.0.0.1 and 127.0.0.2)")
+	port := fs.Int("port", transport.RoCEv2Port, "UDP port of both engines (0: ephemeral; a busy 4791 falls back to ephemeral)")
+	faultSpec := fs.String("fault", "", "inject faults into both engines: loss=P,dup=P,reorder=P,corrupt=P,delay=D,seed=N")
+	pcapPath := fs.String("pcap", "", "record engine A's traffic to this pcap file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := demo(*addrA, *addrB, stdout); err != nil {
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "rxed demo: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg := demoConfig{addrs: addrs}
+	if len(cfg.addrs) > 2 {
+		fmt.Fprintln(stderr, "rxed demo: at most two --addr (engine A, engine B)")
+		return 2
+	}
+	def := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}
+	cfg.addrs = append(cfg.addrs, def[len(cfg.addrs):]...)
+	if *port < 0 || *port > 65535 {
+		fmt.Fprintf(stderr, "rxed demo: bad --port %d\n", *port)
+		return 2
+	}
+	cfg.port = uint16(*port)
+	if *faultSpec != "" {
+		fc, err := transport.ParseFaultSpec(*faultSpec)
+		if err != nil {
+			fmt.Fprintln(stderr, "rxed demo:", err)
+			return 2
+		}
+		cfg.fault = &fc
+	}
+	if *pcapPath != "" {
+		f, err := os.Create(*pcapPath)
+		if err != nil {
+			fmt.Fprintln(stderr, "rxed demo:", err)
+			return 1
+		}
+		defer f.Close()
+		cfg.pcap = f
+	}
+	if err := demo(cfg, stdout); err != nil {
 		fmt.Fprintln(stderr, "rxed demo: FAILED:", err)
 		return 1
 	}
@@ -125,34 +172,30 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func demo(addrA, addrB string, out io.Writer) error {
-	aAddr, err := netip.ParseAddr(addrA)
-	if err != nil {
-		return err
-	}
-	bAddr, err := netip.ParseAddr(addrB)
-	if err != nil {
-		return err
-	}
-	ephemeral := false
-	a, err := openDemoPeer("A", aAddr, false)
+func demo(cfg demoConfig, out io.Writer) error {
+	aAddr, bAddr := cfg.addrs[0], cfg.addrs[1]
+	ephemeral := cfg.port == 0
+	a, err := openDemoPeer("A", aAddr, cfg, ephemeral, cfg.pcap)
 	var b *demoPeer
 	if err == nil {
-		b, err = openDemoPeer("B", bAddr, false)
+		b, err = openDemoPeer("B", bAddr, cfg, ephemeral, nil)
 	}
-	if err != nil {
+	if err != nil && !ephemeral {
 		// Port 4791 is taken (a kernel rdma_rxe or another rxed): use
 		// ephemeral ports; the QPs are told each other's port.
 		a.close()
 		b.close()
 		ephemeral = true
-		if a, err = openDemoPeer("A", aAddr, true); err != nil {
+		if a, err = openDemoPeer("A", aAddr, cfg, true, cfg.pcap); err != nil {
 			return err
 		}
-		if b, err = openDemoPeer("B", bAddr, true); err != nil {
+		if b, err = openDemoPeer("B", bAddr, cfg, true, nil); err != nil {
 			a.close()
 			return err
 		}
+	} else if err != nil {
+		a.close()
+		return err
 	}
 	defer a.close()
 	defer b.close()
