@@ -10,6 +10,25 @@
 // responder or completer. Posted work requests and timer expiries reach
 // the same worker; it builds packets into its own batch buffers and sends
 // them with one Conn.Send per batch.
+//
+// Wire details that differ from a kernel rdma_rxe and why:
+//
+//   - UDP source port: rxe sends from 0xC000 | hash(QPNs) for ECMP entropy;
+//     the engine sends every packet from its bound port (4791 unless
+//     configured otherwise) because it has one unconnected socket per
+//     address. rxe accepts any source port, and responds to 4791.
+//   - ICRC: packets are sealed for exactly the IP/UDP header Linux puts on
+//     an unconnected IP_PMTUDISC_DO socket's datagram (IPv4 ID 0, DF).
+//     On receive the IP header is unseen; for IPv4 the sender's ID is
+//     solved from the ICRC (wire.Flow.Verify), which leaves 16 of the 32
+//     check bits. Over IPv6 the check is complete.
+//   - Receive checks run in rxe_rcv's order (length, destination GID,
+//     header, QP, type and state, address, P_Key/Q_Key, ICRC); each drop
+//     is counted under its reason (qp.DropReasonNames).
+//   - retry_cnt is refilled by any response inside the outstanding window
+//     (rxe refills it only on responses that advance the oldest WQE), so
+//     a live peer on a lossy path does not fail the QP; a silent peer
+//     still exhausts it (RETRY_EXC_ERR).
 package roce
 
 import (
