@@ -304,3 +304,33 @@ func modifyToRTS(t *testing.T, e *roce.Engine, q *qp.QP, typ qp.Type, peer netip
 	}
 	require.NoError(t, e.ModifyQP(q, &qp.Attr{State: qp.RTS, SQPSN: psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4}, mask))
 }
+
+// TestValidCNPCounted injects the corpus's CNPs (one of them captured from
+// a ConnectX-4 Lx) and checks they are counted as cnp_rcvd, not dropped.
+func TestValidCNPCounted(t *testing.T) {
+	if _, err := os.Stat(conformanceDir); err != nil {
+		t.Skip("conformance corpus not present")
+	}
+	valid := readJSONL(t, conformanceDir+"/valid.jsonl")
+	frames := dissectAll(t, conformanceDir+"/valid.pcap")
+	n := 0
+	for i := range valid {
+		fr := frames[i]
+		if len(fr.payload) < wire.BTHLen || wire.BTH(fr.payload).Opcode() != wire.CNP {
+			continue
+		}
+		n++
+		conn := newInjectConn(fr.dst)
+		e, err := roce.New(roce.Config{Conn: conn, Workers: 1})
+		require.NoError(t, err)
+		conn.in <- injected{data: fr.payload, ep: transport.Endpoint{Local: fr.dst, Remote: fr.src}}
+		require.Eventually(t, func() bool { return e.Counters()["cnp_rcvd"] == 1 }, 5*time.Second, time.Millisecond, "frame %s", valid[i].Name)
+		for k, v := range e.Counters() {
+			if strings.HasPrefix(k, "drop_") {
+				require.Zero(t, v, "%s: %s", valid[i].Name, k)
+			}
+		}
+		require.NoError(t, e.Close())
+	}
+	require.NotZero(t, n)
+}
