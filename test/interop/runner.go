@@ -235,6 +235,21 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 	defer stopProc(cp)
 	select {
 	case <-cp.done:
+	case <-sp.done:
+		// the server gave up first: the client cannot finish either, so do not wait out its timeout
+		if sp.exitStatus() != "exit 0" {
+			select {
+			case <-cp.done:
+			case <-time.After(5 * time.Second):
+				stopProc(cp)
+			case <-cctx.Done():
+			}
+		} else {
+			select {
+			case <-cp.done:
+			case <-cctx.Done():
+			}
+		}
 	case <-cctx.Done():
 	}
 	// the server finishes right after a successful client; give it a little time

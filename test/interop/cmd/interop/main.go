@@ -252,6 +252,14 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
 		}
 	}
 	info.Total = time.Since(started)
+	if o.subject == interop.SubjectRxed {
+		rev, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
+		what := "built from ./cmd/rxed at " + strings.TrimSpace(string(rev))
+		if o.rxed != "" {
+			what = "prebuilt binary " + o.rxed + " (tree at " + strings.TrimSpace(string(rev)) + ")"
+		}
+		info.Note = strings.TrimSpace(info.Note + " rxed: " + what + ";")
+	}
 	if ctx.Err() != nil {
 		info.Note = "run interrupted: " + context.Cause(ctx).Error()
 	}
