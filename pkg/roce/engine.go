@@ -338,7 +338,13 @@ func (e *Engine) PostRecv(q *qp.QP, wrs []qp.RecvWR) (n int, err error) {
 // PostSend, e.g. an SRQ post that may unblock nothing — harmless).
 func (e *Engine) kick(q *qp.QP) {
 	w := e.workerFor(q.Num())
-	w.kick(q.Num())
+	num := q.Num()
+	// An idle worker's work is done by the posting goroutine itself, as
+	// ibv_post_send does in a provider library; a busy one is asked to.
+	if w.tryInline(false, func() { w.runQP(w.qps[num]) }) {
+		return
+	}
+	w.kick(num)
 }
 
 // Counters returns every counter by name: rxe's protocol counters and one
@@ -409,9 +415,13 @@ func (e *Engine) receiveLoop() {
 			}
 			qpn := wire.BTH(rb.b[:wire.BTHLen]).DestQP()
 			w := e.workerFor(qpn)
-			select {
-			case w.events <- event{kind: evPacket, rb: rb}:
-			case <-e.closed:
+			// A lone packet for an idle worker is handled right here
+			// (one goroutine hand-off less); anything else queues behind
+			// what the worker already has, preserving arrival order.
+			if n == 1 && w.tryInline(true, func() { w.handlePacket(rb) }) {
+				continue // rb stays ours: reuse it
+			}
+			if !w.enqueue(event{kind: evPacket, rb: rb}) {
 				return
 			}
 			batch[i] = e.pool.Get().(*rxBuf)
