@@ -173,6 +173,14 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) Close() error {
 	var err error
 	e.closeOnce.Do(func() {
+		// Send what is batched first: an application that saw its last
+		// receive completion and closes must not take the ACK for that
+		// message with it, or the peer retries into the void.
+		for _, w := range e.workers {
+			w.own.Lock()
+			w.flush()
+			w.own.Unlock()
+		}
 		close(e.closed)
 		err = e.conn.Close()
 		e.wg.Wait()
