@@ -243,6 +243,11 @@ func (q *QP) checkAck(env Env, p *wire.Packet, w *wqe, psn PSN, now time.Time) {
 					// the retry asks for its data again.
 					if h := q.headWQE(); h == nil || !h.isReadOrAtomic() || h.state != wqePending {
 						q.comp.psn = psn
+						// The NAK acknowledged new packets: that is
+						// progress, so this gap gets its own retry
+						// rather than waiting for the timer behind the
+						// previous one.
+						q.comp.startedRetry = false
 					}
 				}
 				if w = q.headWQE(); w != nil {
