@@ -372,6 +372,9 @@ func TestUCDropsMessageWithGap(t *testing.T) {
 		SendWR{ID: 2, Opcode: WRSend, Flags: Signaled, SGL: []SGE{l.a.sge(0, 300)}})
 	pk := l.a.env.take()
 	require.Equal(t, []wire.Opcode{wire.UCSendFirst, wire.UCSendMiddle, wire.UCSendLast, wire.UCSendFirst, wire.UCSendLast}, opcodes(pk))
+	for _, x := range pk {
+		require.False(t, wire.BTH(x).AckReq(), "rxe sends UC without AckReq")
+	}
 	require.Len(t, poll(t, l.a.scq), 1, "UC completes on send")
 	// The middle packet of message 1 is lost: message 1 is dropped whole,
 	// message 2 arrives in the receive WR message 1 would have used.
@@ -390,6 +393,7 @@ func TestUDSendCarriesDETHAndGRH(t *testing.T) {
 		AV: AddrVector{DGID: l.b.addr.Addr()}, RemoteQPN: l.b.q.Num(), RemoteQKey: 0x80000000})
 	pk := l.a.env.take()
 	require.Equal(t, []wire.Opcode{wire.UDSendOnlyImm}, opcodes(pk))
+	require.False(t, wire.BTH(pk[0]).AckReq(), "rxe sends UD without AckReq")
 	var p wire.Packet
 	require.NoError(t, p.Parse(pk[0]))
 	require.Equal(t, uint32(0x1234), p.DETH.QKey(), "high bit: the QP's own Q_Key")

@@ -246,8 +246,10 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 		}
 		q.req.psn = q.req.psn.Next()
 		finished = last
-		q.req.noack++
-		h.AckReq = last || q.req.noack > MaxPktPerAck
+		if q.typ == RC { // rxe sets no AckReq on UC/UD (see the captures)
+			q.req.noack++
+			h.AckReq = last || q.req.noack > MaxPktPerAck
+		}
 		h.SE = last && wr.Flags&Solicited != 0 && (op.IsSend() || op == WRRDMAWriteWithImm)
 	}
 	if h.AckReq {
