@@ -25,17 +25,24 @@ func (q *QP) completeWQE(w *wqe, force bool) {
 		w.hasRdAtomic = false
 		q.req.rdAtomic--
 	}
-	if force || q.sigAll || w.wr.Flags&Signaled != 0 || w.status != WCSuccess {
+	signal := force || q.sigAll || w.wr.Flags&Signaled != 0 || w.status != WCSuccess
+	var wc WC
+	if signal {
 		op, _ := w.wr.Opcode.WCOpcode()
-		wc := WC{ID: w.wr.ID, Status: w.status, Opcode: op, ByteLen: uint32(w.length), QPNum: q.num}
+		wc = WC{ID: w.wr.ID, Status: w.status, Opcode: op, ByteLen: uint32(w.length), QPNum: q.num}
 		if w.wr.Opcode.HasImm() {
 			wc.Flags |= WCWithImm
 		}
-		q.scq.Push(wc)
 	}
+	// Free the slot before the completion becomes visible (as a polled
+	// CQE frees its WQE in libibverbs): an application that posts the
+	// moment it polls must find room. w may be reused from here on.
 	q.sq.retire()
 	if q.req.idx < q.sq.head {
 		q.req.idx = q.sq.head
+	}
+	if signal {
+		q.scq.Push(wc)
 	}
 }
 
