@@ -161,3 +161,49 @@ func TestLoopbackUDPEngines(t *testing.T) {
 		require.Equal(t, uint64(i+1), binary.NativeEndian.Uint64(peer.buf[700<<10:]))
 	}
 }
+
+// TestDualStackDevice: one device with an IPv4 and an IPv6 address (GID
+// indexes 0 and 1) runs an RC QP over each family at once.
+func TestDualStackDevice(t *testing.T) {
+	v4a, v6 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")
+	v4b := netip.MustParseAddr("127.0.0.2")
+	na := newNode(t, ib.Config{Addrs: []netip.Addr{v4a, v6}, EphemeralPort: true}, v4a, nodeOpts{})
+	nb := newNode(t, ib.Config{Addrs: []netip.Addr{v4b, v6}, EphemeralPort: true}, v4b, nodeOpts{})
+	require.Equal(t, 1, na.dev.GIDIndex(v6))
+	o := qpOpts{mtu: ib.MTU1024}
+	// IPv4 pair via GID 0.
+	a4, b4 := na.createQP(o), nb.createQP(o)
+	connectQPs(t, na, a4, nb, b4, o)
+	// IPv6 pair via GID 1: move both to RTS by hand with SGIDIndex 1.
+	a6, b6 := na.createQP(o), nb.createQP(o)
+	for _, s := range []struct {
+		n    *node
+		q    *ib.QP
+		peer *node
+		pq   *ib.QP
+	}{{na, a6, nb, b6}, {nb, b6, na, a6}} {
+		require.NoError(t, s.q.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.QPAccessRemoteWrite | ib.QPAccessRemoteRead},
+			ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))
+		require.NoError(t, s.q.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: s.pq.Num(), RQPSN: 5, MaxDestRdAtomic: 4,
+			MinRNRTimer: 1, AV: ib.AddrVector{DGID: v6, SGIDIndex: 1, DestPort: s.peer.dev.Engine().Port(v6), PortNum: 1}},
+			ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer))
+		require.NoError(t, s.q.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: 5, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+			ib.AttrState|ib.AttrSQPSN|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrMaxQPRdAtomic))
+	}
+	fill(na.buf[:20000], 6)
+	require.NoError(t, a4.PostSend(ib.SendWR{ID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(na, 0, 10000)}, RemoteAddr: nb.mr.IOVA(), RKey: nb.mr.RKey()}))
+	require.NoError(t, a6.PostSend(ib.SendWR{ID: 2, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{sge(na, 10000, 10000)}, RemoteAddr: nb.mr.IOVA() + 10000, RKey: nb.mr.RKey()}))
+	seen := map[uint64]bool{}
+	for len(seen) < 2 {
+		wc := wait(t, na.scq, 10*time.Second)
+		require.Equal(t, ib.WCSuccess.String(), wc.Status.String())
+		seen[wc.ID] = true
+	}
+	_, _, err := b4.Query()
+	require.NoError(t, err)
+	_, _, err = b6.Query()
+	require.NoError(t, err)
+	require.Equal(t, na.buf[:20000], nb.buf[:20000])
+}
