@@ -223,37 +223,37 @@ func (d *Device) Counters() map[string]uint64 { return d.eng.Counters() }
 // DeviceAttr is struct ibv_device_attr (the fields that matter here),
 // filled with rdma_rxe's limits (rxe_param.h).
 type DeviceAttr struct {
-	FwVer              string
-	NodeGUID           uint64
-	SysImageGUID       uint64
-	MaxMRSize          uint64
-	PageSizeCap        uint64
-	VendorID           uint32
-	VendorPartID       uint32
-	HwVer              uint32
-	MaxQP              int
-	MaxQPWR            int
-	MaxSGE             int
-	MaxSGERd           int
-	MaxCQ              int
-	MaxCQE             int
-	MaxMR              int
-	MaxPD              int
-	MaxQPRdAtom        int
-	MaxQPInitRdAtom    int
-	MaxResRdAtom       int
-	AtomicCap          int // IBV_ATOMIC_HCA = 1
-	MaxMW              int
-	MaxSRQ             int
-	MaxSRQWR           int
-	MaxSRQSGE          int
-	MaxPKeys           int
-	LocalCAAckDelay    int
-	PhysPortCnt        int
-	MaxInlineData      int
-	MaxMsgSize         uint64
-	DeviceCapFlags     uint64
-	MaxFastRegPageList int
+	FwVer              string // fw_ver: firmware version string
+	NodeGUID           uint64 // node_guid: derived from the first GID (rxe uses the MAC)
+	SysImageGUID       uint64 // sys_image_guid: same as NodeGUID
+	MaxMRSize          uint64 // max_mr_size: largest region in bytes (RXE_MAX_MR_SIZE)
+	PageSizeCap        uint64 // page_size_cap: supported page sizes (RXE_PAGE_SIZE_CAP)
+	VendorID           uint32 // vendor_id (RXE_VENDOR_ID)
+	VendorPartID       uint32 // vendor_part_id
+	HwVer              uint32 // hw_ver
+	MaxQP              int    // max_qp (RXE_MAX_QP)
+	MaxQPWR            int    // max_qp_wr: deepest send or receive queue (RXE_MAX_QP_WR)
+	MaxSGE             int    // max_sge: SGEs per send or receive WR (RXE_MAX_SGE)
+	MaxSGERd           int    // max_sge_rd: SGEs per RDMA READ (RXE_MAX_SGE_RD)
+	MaxCQ              int    // max_cq (RXE_MAX_CQ)
+	MaxCQE             int    // max_cqe: entries per CQ ((1 << RXE_MAX_LOG_CQE) - 1)
+	MaxMR              int    // max_mr (RXE_MAX_MR)
+	MaxPD              int    // max_pd (RXE_MAX_PD)
+	MaxQPRdAtom        int    // max_qp_rd_atom: reads/atomics a QP accepts at once (RXE_MAX_QP_RD_ATOM)
+	MaxQPInitRdAtom    int    // max_qp_init_rd_atom: reads/atomics a QP issues at once (RXE_MAX_QP_INIT_RD_ATOM)
+	MaxResRdAtom       int    // max_res_rd_atom: device-wide responder resources (RXE_MAX_RES_RD_ATOM)
+	AtomicCap          int    // IBV_ATOMIC_HCA = 1
+	MaxMW              int    // max_mw (RXE_MAX_MW)
+	MaxSRQ             int    // max_srq (RXE_MAX_SRQ)
+	MaxSRQWR           int    // max_srq_wr (RXE_MAX_SRQ_WR)
+	MaxSRQSGE          int    // max_srq_sge (RXE_MAX_SRQ_SGE)
+	MaxPKeys           int    // max_pkeys (RXE_MAX_PKEYS)
+	LocalCAAckDelay    int    // local_ca_ack_delay (RXE_LOCAL_CA_ACK_DELAY)
+	PhysPortCnt        int    // phys_port_cnt: always 1
+	MaxInlineData      int    // max_inline_data per send WR (RXE_MAX_INLINE_DATA)
+	MaxMsgSize         uint64 // largest message in bytes, as the port reports it
+	DeviceCapFlags     uint64 // device_cap_flags (IBV_DEVICE_* bits)
+	MaxFastRegPageList int    // max_fast_reg_page_list_len (RXE_MAX_FMR_PAGE_LIST_LEN)
 }
 
 // QueryDevice returns the device attributes (ibv_query_device).
@@ -292,15 +292,15 @@ const (
 
 // PortAttr is struct ibv_port_attr (the fields that matter here).
 type PortAttr struct {
-	State       PortState
-	MaxMTU      MTU
-	ActiveMTU   MTU
-	GIDTblLen   int
-	PKeyTblLen  int
-	MaxMsgSz    uint64
-	LinkLayer   string // "Ethernet"
-	ActiveSpeed string
-	UDPPort     uint16
+	State       PortState // state: PortActive once the device is open
+	MaxMTU      MTU       // max_mtu: MTU4096
+	ActiveMTU   MTU       // active_mtu: Config.ActiveMTU
+	GIDTblLen   int       // gid_tbl_len
+	PKeyTblLen  int       // pkey_tbl_len: 1 (only the default P_Key)
+	MaxMsgSz    uint64    // max_msg_sz
+	LinkLayer   string    // "Ethernet"
+	ActiveSpeed string    // active speed; "software" for a software device
+	UDPPort     uint16    // UDP port the device receives on (4791 unless configured)
 }
 
 // QueryPort returns port 1's attributes (ibv_query_port).

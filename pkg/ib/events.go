@@ -32,11 +32,11 @@ func (t EventType) String() string {
 
 // AsyncEvent is struct ibv_async_event.
 type AsyncEvent struct {
-	Type EventType
-	QPN  uint32 // EventQPFatal
-	CQ   *CQ    // EventCQErr
-	SRQ  *SRQ   // EventSRQLimitReached
-	Port uint8  // EventPortActive
+	Type EventType // event_type
+	QPN  uint32    // EventQPFatal
+	CQ   *CQ       // EventCQErr
+	SRQ  *SRQ      // EventSRQLimitReached
+	Port uint8     // EventPortActive
 }
 
 // Events returns the asynchronous event channel (ibv_get_async_event). It

@@ -36,11 +36,11 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 
 // QPInitAttr is struct ibv_qp_init_attr.
 type QPInitAttr struct {
-	Type   QPType
-	SendCQ *CQ
-	RecvCQ *CQ
-	SRQ    *SRQ // optional shared receive queue
-	Cap    QPCap
+	Type   QPType // qp_type: RC, UC or UD
+	SendCQ *CQ    // send_cq: completions of send WRs
+	RecvCQ *CQ    // recv_cq: completions of receive WRs
+	SRQ    *SRQ   // optional shared receive queue
+	Cap    QPCap  // cap: queue sizes
 	// SigAll makes every send WR generate a completion (sq_sig_all).
 	SigAll bool
 }
@@ -66,7 +66,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("ib: CreateQP: %w", err)
 	}
 	c := qp.Config{Type: attr.Type, Cap: attr.Cap, SigAll: attr.SigAll, PD: pd.pd,
-		SendCQ: cqSink{attr.SendCQ}, RecvCQ: cqSink{attr.RecvCQ}}
+		SendCQ: cqSink{attr.SendCQ}, RecvCQ: cqSink{attr.RecvCQ}, PortMTU: pd.d.mtu}
 	if attr.SRQ != nil {
 		c.SRQ = attr.SRQ.srq
 	}
@@ -106,10 +106,11 @@ func (q *QP) Query() (QPAttr, QPInitAttr, error) {
 // PostError reports which work request of a post failed; the ones before
 // it were posted.
 type PostError struct {
-	Index int
-	Err   error
+	Index int   // index of the refused work request in the posted list
+	Err   error // why it was refused
 }
 
+// Error implements error.
 func (e *PostError) Error() string { return fmt.Sprintf("ib: work request %d: %v", e.Index, e.Err) }
 
 // Unwrap returns the cause.
@@ -146,8 +147,8 @@ func (q *QP) Destroy() error { return q.pd.d.eng.DestroyQP(q.q) }
 
 // SRQInitAttr is struct ibv_srq_init_attr.
 type SRQInitAttr struct {
-	MaxWR  int
-	MaxSGE int
+	MaxWR  int // max_wr: requests the SRQ holds (1..MaxSRQWR)
+	MaxSGE int // max_sge: SGEs per request (1..MaxSRQSGE)
 	// Limit arms the limit event (IBV_EVENT_SRQ_LIMIT_REACHED) when fewer
 	// than Limit requests remain; 0 leaves it disarmed.
 	Limit int

@@ -166,3 +166,43 @@ func TestRCSendImmAndAtomics(t *testing.T) {
 	require.Equal(t, uint64(42), binary.NativeEndian.Uint64(abuf[136:]))
 	require.Equal(t, uint64(1000), binary.NativeEndian.Uint64(rbuf[64:]))
 }
+
+// TestInjectedClockDrivesRetransmits: with a FakeClock nothing is resent
+// until the test moves time past the 4.096us*2^timeout deadline; three
+// expiries with retry_cnt 2 end in RETRY_EXC_ERR.
+func TestInjectedClockDrivesRetransmits(t *testing.T) {
+	net := transport.NewMemNetwork()
+	clock := NewFakeClock(time.Unix(0, 0))
+	a := netip.MustParseAddr("10.0.0.1")
+	c, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
+	require.NoError(t, err)
+	e, err := New(Config{Conn: c, Workers: 1, Clock: clock})
+	require.NoError(t, err)
+	defer e.Close()
+	pd, _ := e.Memory().AllocPD()
+	scq, _ := qp.NewCQ(16)
+	rcq, _ := qp.NewCQ(16)
+	q, err := e.CreateQP(qp.Config{Type: qp.RC, PD: pd, SendCQ: scq, RecvCQ: rcq, Cap: qp.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16}})
+	require.NoError(t, err)
+	require.NoError(t, e.ModifyQP(q, &qp.Attr{State: qp.Init, PortNum: 1}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags))
+	require.NoError(t, e.ModifyQP(q, &qp.Attr{State: qp.RTR, AV: qp.AddrVector{DGID: netip.MustParseAddr("10.0.0.99")}, PathMTU: qp.MTU1024,
+		DestQPN: 0x20, MaxDestRdAtomic: 1, MinRNRTimer: 1}, qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer))
+	require.NoError(t, e.ModifyQP(q, &qp.Attr{State: qp.RTS, Timeout: 10, RetryCnt: 2, RNRRetry: 0, MaxRdAtomic: 1},
+		qp.AttrState|qp.AttrSQPSN|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|qp.AttrMaxQPRdAtomic))
+	_, err = e.PostSend(q, []qp.SendWR{{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled | qp.Inline, Inline: []byte("x")}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.Counters()["sent_pkts"] == 1 }, 5*time.Second, time.Millisecond)
+	step := qp.RetransmitTimeout(10)
+	clock.Advance(step - time.Nanosecond) // just short of the deadline: no timer fires
+	_, err = e.QueryQP(q)                 // a round trip through the worker
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), e.Counters()["sent_pkts"])
+	for i := 1; i <= 2; i++ {
+		clock.Advance(step)
+		require.Eventually(t, func() bool { return e.Counters()["sent_pkts"] == uint64(1+i) }, 5*time.Second, time.Millisecond, "retry %d", i)
+	}
+	clock.Advance(step)
+	wc := waitWC(t, scq)
+	require.Equal(t, qp.WCRetryExcErr, wc.Status)
+	require.Equal(t, uint64(3), e.Counters()["sent_pkts"])
+}
