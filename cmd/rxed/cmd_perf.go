@@ -284,6 +284,9 @@ func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error
 	if o.conn == ib.UD && o.size > 4096 {
 		return fmt.Errorf("-s %d: UD messages must fit the MTU", o.size)
 	}
+	if o.mtu != 0 {
+		o.ef.activeMTU = ib.MTU(oob.MTUEnum(o.mtu)) // -m lowers the port MTU (UD uses it)
+	}
 	en, err := o.ef.open(log)
 	if err != nil {
 		return err

@@ -81,10 +81,13 @@ func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
 	if !ok {
 		return nil, code, false
 	}
-	sizeSet := false
+	sizeSet, mtuSet := false, false
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "s" {
+		switch f.Name {
+		case "s":
 			sizeSet = true
+		case "m":
+			mtuSet = true
 		}
 	})
 	bad := func(format string, a ...any) (*pingpongOpts, int, bool) {
@@ -112,6 +115,14 @@ func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
 		return bad("-m: %v", err)
 	}
 	o.mtu = m
+	if o.typ == ib.UD {
+		// UD messages use the port's active MTU, 4096 like rxe on a
+		// jumbo-frame link unless -m lowers it.
+		if !mtuSet {
+			o.mtu = ib.MTU4096
+		}
+		o.ef.activeMTU = o.mtu
+	}
 	switch {
 	case len(rest) > 1:
 		return bad("more than one server address: %q", rest)

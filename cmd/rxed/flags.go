@@ -55,6 +55,9 @@ type engineFlags struct {
 	verbose     bool
 
 	faultCfg transport.FaultConfig
+	// activeMTU is the port's active MTU the command asks for (its -m);
+	// 0 keeps the device default (4096).
+	activeMTU ib.MTU
 }
 
 // register adds the common flags to fs. oobPort is false for commands
@@ -119,7 +122,7 @@ type engine struct {
 // open opens the device the flags describe.
 func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
 	en := &engine{flags: e}
-	cfg := ib.Config{Addrs: e.addrs, Port: uint16(e.port), Logger: log}
+	cfg := ib.Config{Addrs: e.addrs, Port: uint16(e.port), Logger: log, ActiveMTU: e.activeMTU}
 	if e.faulty() {
 		fc := e.faultCfg
 		cfg.Fault = &fc

@@ -58,6 +58,9 @@ type Config struct {
 	RecvCQ   CompletionQueue
 	SRQ      ReceiveSource // nil: the QP gets its own receive queue
 	Counters *Counters     // shared device counters; nil allocates private ones
+	// PortMTU is the port's active MTU, which UD uses for every message
+	// (rxe get_mtu: the path MTU is for RC/UC only); 0 means MTU4096.
+	PortMTU MTU
 	// OnError is called (on the QP's goroutine) when the QP enters ERR by
 	// itself, for the asynchronous QP-fatal event.
 	OnError func(q *QP)
@@ -157,6 +160,13 @@ func New(c Config) (*QP, error) {
 	q.sq.init(int(c.Cap.MaxSendWR))
 	q.attr.PathMTU = MTU1024
 	q.mtu = 1024
+	if q.typ.Datagram() {
+		if c.PortMTU < MTU256 || c.PortMTU > MTU4096 {
+			c.PortMTU = MTU4096
+		}
+		q.attr.PathMTU = c.PortMTU
+		q.mtu = c.PortMTU.Bytes()
+	}
 	q.attr.PKeyIndex = 0
 	q.attr.PortNum = 1
 	q.resetProtocol()
@@ -210,7 +220,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	if err := CheckModify(q.typ, cur, a, mask); err != nil {
 		return err
 	}
-	if mask.Has(AttrPathMTU) {
+	if mask.Has(AttrPathMTU) && q.typ.Connected() {
 		q.attr.PathMTU = a.PathMTU
 		q.mtu = a.PathMTU.Bytes()
 	}

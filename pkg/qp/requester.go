@@ -219,6 +219,9 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 		q.req.psn = q.req.psn.Next()
 		h.AckReq, finished = true, true
 	default: // SEND and WRITE variants
+		if q.typ.Datagram() && w.length > mtu {
+			return false, WCLocLenErr // a UD message is one packet
+		}
 		first := w.sent == 0
 		payload = min(remaining, mtu)
 		last := remaining <= mtu
