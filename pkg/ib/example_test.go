@@ -266,7 +266,7 @@ func ExamplePD_CreateSRQ() {
 	connectRC(b, qb, a, qa)
 
 	for i := 0; i < 3; i++ {
-		check(qa.PostSend(ib.SendWR{ID: uint64(i), Opcode: ib.WRSend, SGL: []ib.SGE{a.sge(0, 10 + i)}}))
+		check(qa.PostSend(ib.SendWR{ID: uint64(i), Opcode: ib.WRSend, SGL: []ib.SGE{a.sge(0, 10+i)}}))
 		rwc := next(b.cq)
 		fmt.Println("recv", rwc.ID, rwc.Status.String(), rwc.ByteLen, "left", srq.Len())
 	}
