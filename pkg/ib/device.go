@@ -81,6 +81,7 @@ type Device struct {
 	port   uint16
 	mtu    MTU
 	events chan AsyncEvent
+	fast   fastRegistry // memory mapped for REG_MR (MapMR)
 
 	mu     sync.Mutex
 	closed bool

@@ -385,3 +385,40 @@ func ExampleWCStatus_remoteAccessError() {
 	// qp state: ERR peer memory untouched: true
 	// after reconnect: wr 3 SUCCESS, peer memory "intruder"
 }
+
+// Fast registration: a region allocated without memory gets its memory
+// (MapMR) and keys from a REG_MR work request on the send queue, and
+// gives them up with LOCAL_INV. A peer holding the key is then refused.
+func ExamplePD_AllocMR() {
+	a, qa, b, qb := rcPair()
+	defer a.close()
+	defer b.close()
+
+	fmr, err := b.pd.AllocMR(4096)
+	check(err)
+	check(b.pd.MapMR(fmr, b.buf[16<<10:20<<10]))
+	key := ib.IncRKey(fmr.LKey())
+	const iova = 0x10000
+	check(qb.PostSend(ib.SendWR{ID: 1, Opcode: ib.WRRegMR, Flags: ib.SendSignaled,
+		Reg: ib.RegMRInfo{MRLKey: fmr.LKey(), NewKey: key, IOVA: iova, Length: 4096,
+			Access: uint32(ib.AccessLocalWrite | ib.AccessRemoteWrite)}}))
+	wc := next(b.cq)
+	fmt.Println(wc.Opcode, wc.Status.String(), "new key in use:", fmr.RKey() == key)
+
+	copy(a.buf, "fast")
+	check(qa.PostSend(ib.SendWR{ID: 2, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{a.sge(0, 4)}, RemoteAddr: iova + 8, RKey: key}))
+	fmt.Printf("write: %v %q\n", next(a.cq).Status.String(), b.buf[16<<10+8:16<<10+12])
+
+	check(qb.PostSend(ib.SendWR{ID: 3, Opcode: ib.WRLocalInv, Flags: ib.SendSignaled, InvalidateRKey: key}))
+	wc = next(b.cq)
+	fmt.Println(wc.Opcode, wc.Status.String())
+	check(qa.PostSend(ib.SendWR{ID: 4, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{a.sge(0, 4)}, RemoteAddr: iova + 8, RKey: key}))
+	fmt.Println("write after LOCAL_INV:", next(a.cq).Status.String())
+	// Output:
+	// REG_MR SUCCESS new key in use: true
+	// write: SUCCESS "fast"
+	// LOCAL_INV SUCCESS
+	// write after LOCAL_INV: REM_ACCESS_ERR
+}

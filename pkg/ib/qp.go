@@ -74,6 +74,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ib: CreateQP: %w", err)
 	}
+	// Before any WR can be posted (the QP is in RESET): the verbs layer
+	// executes local WRs itself, REG_MR included.
+	q.SetLocalOps(verbsLocalOps{pd.d})
 	return &QP{q: q, pd: pd, init: attr}, nil
 }
 
