@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/qp"
@@ -326,7 +327,8 @@ func (d *Device) AllocPD() (*PD, error) {
 // ReqNotify and Notify come from the embedded qp.CQ.
 type CQ struct {
 	*qp.CQ
-	d *Device
+	d     *Device
+	users atomic.Int32 // QPs using the CQ; Destroy refuses while > 0
 }
 
 // CreateCQ creates a completion queue of at least cqe entries
@@ -339,8 +341,12 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	return &CQ{CQ: c, d: d}, nil
 }
 
-// Destroy destroys the CQ (ibv_destroy_cq).
+// Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy,
+// changing nothing, while QPs use the CQ.
 func (cq *CQ) Destroy() error {
+	if err := busy("CQ", cq.users.Load()); err != nil {
+		return err
+	}
 	cq.CQ.Close()
 	return nil
 }

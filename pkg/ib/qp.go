@@ -3,6 +3,7 @@ package ib
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/qp"
@@ -47,9 +48,10 @@ type QPInitAttr struct {
 
 // QP is a queue pair (struct ibv_qp).
 type QP struct {
-	q    *qp.QP
-	pd   *PD
-	init QPInitAttr
+	q         *qp.QP
+	pd        *PD
+	init      QPInitAttr
+	destroyed atomic.Bool
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp).
@@ -70,8 +72,12 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SRQ != nil {
 		c.SRQ = attr.SRQ.srq
 	}
+	if err := holdQPResources(pd, &attr); err != nil {
+		return nil, fmt.Errorf("ib: CreateQP: %w", err)
+	}
 	q, err := pd.d.eng.CreateQP(c)
 	if err != nil {
+		releaseQPResources(pd, &attr)
 		return nil, fmt.Errorf("ib: CreateQP: %w", err)
 	}
 	// Before any WR can be posted (the QP is in RESET): the verbs layer
@@ -97,6 +103,9 @@ func (q *QP) PD() *PD { return q.pd }
 // error naming the offending attribute and changes nothing. Moving to ERR
 // flushes outstanding work requests with WR_FLUSH_ERR completions.
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+	if q.destroyed.Load() {
+		return fmt.Errorf("ib: Modify: %w", ErrDestroyed)
+	}
 	return q.pd.d.eng.ModifyQP(q.q, attr, mask)
 }
 
@@ -124,6 +133,9 @@ func (e *PostError) Unwrap() error { return e.Err }
 // queued in order; on error a *PostError names the first one refused and
 // those before it were posted.
 func (q *QP) PostSend(wrs ...SendWR) error {
+	if q.destroyed.Load() {
+		return &PostError{Err: ErrDestroyed}
+	}
 	n, err := q.pd.d.eng.PostSend(q.q, wrs)
 	if err != nil {
 		return &PostError{Index: n, Err: err}
@@ -134,6 +146,9 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 // PostRecv posts receive work requests on the QP's own receive queue
 // (ibv_post_recv). A QP with an SRQ receives through SRQ.PostRecv.
 func (q *QP) PostRecv(wrs ...RecvWR) error {
+	if q.destroyed.Load() {
+		return &PostError{Err: ErrDestroyed}
+	}
 	if q.init.SRQ != nil {
 		return &PostError{Err: errors.New("ib: QP uses an SRQ; post to the SRQ")}
 	}
@@ -145,8 +160,19 @@ func (q *QP) PostRecv(wrs ...RecvWR) error {
 }
 
 // Destroy destroys the QP (ibv_destroy_qp). Packets for it are dropped
-// afterwards; no completions are generated.
-func (q *QP) Destroy() error { return q.pd.d.eng.DestroyQP(q.q) }
+// afterwards; no completions are generated. Its PD, CQs and SRQ are
+// released; later operations on it fail with ErrDestroyed.
+func (q *QP) Destroy() error {
+	if !q.destroyed.CompareAndSwap(false, true) {
+		return fmt.Errorf("ib: Destroy: QP %#x: %w", q.Num(), ErrDestroyed)
+	}
+	if err := q.pd.d.eng.DestroyQP(q.q); err != nil {
+		q.destroyed.Store(false)
+		return err
+	}
+	releaseQPResources(q.pd, &q.init)
+	return nil
+}
 
 // SRQInitAttr is struct ibv_srq_init_attr.
 type SRQInitAttr struct {
@@ -159,14 +185,19 @@ type SRQInitAttr struct {
 
 // SRQ is a shared receive queue (struct ibv_srq).
 type SRQ struct {
-	srq *qp.SRQ
-	pd  *PD
+	srq       *qp.SRQ
+	pd        *PD
+	users     atomic.Int32 // QPs using the SRQ; Destroy refuses while > 0
+	destroyed atomic.Bool
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 	s, err := qp.NewSRQ(attr.MaxWR, attr.MaxSGE, attr.Limit)
 	if err != nil {
+		return nil, fmt.Errorf("ib: CreateSRQ: %w", err)
+	}
+	if err := pd.pd.Hold(); err != nil {
 		return nil, fmt.Errorf("ib: CreateSRQ: %w", err)
 	}
 	x := &SRQ{srq: s, pd: pd}
@@ -193,8 +224,16 @@ func (s *SRQ) Limit() int { return s.srq.Limit() }
 // Len returns the number of posted, unconsumed receive requests.
 func (s *SRQ) Len() int { return s.srq.Len() }
 
-// Destroy destroys the SRQ (ibv_destroy_srq).
+// Destroy destroys the SRQ (ibv_destroy_srq). It fails with ErrBusy,
+// changing nothing, while QPs use the SRQ.
 func (s *SRQ) Destroy() error {
+	if err := busy("SRQ", s.users.Load()); err != nil {
+		return err
+	}
+	if !s.destroyed.CompareAndSwap(false, true) {
+		return fmt.Errorf("ib: Destroy: SRQ: %w", ErrDestroyed)
+	}
+	s.pd.pd.Unhold()
 	s.srq.Close()
 	return nil
 }

@@ -332,7 +332,8 @@ func BenchmarkSendLatency8(b *testing.B) {
 		b.StopTimer()
 	})
 	close(stop)
-	nb.rcq.Destroy()
+	bq.Destroy()     // a CQ in use by a QP cannot be destroyed (EBUSY)
+	nb.rcq.Destroy() // wakes the echo goroutine
 	wg.Wait()
 	rt := float64(el.Nanoseconds()) / float64(b.N)
 	b.ReportMetric(base, "udp-ns/rtt")

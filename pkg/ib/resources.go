@@ -1,0 +1,48 @@
+package ib
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors of resource lifetime misuse; test with errors.Is.
+var (
+	// ErrBusy is returned when destroying a CQ or SRQ that QPs still use
+	// (EBUSY from ibv_destroy_cq / ibv_destroy_srq). PD.Dealloc of a PD
+	// with QPs, SRQs, regions or windows fails with mr.ErrPDBusy.
+	ErrBusy = errors.New("ib: resource in use")
+	// ErrDestroyed is returned by operations on a destroyed QP or SRQ.
+	ErrDestroyed = errors.New("ib: resource destroyed")
+)
+
+// holdQPResources records that a new QP uses the PD, the CQs and the SRQ
+// of attr, so that none of them can be destroyed under it.
+func holdQPResources(pd *PD, attr *QPInitAttr) error {
+	if err := pd.pd.Hold(); err != nil {
+		return err
+	}
+	attr.SendCQ.users.Add(1)
+	attr.RecvCQ.users.Add(1)
+	if attr.SRQ != nil {
+		attr.SRQ.users.Add(1)
+	}
+	return nil
+}
+
+// releaseQPResources undoes holdQPResources.
+func releaseQPResources(pd *PD, attr *QPInitAttr) {
+	attr.SendCQ.users.Add(-1)
+	attr.RecvCQ.users.Add(-1)
+	if attr.SRQ != nil {
+		attr.SRQ.users.Add(-1)
+	}
+	pd.pd.Unhold()
+}
+
+// busy returns an ErrBusy naming what still uses a resource, or nil.
+func busy(what string, users int32) error {
+	if users > 0 {
+		return fmt.Errorf("%w: %s used by %d QPs", ErrBusy, what, users)
+	}
+	return nil
+}
