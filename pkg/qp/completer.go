@@ -344,6 +344,13 @@ func (q *QP) goBackN() {
 			switch {
 			case w.wr.Opcode == WRRDMARead:
 				w.sent = w.recvd
+				if w.recvd > 0 {
+					// The responder (rxe duplicate_request) replays a
+					// READ retried from inside as MIDDLE … LAST: the
+					// READ response sequence continues, as rxe's
+					// comp.opcode survives req_retry.
+					q.comp.opcode = int(wire.RCReadResponseMiddle)
+				}
 			case w.isReadOrAtomic():
 				w.sent = 0
 			default:

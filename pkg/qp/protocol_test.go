@@ -308,7 +308,7 @@ func TestReadResumeAndImpliedNak(t *testing.T) {
 	// The responder replays from its saved READ; the SEND is a duplicate.
 	l.deliver(l.b, l.a, retry...)
 	replay := l.b.env.take()
-	require.Equal(t, []wire.Opcode{wire.RCReadResponseFirst, wire.RCReadResponseLast, wire.RCAck}, opcodes(replay))
+	require.Equal(t, []wire.Opcode{wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCAck}, opcodes(replay))
 	l.deliver(l.a, l.b, replay...)
 	wcs := poll(t, l.a.scq)
 	require.Len(t, wcs, 2)

@@ -509,7 +509,8 @@ func (q *QP) executeRead(env Env, p *wire.Packet, psn PSN) {
 }
 
 // readReply sends data as READ responses starting at psn. first says the
-// opening packet is FIRST/ONLY (it is for new requests and for replays).
+// opening packet is FIRST/ONLY (new requests and replays of a whole READ)
+// rather than MIDDLE/LAST (replays from inside one).
 func (q *QP) readReply(env Env, data []byte, psn PSN, first bool) {
 	mtu := q.mtu
 	off := 0
@@ -639,7 +640,9 @@ func (q *QP) duplicateRequest(env Env, p *wire.Packet, psn PSN) {
 				return
 			}
 		}
-		q.readReply(env, reg.Bytes(), psn, true)
+		// rxe replays from inside a READ as MIDDLE … LAST and only a
+		// retry of the whole READ starts with FIRST (or ONLY).
+		q.readReply(env, reg.Bytes(), psn, psn == res.firstPSN)
 		reg.Release()
 	case fl&wire.FlagAtomic != 0:
 		res := q.resp.findResource(psn)
