@@ -482,9 +482,24 @@ func (r *perfRun) latRequests(ctx context.Context) ([]time.Duration, error) {
 	return samples, nil
 }
 
+// latSendsFirst reports whether this side sends its first message
+// before waiting for one, as perftest decides: in send_lat the client
+// sends first (run_iter_lat_send: !(scnt < 1 && machine == CLIENT)), in
+// write_lat the server writes first (run_iter_lat_write: !(scnt < 1 &&
+// machine == SERVER)). Getting it wrong against a real peer deadlocks
+// (both poll) or races: both write message 1, a side that already got
+// its 1 writes 2 over it before the peer polled for 1, and the peer's
+// poll for exactly 1 never ends.
+func latSendsFirst(byWrite, server bool) bool {
+	if byWrite {
+		return server
+	}
+	return !server
+}
+
 // latPingPong is send_lat (byWrite=false: SEND/RECV) and write_lat
 // (byWrite=true: RDMA WRITE, the receiver polls the last byte of its
-// buffer, as perftest does). The client sends first.
+// buffer, as perftest does). latSendsFirst says who starts.
 func (r *perfRun) latPingPong(ctx context.Context, byWrite bool) ([]time.Duration, error) {
 	o := r.o
 	q := r.qps[0]
@@ -521,7 +536,7 @@ func (r *perfRun) latPingPong(ctx context.Context, byWrite bool) ([]time.Duratio
 	src := r.buf[q.src : q.src+size]
 	target := r.buf[q.target : q.target+size]
 	for scnt < iters || rcnt < iters {
-		if rcnt < iters && !(scnt == 0 && !r.server()) {
+		if rcnt < iters && !(scnt == 0 && latSendsFirst(byWrite, r.server())) {
 			what := fmt.Sprintf("waiting for message %d of %s", rcnt+1, o.test)
 			if byWrite {
 				if err := r.pollByte(ctx, target, size-1, byte(rcnt+1), what); err != nil {
