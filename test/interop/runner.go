@@ -242,6 +242,7 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 			case <-cp.done:
 			case <-time.After(5 * time.Second):
 				stopProc(cp)
+				fail("client stopped by the harness 5s after the server failed")
 			case <-cctx.Done():
 			}
 		} else {
