@@ -329,6 +329,9 @@ type CQ struct {
 	*qp.CQ
 	d     *Device
 	users atomic.Int32 // QPs using the CQ; Destroy refuses while > 0
+
+	channel  *CompChannel // set by CreateCQOnChannel
+	released atomic.Bool  // the channel was told of Destroy
 }
 
 // CreateCQ creates a completion queue of at least cqe entries
@@ -348,6 +351,9 @@ func (cq *CQ) Destroy() error {
 		return err
 	}
 	cq.CQ.Close()
+	if cq.channel != nil && !cq.released.Swap(true) {
+		cq.channel.release()
+	}
 	return nil
 }
 

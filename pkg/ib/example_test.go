@@ -422,3 +422,45 @@ func ExamplePD_AllocMR() {
 	// LOCAL_INV SUCCESS
 	// write after LOCAL_INV: REM_ACCESS_ERR
 }
+
+// One completion channel serves several CQs: GetCQEvent says which CQ
+// has news; the consumer re-arms that CQ and polls it empty.
+func ExampleCompChannel() {
+	net := transport.NewMemNetwork()
+	a, b := openPeer(net, "10.0.0.1"), openPeer(net, "10.0.0.2")
+	defer a.close()
+	defer b.close()
+	ch := b.dev.CreateCompChannel()
+	cqs := make([]*ib.CQ, 2)
+	qas := make([]*ib.QP, 2)
+	for i := range cqs {
+		var err error
+		cqs[i], err = b.dev.CreateCQOnChannel(16, ch)
+		check(err)
+		check(cqs[i].ReqNotify(false))
+		qb, err := b.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cqs[i], RecvCQ: cqs[i],
+			Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		check(err)
+		qas[i] = a.createQP(ib.RC)
+		connectRC(a, qas[i], b, qb)
+		connectRC(b, qb, a, qas[i])
+		check(qb.PostRecv(ib.RecvWR{ID: uint64(10 + i), SGL: []ib.SGE{b.sge(64*i, 64)}}))
+	}
+	// A message for the second CQ first, then one for the first.
+	for _, i := range []int{1, 0} {
+		check(qas[i].PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendInline, Inline: []byte("hi")}))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cq, err := ch.GetCQEvent(ctx)
+		cancel()
+		check(err)
+		check(cq.ReqNotify(false))
+		var wcs [4]ib.WC
+		n := cq.Poll(wcs[:])
+		fmt.Println("event from CQ", map[*ib.CQ]int{cqs[0]: 0, cqs[1]: 1}[cq], "polled", n, "wr", wcs[0].ID)
+	}
+	fmt.Println("destroy channel in use:", errors.Is(ch.Destroy(), ib.ErrBusy))
+	// Output:
+	// event from CQ 1 polled 1 wr 11
+	// event from CQ 0 polled 1 wr 10
+	// destroy channel in use: true
+}
