@@ -61,8 +61,12 @@ func (p *peer) sge(off, n int) ib.SGE {
 // connectRC moves q (on p) through INIT and RTR to RTS towards rq (on
 // r), with the attributes ibv_rc_pingpong exchanges out of band.
 func connectRC(p *peer, q *ib.QP, r *peer, rq *ib.QP) {
-	check(q.Modify(&ib.QPAttr{State: ib.QPSInit, PKeyIndex: 0, PortNum: 1,
-		AccessFlags: ib.QPAccessRemoteWrite | ib.QPAccessRemoteRead | ib.QPAccessRemoteAtomic},
+	connectRCAccess(p, q, r, rq, ib.QPAccessRemoteWrite|ib.QPAccessRemoteRead|ib.QPAccessRemoteAtomic)
+}
+
+// connectRCAccess is connectRC with the remote operations q accepts.
+func connectRCAccess(p *peer, q *ib.QP, r *peer, rq *ib.QP, access uint32) {
+	check(q.Modify(&ib.QPAttr{State: ib.QPSInit, PKeyIndex: 0, PortNum: 1, AccessFlags: access},
 		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))
 	check(q.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: rq.Num(), RQPSN: 100,
 		MaxDestRdAtomic: 4, MinRNRTimer: 1,
