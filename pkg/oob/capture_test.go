@@ -5,42 +5,22 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"testing"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/rxed/rxed/internal/testenv"
 )
 
-// sharedDir locates ../shared relative to the module root (the directory
-// holding go.mod). Without it the capture tests cannot run: CI must have it,
-// a developer checkout may not.
+// sharedDir locates ../shared beside the repository root, requiring its
+// captures; see testenv.
 func sharedDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-	shared := filepath.Join(dir, "..", "shared")
-	if _, err := os.Stat(filepath.Join(shared, "pcaps")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("reference captures missing: %v", err)
-		}
-		t.Skipf("reference captures not found at %s (set up ../shared to run this test)", shared)
-	}
-	return shared
+	testenv.SharedPath(t, "pcaps")
+	return testenv.SharedDir(t)
 }
 
 // tcpStreams is the TCP byte stream of one connection, per direction,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/rxed/rxed/internal/testenv"
 	"github.com/rxed/rxed/pkg/qp"
 	"github.com/rxed/rxed/pkg/roce"
 	"github.com/rxed/rxed/pkg/roce/transport"
@@ -21,8 +22,6 @@ import (
 	"github.com/rxed/rxed/pkg/wire/wirepcap"
 	"github.com/stretchr/testify/require"
 )
-
-const conformanceDir = "/work/shared/conformance"
 
 // injectConn is a transport.Conn whose received datagrams are whatever the
 // test injects; what the engine sends is counted and discarded.
@@ -126,9 +125,7 @@ func dissectAll(t *testing.T, path string) []dissected {
 // nothing is sent in reply, no completion appears and the QP's attributes
 // do not change.
 func TestInvalidConformanceFramesDropped(t *testing.T) {
-	if _, err := os.Stat(conformanceDir); err != nil {
-		t.Skip("conformance corpus not present")
-	}
+	conformanceDir := testenv.SharedPath(t, "conformance")
 	invalid := readJSONL(t, conformanceDir+"/invalid.jsonl")
 	invFrames := dissectAll(t, conformanceDir+"/invalid.pcap")
 	require.Len(t, invFrames, len(invalid))
@@ -308,9 +305,7 @@ func modifyToRTS(t *testing.T, e *roce.Engine, q *qp.QP, typ qp.Type, peer netip
 // TestValidCNPCounted injects the corpus's CNPs (one of them captured from
 // a ConnectX-4 Lx) and checks they are counted as cnp_rcvd, not dropped.
 func TestValidCNPCounted(t *testing.T) {
-	if _, err := os.Stat(conformanceDir); err != nil {
-		t.Skip("conformance corpus not present")
-	}
+	conformanceDir := testenv.SharedPath(t, "conformance")
 	valid := readJSONL(t, conformanceDir+"/valid.jsonl")
 	frames := dissectAll(t, conformanceDir+"/valid.pcap")
 	n := 0
