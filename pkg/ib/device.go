@@ -83,6 +83,7 @@ type Device struct {
 	mtu    MTU
 	events chan AsyncEvent
 	fast   fastRegistry // memory mapped for REG_MR (MapMR)
+	down   atomic.Bool  // Close was called (lock-free check for the post path)
 
 	mu     sync.Mutex
 	closed bool
@@ -167,6 +168,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.down.Store(true)
 	d.mu.Unlock()
 	return d.eng.Close()
 }
@@ -316,6 +318,9 @@ func (d *Device) QueryPort(port uint8) (PortAttr, error) {
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (d *Device) AllocPD() (*PD, error) {
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
 	p, err := d.eng.Memory().AllocPD()
 	if err != nil {
 		return nil, err

@@ -354,3 +354,25 @@ func TestCreateMisuseRefused(t *testing.T) {
 	requireUnchanged(t, before, a, b, qa)
 	require.ErrorIs(t, a.pd.Dealloc(), ib.ErrPDBusy, "a refused CreateQP holds nothing, the real ones do")
 }
+
+// After Device.Close every verb that would need the engine fails with
+// ErrDeviceClosed instead of queueing work that never completes.
+func TestUseAfterCloseRefused(t *testing.T) {
+	net := transport.NewMemNetwork()
+	a, b := openPeer(net, "10.9.2.1"), openPeer(net, "10.9.2.2")
+	defer b.close()
+	qa, qb := a.createQP(ib.RC), b.createQP(ib.RC)
+	connectBoth(a, qa, b, qb)
+	require.NoError(t, a.dev.Close())
+	require.NoError(t, a.dev.Close(), "closing twice is harmless")
+	requirePostError(t, qa.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendInline, Inline: []byte("x")}), 0, ib.ErrDeviceClosed)
+	requirePostError(t, qa.PostRecv(ib.RecvWR{SGL: []ib.SGE{a.sge(0, 8)}}), 0, ib.ErrDeviceClosed)
+	require.ErrorIs(t, qa.Modify(&ib.QPAttr{State: ib.QPSErr}, ib.AttrState), ib.ErrDeviceClosed)
+	_, _, err := qa.Query()
+	require.ErrorIs(t, err, ib.ErrDeviceClosed)
+	_, err = a.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: a.cq, RecvCQ: a.cq})
+	require.ErrorIs(t, err, ib.ErrDeviceClosed)
+	_, err = a.dev.AllocPD()
+	require.ErrorIs(t, err, ib.ErrDeviceClosed)
+	require.Equal(t, 0, a.cq.Len(), "nothing was queued")
+}

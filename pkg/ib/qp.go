@@ -136,6 +136,9 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 	if q.destroyed.Load() {
 		return &PostError{Err: ErrDestroyed}
 	}
+	if err := q.pd.d.checkOpen(); err != nil {
+		return &PostError{Err: err}
+	}
 	n, err := q.pd.d.eng.PostSend(q.q, wrs)
 	if err != nil {
 		return &PostError{Index: n, Err: err}
@@ -148,6 +151,9 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 func (q *QP) PostRecv(wrs ...RecvWR) error {
 	if q.destroyed.Load() {
 		return &PostError{Err: ErrDestroyed}
+	}
+	if err := q.pd.d.checkOpen(); err != nil {
+		return &PostError{Err: err}
 	}
 	if q.init.SRQ != nil {
 		return &PostError{Err: errors.New("ib: QP uses an SRQ; post to the SRQ")}

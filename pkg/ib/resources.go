@@ -3,6 +3,8 @@ package ib
 import (
 	"errors"
 	"fmt"
+
+	"github.com/rxed/rxed/pkg/roce"
 )
 
 // Errors of resource lifetime misuse; test with errors.Is.
@@ -43,6 +45,18 @@ func releaseQPResources(pd *PD, attr *QPInitAttr) {
 func busy(what string, users int32) error {
 	if users > 0 {
 		return fmt.Errorf("%w: %s used by %d QPs", ErrBusy, what, users)
+	}
+	return nil
+}
+
+// ErrDeviceClosed is returned by verbs on a closed device.
+var ErrDeviceClosed = roce.ErrClosed
+
+// checkOpen fails once Close was called: the engine no longer runs, so a
+// work request posted now would never complete.
+func (d *Device) checkOpen() error {
+	if d.down.Load() {
+		return ErrDeviceClosed
 	}
 	return nil
 }

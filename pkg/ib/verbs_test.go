@@ -497,3 +497,40 @@ func TestCQBlockingWait(t *testing.T) {
 	require.NoError(t, lone.Destroy())
 	require.Error(t, <-errc, "destroying the CQ wakes its waiters")
 }
+
+// Gather lists on the sender and scatter lists on the receiver: SEND and
+// RDMA WRITE with immediate (which consumes a receive and reports the
+// written length) place the bytes in list order.
+func TestSGEListsAndWriteWithImm(t *testing.T) {
+	a, qa, b, qb := testPair(t)
+	connectBoth(a, qa, b, qb)
+	copy(a.buf, "0123456789abcdef")
+	gather := []ib.SGE{a.sge(0, 4), a.sge(8, 4)} // "0123" "89ab"
+
+	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 1, SGL: []ib.SGE{b.sge(100, 3), b.sge(200, 8)}}))
+	require.NoError(t, qa.PostSend(ib.SendWR{ID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: gather}))
+	requireWC(t, a, 2, ib.WCSuccess)
+	rwc := requireWC(t, b, 1, ib.WCSuccess)
+	require.Equal(t, uint32(8), rwc.ByteLen)
+	require.Equal(t, "012", string(b.buf[100:103]))
+	require.Equal(t, "389ab\x00", string(b.buf[200:206]))
+
+	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 3}))
+	require.NoError(t, qa.PostSend(ib.SendWR{ID: 4, Opcode: ib.WRRDMAWriteWithImm, Flags: ib.SendSignaled, Imm: 0xABCD,
+		SGL: gather, RemoteAddr: b.mr.IOVA() + 300, RKey: b.mr.RKey()}))
+	requireWC(t, a, 4, ib.WCSuccess)
+	rwc = requireWC(t, b, 3, ib.WCSuccess)
+	require.Equal(t, ib.WCRecvRDMAWithImm.String(), rwc.Opcode.String())
+	require.Equal(t, uint32(0xABCD), rwc.Imm)
+	require.NotZero(t, rwc.Flags&ib.WCWithImm)
+	require.Equal(t, uint32(8), rwc.ByteLen)
+	require.Equal(t, "012389ab", string(b.buf[300:308]))
+
+	// A receive too small for the message: LOC_LEN_ERR at the receiver.
+	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 5, SGL: []ib.SGE{b.sge(400, 4)}}))
+	require.NoError(t, qa.PostSend(ib.SendWR{ID: 6, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: gather}))
+	requireWC(t, b, 5, ib.WCLocLenErr)
+	wc := next(a.cq)
+	require.Equal(t, uint64(6), wc.ID)
+	require.Equal(t, ib.WCRemInvReqErr.String(), wc.Status.String(), "the sender learns of it by a NAK")
+}
