@@ -194,3 +194,75 @@ func TestQPFatalEvent(t *testing.T) {
 	default:
 	}
 }
+
+// A type 1 window bound with QP.BindMW (ibv_bind_mw) lets the peer in,
+// within its range and rights; rebinding retires the old rkey and a zero
+// length unbinds it.
+func TestBindMWType1(t *testing.T) {
+	a, qa, b, qb := testPair(t)
+	connectBoth(a, qa, b, qb)
+	region, err := b.pd.RegMR(b.buf[:16<<10], ib.AccessLocalWrite|ib.AccessMWBind)
+	require.NoError(t, err)
+	mw, err := b.pd.AllocMW(ib.MWType1)
+	require.NoError(t, err)
+	_, err = qb.BindMW(nil, ib.MWBind{})
+	require.Error(t, err)
+	mw2, err := b.pd.AllocMW(ib.MWType2)
+	require.NoError(t, err)
+	_, err = qb.BindMW(mw2, ib.MWBind{MR: region, Addr: region.IOVA(), Length: 8})
+	require.Error(t, err, "type 2 windows are bound by work request")
+
+	key1, err := qb.BindMW(mw, ib.MWBind{ID: 1, Flags: ib.SendSignaled, MR: region, Addr: region.IOVA() + 1024,
+		Length: 256, Access: ib.AccessRemoteRead})
+	require.NoError(t, err)
+	requireWC(t, b, 1, ib.WCSuccess)
+	require.Equal(t, key1, mw.RKey())
+	copy(b.buf[1024:], "window!!")
+	read := func(id uint64, key uint32, off uint64) {
+		require.NoError(t, qa.PostSend(ib.SendWR{ID: id, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{a.sge(0, 8)}, RemoteAddr: region.IOVA() + off, RKey: key}))
+	}
+	read(2, key1, 1024)
+	requireWC(t, a, 2, ib.WCSuccess)
+	require.Equal(t, "window!!", string(a.buf[:8]))
+	reconnect := func() {
+		for _, q := range []*ib.QP{qa, qb} {
+			require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState))
+		}
+		connectBoth(a, qa, b, qb)
+	}
+	read(3, key1, 1024+256-4) // straddles the window's end
+	requireWC(t, a, 3, ib.WCRemAccessErr)
+	reconnect()
+	require.NoError(t, qa.PostSend(ib.SendWR{ID: 4, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{a.sge(0, 8)}, RemoteAddr: region.IOVA() + 1024, RKey: key1}))
+	requireWC(t, a, 4, ib.WCRemAccessErr)
+	reconnect()
+
+	// Rebind elsewhere: the old rkey is retired.
+	key2, err := qb.BindMW(mw, ib.MWBind{ID: 5, Flags: ib.SendSignaled, MR: region, Addr: region.IOVA() + 4096,
+		Length: 64, Access: ib.AccessRemoteRead})
+	require.NoError(t, err)
+	require.NotEqual(t, key1, key2)
+	requireWC(t, b, 5, ib.WCSuccess)
+	read(6, key1, 1024)
+	requireWC(t, a, 6, ib.WCRemAccessErr)
+	reconnect()
+	read(7, key2, 4096)
+	requireWC(t, a, 7, ib.WCSuccess)
+
+	// Zero length unbinds.
+	key3, err := qb.BindMW(mw, ib.MWBind{ID: 8, Flags: ib.SendSignaled})
+	require.NoError(t, err)
+	requireWC(t, b, 8, ib.WCSuccess)
+	require.False(t, mw.Bound())
+	read(9, key3, 4096)
+	requireWC(t, a, 9, ib.WCRemAccessErr)
+	reconnect()
+
+	// A region without MW_BIND cannot carry a window: MW_BIND_ERR.
+	_, err = qb.BindMW(mw, ib.MWBind{ID: 10, MR: b.mr, Addr: b.mr.IOVA(), Length: 8, Access: ib.AccessRemoteRead})
+	require.NoError(t, err)
+	requireWC(t, b, 10, ib.WCMWBindErr)
+	require.Equal(t, ib.QPSErr, qb.State())
+}
