@@ -534,3 +534,41 @@ func TestSGEListsAndWriteWithImm(t *testing.T) {
 	require.Equal(t, uint64(6), wc.ID)
 	require.Equal(t, ib.WCRemInvReqErr.String(), wc.Status.String(), "the sender learns of it by a NAK")
 }
+
+// Work requests in the non-running states: a send posted while the send
+// queue is drained (SQD) waits for RTS; in ERR both queues complete
+// everything with WR_FLUSH_ERR; RESET empties the queues silently.
+func TestQueueSemanticsByState(t *testing.T) {
+	a, qa, b, qb := testPair(t)
+	connectBoth(a, qa, b, qb)
+	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 1, SGL: []ib.SGE{b.sge(0, 64)}}))
+
+	require.NoError(t, qa.Modify(&ib.QPAttr{State: ib.QPSSQD}, ib.AttrState))
+	require.NoError(t, qa.PostSend(ib.SendWR{ID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled | ib.SendInline, Inline: []byte("sqd")}))
+	require.Equal(t, 0, b.cq.Len(), "nothing starts in SQD")
+	require.NoError(t, qa.Modify(&ib.QPAttr{State: ib.QPSRTS}, ib.AttrState))
+	requireWC(t, a, 2, ib.WCSuccess)
+	requireWC(t, b, 1, ib.WCSuccess)
+
+	// ERR: posted receives and sends are flushed, in order.
+	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 3, SGL: []ib.SGE{b.sge(0, 64)}}, ib.RecvWR{ID: 4}))
+	require.NoError(t, qb.Modify(&ib.QPAttr{State: ib.QPSErr}, ib.AttrState))
+	requireWC(t, b, 3, ib.WCWRFlushErr)
+	requireWC(t, b, 4, ib.WCWRFlushErr)
+	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 5}))
+	requireWC(t, b, 5, ib.WCWRFlushErr)
+	require.NoError(t, qb.PostSend(ib.SendWR{ID: 6, Opcode: ib.WRSend, Flags: ib.SendInline, Inline: []byte("x")}))
+	wc := requireWC(t, b, 6, ib.WCWRFlushErr)
+	require.Equal(t, qb.Num(), wc.QPNum)
+
+	// RESET: a receive posted before it is gone afterwards, silently.
+	require.NoError(t, qb.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState))
+	require.NoError(t, qa.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState))
+	require.NoError(t, qb.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.QPAccessRemoteWrite},
+		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))
+	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 7, SGL: []ib.SGE{b.sge(0, 64)}}))
+	require.NoError(t, qb.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState))
+	require.Equal(t, 0, b.cq.Len(), "RESET generates no completions")
+	connectBoth(a, qa, b, qb)
+	requireWorks(t, a, qa, b, qb) // its receive (4242) is the first one consumed
+}
