@@ -43,7 +43,14 @@ type CQ struct {
 	overflow bool
 	closed   bool
 	arm      notifyArm
-	waiters  chan struct{} // closed and cleared by Push to wake Wait; nil when nobody waits
+	// Blocked Waits sleep on wake, a reusable one-token channel (a
+	// channel per Wait would allocate per completion on a latency path).
+	// Push and Close drop a token in when nwait > 0; a woken Wait that
+	// leaves with completions queued (or the CQ closed) passes a token on
+	// while others still wait, so every waiter is woken in turn, as a
+	// broadcast would. A stale token costs one spurious, re-checked wake.
+	wake     chan struct{}
+	nwait    int
 	notifyCh chan struct{}
 	handler  func(*CQ)
 	fired    uint64
@@ -54,7 +61,7 @@ func NewCQ(cqe int) (*CQ, error) {
 	if cqe < 1 || cqe > MaxCQE {
 		return nil, fmt.Errorf("%w: %d (want 1..%d)", ErrCQSize, cqe, MaxCQE)
 	}
-	return &CQ{ring: make([]WC, cqe), notifyCh: make(chan struct{}, 1)}, nil
+	return &CQ{ring: make([]WC, cqe), notifyCh: make(chan struct{}, 1), wake: make(chan struct{}, 1)}, nil
 }
 
 // Cap returns the number of completions the CQ holds.
@@ -101,9 +108,8 @@ func (cq *CQ) Push(wc WC) error {
 	}
 	cq.ring[i] = wc
 	cq.count++
-	if w := cq.waiters; w != nil {
-		cq.waiters = nil
-		close(w)
+	if cq.nwait > 0 {
+		cq.signal()
 	}
 	fire := cq.arm == armNext ||
 		(cq.arm == armSolicited && (wc.Solicited || wc.Status != WCSuccess))
@@ -146,26 +152,51 @@ func (cq *CQ) Poll(wcs []WC) int {
 // the CQ is closed. It returns nil in the first case; the completion may
 // still be taken by a concurrent Poll before the caller polls.
 func (cq *CQ) Wait(ctx context.Context) error {
+	cq.mu.Lock()
 	for {
-		cq.mu.Lock()
 		switch {
 		case cq.count > 0:
+			cq.passOn()
 			cq.mu.Unlock()
 			return nil
 		case cq.closed:
+			cq.passOn()
 			cq.mu.Unlock()
 			return ErrCQClosed
 		}
-		if cq.waiters == nil {
-			cq.waiters = make(chan struct{})
-		}
-		w := cq.waiters
+		cq.nwait++
 		cq.mu.Unlock()
+		var err error
 		select {
-		case <-w:
+		case <-cq.wake:
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
 		}
+		cq.mu.Lock()
+		cq.nwait--
+		if err != nil {
+			// A token meant for us may be in flight: hand it to the others.
+			cq.passOn()
+			cq.mu.Unlock()
+			return err
+		}
+	}
+}
+
+// signal drops a wake-up token (never blocks: one pending token is enough,
+// since every woken waiter re-checks and passes it on). Called under mu.
+func (cq *CQ) signal() {
+	select {
+	case cq.wake <- struct{}{}:
+	default:
+	}
+}
+
+// passOn wakes the next waiter if the condition that woke this one still
+// holds for them. Called under mu.
+func (cq *CQ) passOn() {
+	if cq.nwait > 0 && (cq.count > 0 || cq.closed) {
+		cq.signal()
 	}
 }
 
@@ -259,8 +290,7 @@ func (cq *CQ) Close() {
 	}
 	cq.closed = true
 	cq.arm = armNone
-	if w := cq.waiters; w != nil {
-		cq.waiters = nil
-		close(w)
+	if cq.nwait > 0 {
+		cq.signal()
 	}
 }
