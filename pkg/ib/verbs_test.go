@@ -1,6 +1,7 @@
 package ib_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -571,4 +572,67 @@ func TestQueueSemanticsByState(t *testing.T) {
 	require.Equal(t, 0, b.cq.Len(), "RESET generates no completions")
 	connectBoth(a, qa, b, qb)
 	requireWorks(t, a, qa, b, qb) // its receive (4242) is the first one consumed
+}
+
+// Local key checks, with rdma_rxe's statuses: a bad local SGE fails the
+// requester with LOC_PROT_ERR (the responder is not involved); a receive
+// buffer that cannot be written fails the receiver with LOC_QP_OP_ERR
+// (rxe's malformed-WQE class) and the sender with REM_OP_ERR.
+func TestLocalProtection(t *testing.T) {
+	cases := []struct {
+		name         string
+		wr           func(a, b *peer, noLW *ib.MR) ib.SendWR
+		recv         func(b *peer, noLW *ib.MR) []ib.SGE // nil: the usual receive
+		send, remote ib.WCStatus
+	}{
+		{"READ into a region without LOCAL_WRITE", func(a, b *peer, noLW *ib.MR) ib.SendWR {
+			return ib.SendWR{Opcode: ib.WRRDMARead, SGL: []ib.SGE{{Addr: noLW.IOVA(), Length: 8, LKey: noLW.LKey()}},
+				RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}
+		}, nil, ib.WCLocProtErr, -1},
+		{"SEND with a stale lkey", func(a, b *peer, noLW *ib.MR) ib.SendWR {
+			return ib.SendWR{Opcode: ib.WRSend, SGL: []ib.SGE{{Addr: a.mr.IOVA(), Length: 8, LKey: ib.IncRKey(a.mr.LKey())}}}
+		}, nil, ib.WCLocProtErr, -1},
+		{"SEND from past the region's end", func(a, b *peer, noLW *ib.MR) ib.SendWR {
+			return ib.SendWR{Opcode: ib.WRSend, SGL: []ib.SGE{{Addr: a.mr.IOVA() + uint64(len(a.buf)) - 4, Length: 8, LKey: a.mr.LKey()}}}
+		}, nil, ib.WCLocProtErr, -1},
+		{"SEND from a region without LOCAL_WRITE (reading is allowed)", func(a, b *peer, noLW *ib.MR) ib.SendWR {
+			return ib.SendWR{Opcode: ib.WRSend, SGL: []ib.SGE{{Addr: noLW.IOVA(), Length: 8, LKey: noLW.LKey()}}}
+		}, nil, ib.WCSuccess, ib.WCSuccess},
+		{"SEND into a receive without LOCAL_WRITE", func(a, b *peer, noLW *ib.MR) ib.SendWR {
+			return ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendInline, Inline: []byte("x")}
+		}, func(b *peer, noLW *ib.MR) []ib.SGE {
+			return []ib.SGE{{Addr: noLW.IOVA(), Length: 8, LKey: noLW.LKey()}}
+		}, ib.WCRemOpErr, ib.WCLocQPOpErr},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, qa, b, qb := testPair(t)
+			connectBoth(a, qa, b, qb)
+			aNoLW, err := a.pd.RegMR(a.buf[32<<10:], ib.AccessRemoteRead)
+			require.NoError(t, err)
+			bNoLW, err := b.pd.RegMR(b.buf[32<<10:], ib.AccessRemoteRead)
+			require.NoError(t, err)
+			sgl := []ib.SGE{b.sge(0, 64)}
+			if c.recv != nil {
+				sgl = c.recv(b, bNoLW)
+			}
+			require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 1, SGL: sgl}))
+			wr := c.wr(a, b, aNoLW)
+			wr.ID, wr.Flags = 2, wr.Flags|ib.SendSignaled
+			before := bytes.Clone(b.buf[:64])
+			require.NoError(t, qa.PostSend(wr))
+			requireWC(t, a, 2, c.send)
+			if c.remote >= 0 {
+				requireWC(t, b, 1, c.remote)
+			}
+			if c.send != ib.WCSuccess {
+				require.Equal(t, ib.QPSErr, qa.State())
+				require.Equal(t, before, b.buf[:64])
+			}
+			if c.remote < 0 {
+				require.Equal(t, ib.QPSRTS, qb.State(), "a local error stays local")
+				require.Equal(t, 0, b.cq.Len(), "the responder completed nothing")
+			}
+		})
+	}
 }
