@@ -376,3 +376,37 @@ func TestUseAfterCloseRefused(t *testing.T) {
 	require.ErrorIs(t, err, ib.ErrDeviceClosed)
 	require.Equal(t, 0, a.cq.Len(), "nothing was queued")
 }
+
+// Lengths near 2^32 and objects still referenced by windows.
+func TestOverflowAndWindowMisuseRefused(t *testing.T) {
+	a, qa, b, qb := testPair(t)
+	connectBoth(a, qa, b, qb)
+	before := snapshot(t, a, b, qa)
+	huge := ib.SGE{Addr: a.mr.IOVA(), Length: ^uint32(0), LKey: a.mr.LKey()}
+	requirePostError(t, qa.PostSend(ib.SendWR{Opcode: ib.WRSend, SGL: []ib.SGE{huge, huge}}), 0, ib.ErrMsgTooLong)
+	requirePostError(t, qa.PostRecv(ib.RecvWR{SGL: []ib.SGE{huge, huge}}), 0, ib.ErrMsgTooLong)
+	requireUnchanged(t, before, a, b, qa)
+
+	// A region with a bound window cannot be deregistered, and the PD
+	// of a window cannot be deallocated; nothing changes.
+	region, err := b.pd.RegMR(b.buf[:8192], ib.AccessLocalWrite|ib.AccessMWBind)
+	require.NoError(t, err)
+	mw, err := b.pd.AllocMW(ib.MWType1)
+	require.NoError(t, err)
+	key, err := qb.BindMW(mw, ib.MWBind{ID: 1, Flags: ib.SendSignaled, MR: region, Addr: region.IOVA(), Length: 64, Access: ib.AccessRemoteRead})
+	require.NoError(t, err)
+	requireWC(t, b, 1, ib.WCSuccess)
+	require.ErrorIs(t, region.Dereg(), ib.ErrMWBound)
+	require.True(t, region.Valid())
+	require.Equal(t, key, mw.RKey())
+	require.ErrorIs(t, b.pd.Dealloc(), ib.ErrPDBusy)
+	require.NoError(t, qa.PostSend(ib.SendWR{ID: 2, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{a.sge(0, 8)}, RemoteAddr: region.IOVA(), RKey: key}))
+	requireWC(t, a, 2, ib.WCSuccess)
+	// Unbinding releases the region.
+	_, err = qb.BindMW(mw, ib.MWBind{ID: 3, Flags: ib.SendSignaled})
+	require.NoError(t, err)
+	requireWC(t, b, 3, ib.WCSuccess)
+	require.NoError(t, region.Dereg())
+	require.NoError(t, mw.Dealloc())
+}
