@@ -15,7 +15,7 @@
 //	qp, _ := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq, Cap: ib.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
 //	// ... qp.Modify to INIT, RTR, RTS ...
 //	qp.PostSend(ib.SendWR{Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []ib.SGE{{Addr: mr.IOVA(), Length: 4096, LKey: mr.LKey()}}, RemoteAddr: raddr, RKey: rkey})
-//	wc, _ := cq.WaitPoll(ctx, wcs)
+//	n, _ := cq.WaitPoll(ctx, wcs) // wcs[:n] holds the completions
 //
 // Value types (SendWR, WC, QPAttr, ...) are aliases of pkg/qp and pkg/mr
 // types, with libibverbs' numeric values.
