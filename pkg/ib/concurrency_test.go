@@ -64,7 +64,7 @@ func TestConcurrentAtomicsExactSum(t *testing.T) {
 				n += w.cq.Poll(wcs[1:])
 				for _, wc := range wcs[:n] {
 					if wc.Status != ib.WCSuccess {
-						errs <- wc.Status
+						errs <- wc.Status.Err()
 						return
 					}
 					origs[i] = append(origs[i], binary.NativeEndian.Uint64(a.buf[base+8*int(wc.ID):]))

@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -119,7 +120,9 @@ func TestWCStatusNames(t *testing.T) {
 	require.Equal(t, "WCStatus(24)", WCStatus(24).String())
 	require.Equal(t, "WCStatus(-1)", WCStatus(-1).String())
 	require.Equal(t, "unknown", WCStatus(99).Description())
-	require.Contains(t, WCRemAccessErr.Error(), "REM_ACCESS_ERR")
+	require.NoError(t, WCSuccess.Err())
+	require.ErrorContains(t, WCRemAccessErr.Err(), "REM_ACCESS_ERR")
+	require.Equal(t, "REM_ACCESS_ERR", fmt.Sprint(WCRemAccessErr))
 }
 
 func TestWCOpcodes(t *testing.T) {

@@ -81,8 +81,21 @@ func (s WCStatus) Description() string {
 	return "unknown"
 }
 
-// Error makes a failed status usable as an error value.
-func (s WCStatus) Error() string {
+// Err returns nil for WCSuccess and otherwise an error naming the status,
+// for code that treats a failed completion as an error. (WCStatus itself is
+// not an error, so that printing a status prints its libibverbs name.)
+func (s WCStatus) Err() error {
+	if s == WCSuccess {
+		return nil
+	}
+	return wcStatusError(s)
+}
+
+// wcStatusError is the error form of a failed WCStatus.
+type wcStatusError WCStatus
+
+func (e wcStatusError) Error() string {
+	s := WCStatus(e)
 	return fmt.Sprintf("work completion %s (%s)", s.String(), s.Description())
 }
 
