@@ -401,6 +401,7 @@ func (e *Engine) receiveLoop() {
 		batch[i] = e.pool.Get().(*rxBuf)
 		bufs[i] = batch[i].b[:]
 	}
+	held := make([]bool, len(e.workers)) // shards this goroutine owns for the batch
 	for {
 		n, err := e.conn.Receive(bufs, sizes, eps)
 		if err != nil {
@@ -414,6 +415,17 @@ func (e *Engine) receiveLoop() {
 			}
 			return
 		}
+		// A short batch (the latency path: a request, or an ACK and an
+		// answer) is handled right here for every idle worker, one
+		// goroutine hand-off less per packet; each held shard is flushed
+		// once at the end, so what the batch provokes leaves together.
+		// Anything else queues behind what its worker already has,
+		// preserving arrival order (a worker with queued events is never
+		// taken over). Long batches go to the workers, which then work in
+		// parallel with this loop's next system call.
+		inline := n <= inlineBatch
+		recvs := e.ctr.RDMARecvs.Load()
+		anyHeld := false
 		for i := 0; i < n; i++ {
 			rb := batch[i]
 			rb.n, rb.ep = sizes[i], eps[i]
@@ -423,17 +435,34 @@ func (e *Engine) receiveLoop() {
 			}
 			qpn := wire.BTH(rb.b[:wire.BTHLen]).DestQP()
 			w := e.workerFor(qpn)
-			// A lone packet for an idle worker is handled right here
-			// (one goroutine hand-off less); anything else queues behind
-			// what the worker already has, preserving arrival order.
-			if n == 1 && w.tryInline(true, func() { w.handlePacket(rb) }) {
+			if inline && (held[w.idx] || w.tryAcquire(true)) {
+				held[w.idx], anyHeld = true, true
+				w.handlePacket(rb)
 				continue // rb stays ours: reuse it
 			}
 			if !w.enqueue(event{kind: evPacket, rb: rb}) {
+				e.releaseHeld(held, recvs)
 				return
 			}
 			batch[i] = e.pool.Get().(*rxBuf)
 			bufs[i] = batch[i].b[:]
+		}
+		if anyHeld {
+			e.releaseHeld(held, recvs)
+		}
+	}
+}
+
+// inlineBatch is the longest receive batch the receive loop handles
+// itself for idle workers.
+const inlineBatch = 4
+
+// releaseHeld lets go of the shards the receive loop took for a batch.
+func (e *Engine) releaseHeld(held []bool, recvs uint64) {
+	for i, h := range held {
+		if h {
+			held[i] = false
+			e.workers[i].releaseInline(recvs)
 		}
 	}
 }
