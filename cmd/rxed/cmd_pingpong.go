@@ -240,7 +240,42 @@ func pingpong(ctx context.Context, o *pingpongOpts, stdout, stderr io.Writer) (e
 	if err := s.loop(ctx); err != nil {
 		return err
 	}
-	return oob.WritePingpongSummary(stdout, uint32(o.size), uint32(o.iters), time.Since(start))
+	if err := oob.WritePingpongSummary(stdout, uint32(o.size), uint32(o.iters), time.Since(start)); err != nil {
+		return err
+	}
+	if o.typ == ib.RC {
+		s.linger(ctx)
+	}
+	return nil
+}
+
+// linger keeps the QP answering after the last completion. Our ACK of
+// the peer's last message may have been lost; the peer then retransmits
+// it, and had we gone it would end in RETRY_EXC_ERR although everything
+// arrived (ibv_rc_pingpong has the same race; loss makes it show). So we
+// stay until nothing has arrived for two retransmit timeouts (a waiting
+// peer resends within one), at most retry_cnt+1 timeouts longer.
+func (s *ppSide) linger(ctx context.Context) {
+	if s.o.qpTimeout == 0 {
+		return // the peer has no retransmit timer to wait for
+	}
+	t := time.Duration(4096<<s.o.qpTimeout) * time.Nanosecond
+	quiet := 2*t + 10*time.Millisecond
+	deadline := time.Now().Add(8*t + quiet)
+	last := s.en.dev.Counters()["rcvd_pkts"]
+	lastChange := time.Now()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for time.Since(lastChange) < quiet && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if n := s.en.dev.Counters()["rcvd_pkts"]; n != last {
+			last, lastChange = n, time.Now()
+		}
+	}
 }
 
 func (s *ppSide) setup() error {
