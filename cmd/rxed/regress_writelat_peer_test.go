@@ -80,7 +80,7 @@ func perftestWriteLatClient(ctx context.Context, t *testing.T, addr, server, por
 		}
 		atomicStoreByte(post, size-1, byte(n))
 		if err := q.PostSend(ib.SendWR{ID: uint64(n), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
-			SGL: []ib.SGE{{Addr: region.IOVA(), Length: uint32(size), LKey: region.LKey()}},
+			SGL:        []ib.SGE{{Addr: region.IOVA(), Length: uint32(size), LKey: region.LKey()}},
 			RemoteAddr: rk.VAddr, RKey: rk.RKey}); err != nil {
 			return err
 		}
