@@ -8,6 +8,7 @@ test: vet unit fuzz
 
 vet:
 	$(GO) vet ./...
+	@bash scripts/readme.sh --check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 unit:

@@ -2,8 +2,14 @@
 # Rebuilds README.md from its parts: docs/readme-head.md (the two commands,
 # overview, layout, library), docs/tools.md (every command), docs/decode.md
 # (decoding captures) and docs/readme-tail.md (tests, interop, benchmarks).
+# With --check it only reports whether README.md is up to date (make vet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+out=README.md
+if [ "${1:-}" = --check ]; then
+	out=$(mktemp)
+	trap 'rm -f "$out"' EXIT
+fi
 {
 	cat docs/readme-head.md
 	echo
@@ -14,4 +20,8 @@ cd "$(dirname "$0")/.."
 	sed -e 's/^## Decoding captures/### Decoding captures/' docs/decode.md
 	echo
 	cat docs/readme-tail.md
-} > README.md
+} > "$out"
+if [ "${1:-}" = --check ] && ! cmp -s "$out" README.md; then
+	echo "README.md is out of date with docs/: run scripts/readme.sh" >&2
+	exit 1
+fi
