@@ -319,15 +319,24 @@ func (w *worker) answerWindow(recvsBefore uint64) {
 
 // drain handles up to 256 events that are already queued.
 func (w *worker) drain() {
-	for i := 0; i < 256; i++ {
+	for i := 1; i <= 256; i++ {
 		select {
 		case ev := <-w.events:
 			w.handle(ev)
 		default:
 			return
 		}
+		if i%flushEvery == 0 {
+			// Under a stream, an ACK must not wait for the whole backlog:
+			// the peer's window (MaxUnackedPSNs) stalls on it.
+			w.flush()
+		}
 	}
 }
+
+// flushEvery is how many queued events a worker handles before it sends
+// what they produced.
+const flushEvery = 16
 
 func (w *worker) handle(ev event) {
 	defer w.pending.Add(-1)
