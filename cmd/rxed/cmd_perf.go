@@ -59,7 +59,14 @@ type perfOpts struct {
 	server     string
 	progress   time.Duration
 	qpTimeout  uint
+	// outReads is perftest's -o/--outs: the RDMA READ/atomic depth this
+	// side announces in its key (the peer's max_rd_atomic) and accepts as
+	// responder (max_dest_rd_atomic). 1 for write and send tests.
+	outReads int
 }
+
+// perfMaxOutReads is rxe's max_qp_rd_atom, perftest's default -o for read and atomic tests.
+const perfMaxOutReads = 128
 
 func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	bad := func(format string, a ...any) (*perfOpts, int, bool) {
@@ -109,6 +116,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	fs.BoolVar(&o.noVersions, "dont_xchg_versions", false, "skip the version exchange (as perftest's flag; both sides)")
 	fs.DurationVar(&o.wait, "wait", 0, "server: give up when no client connects within this `duration` (0 waits forever)")
 	fs.UintVar(&o.qpTimeout, "qp-timeout", 14, "RC local ACK timeout exponent (4.096 µs * 2^N; perftest uses 14)")
+	fs.IntVar(&o.outReads, "o", 0, "outstanding RDMA reads/atomics (read and atomic tests; perftest --outs; default 128)")
 	fs.DurationVar(&o.progress, "progress", 2*time.Second, "print a progress line to stderr this often during long runs (0: never)")
 	rest, code, ok := parseArgs(fs, args[1:], stderr)
 	if !ok {
@@ -223,6 +231,17 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 		return bad("-Q %d: must be at least 1", o.cqMod)
 	}
 	o.cqMod = min(o.cqMod, o.txDepth)
+	readLike := o.test.Verb == oob.VerbRead || o.test.Verb == oob.VerbAtomic
+	switch {
+	case o.outReads == 0 && readLike:
+		o.outReads = perfMaxOutReads
+	case o.outReads == 0:
+		o.outReads = 1
+	case !readLike:
+		return bad("-o %d: outstanding reads apply to read and atomic tests only", o.outReads)
+	case o.outReads < 1 || o.outReads > perfMaxOutReads:
+		return bad("-o %d: want 1..%d", o.outReads, perfMaxOutReads)
+	}
 	return o, 0, true
 }
 
@@ -389,7 +408,7 @@ func (r *perfRun) testInfo() oob.TestInfo {
 	o := r.o
 	ti := oob.TestInfo{Test: o.test, AtomicType: o.atomicType, Server: r.server(), Device: r.en.dev.Name(),
 		NumQPs: o.qps, Connection: o.connName, PCIeRelaxOrder: true, TxDepth: o.txDepth, RxDepth: o.rxDepth,
-		CQMod: o.cqMod, MTU: r.mtu, GIDIndex: o.gidx, OutReads: 128}
+		CQMod: o.cqMod, MTU: r.mtu, GIDIndex: o.gidx, OutReads: o.outReads}
 	if o.test.Latency && o.test.Verb == oob.VerbWrite {
 		ti.PCIeRelaxOrder = false
 	}
@@ -398,10 +417,7 @@ func (r *perfRun) testInfo() oob.TestInfo {
 
 func (r *perfRun) key(q *perfQP) oob.Key {
 	gid, _ := r.o.ef.gid("-x", r.o.gidx)
-	k := oob.Key{OutReads: 1, QPN: q.qp.Num(), PSN: q.psn, GID: gid.As16(), SRQN: perfMarker}
-	if r.o.test.Verb == oob.VerbRead || r.o.test.Verb == oob.VerbAtomic {
-		k.OutReads = 128
-	}
+	k := oob.Key{OutReads: uint16(r.o.outReads), QPN: q.qp.Num(), PSN: q.psn, GID: gid.As16(), SRQN: perfMarker}
 	if r.o.test.Verb != oob.VerbSend {
 		k.RKey = r.mr.RKey()
 		k.VAddr = r.mr.IOVA() + uint64(q.target)
@@ -532,11 +548,10 @@ func (r *perfRun) connect(remotes []oob.Key) error {
 				return err
 			}
 		default:
-			outReads := uint8(1)
-			if o.test.Verb == oob.VerbRead || o.test.Verb == oob.VerbAtomic {
-				outReads = 128
-			}
-			remoteReads := uint8(min(max(int(rk.OutReads), 1), 128))
+			// As perftest: we accept as many as we announced, and issue as
+			// many as the peer announced.
+			outReads := uint8(o.outReads)
+			remoteReads := uint8(min(max(int(rk.OutReads), 1), perfMaxOutReads))
 			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: mtu, DestQPN: rk.QPN, RQPSN: ib.PSN(rk.PSN),
 				MaxDestRdAtomic: outReads, MinRNRTimer: 12, AV: av},
 				ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer); err != nil {

@@ -93,7 +93,7 @@ type Cell struct {
 	IPv6    bool    // RoCEv2 over IPv6 GIDs instead of IPv4
 	LossPct float64 // tc netem loss on every bridge port, in percent
 	Args    string  // extra flags given to both sides
-	RxeArgs string  // extra flags given to the rxe tool only ({rxeargs}; see the -o note in Matrix)
+	RxeArgs string  // extra flags given to the rxe tool only ({rxeargs})
 	Timeout time.Duration
 }
 
@@ -164,13 +164,13 @@ func Matrix() []Cell {
 			add(Cell{Name: fmt.Sprintf("write_bw/%s/%dB", conn, size), Tool: "write_bw", Size: size, Iters: bwIters(size), MTU: 1024, Args: "-c " + conn})
 		}
 	}
-	// Outstanding reads/atomics: perftest's -o goes to the rxe tool only, because rxed perf has no
-	// -o yet (it uses its own default depth). When it has, move "-o N" from RxeArgs to Args.
+	// Outstanding reads/atomics (perftest's -o): both sides announce the depth in their keys and
+	// use it as max_dest_rd_atomic, the peer's as max_rd_atomic.
 	for _, size := range []int{4096, 65536} {
-		add(Cell{Name: fmt.Sprintf("read_bw/o8/%dB", size), Tool: "read_bw", Size: size, Iters: bwIters(size), MTU: 1024, RxeArgs: "-o 8"})
+		add(Cell{Name: fmt.Sprintf("read_bw/o8/%dB", size), Tool: "read_bw", Size: size, Iters: bwIters(size), MTU: 1024, Args: "-o 8"})
 	}
 	for _, op := range []string{"CMP_AND_SWAP", "FETCH_AND_ADD"} {
-		add(Cell{Name: "atomic_bw/" + op, Tool: "atomic_bw", Size: 8, Iters: 200, MTU: 1024, Args: "-A " + op, RxeArgs: "-o 4"})
+		add(Cell{Name: "atomic_bw/" + op, Tool: "atomic_bw", Size: 8, Iters: 200, MTU: 1024, Args: "-A " + op + " -o 4"})
 	}
 	for _, t := range []string{"write_lat", "send_lat", "read_lat"} {
 		add(Cell{Name: t + "/2B", Tool: t, Size: 2, Iters: 100, MTU: 1024})
@@ -178,7 +178,7 @@ func Matrix() []Cell {
 	add(Cell{Name: "rc_pingpong/ipv6/4096B", Tool: "rc_pingpong", Size: 4096, Iters: 20, MTU: 1024, IPv6: true})
 	add(Cell{Name: "write_bw/ipv6/65536B", Tool: "write_bw", Size: 65536, Iters: 50, MTU: 1024, IPv6: true, Args: "-c RC"})
 	add(Cell{Name: "write_bw/loss2%/65536B", Tool: "write_bw", Size: 65536, Iters: 50, MTU: 1024, LossPct: 2, Args: "-c RC", Timeout: 180 * time.Second})
-	add(Cell{Name: "read_bw/loss2%/65536B", Tool: "read_bw", Size: 65536, Iters: 50, MTU: 1024, LossPct: 2, RxeArgs: "-o 8", Timeout: 180 * time.Second})
+	add(Cell{Name: "read_bw/loss2%/65536B", Tool: "read_bw", Size: 65536, Iters: 50, MTU: 1024, LossPct: 2, Args: "-o 8", Timeout: 180 * time.Second})
 	// MTU 1024 first, then 4096; stable otherwise
 	sort.SliceStable(cells, func(i, j int) bool { return cells[i].MTU < cells[j].MTU })
 	return cells
