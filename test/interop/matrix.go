@@ -37,6 +37,7 @@ const (
 //	{iters}    iterations
 //	{mtu}      path MTU in bytes (1024 or 4096)
 //	{counters} file rxed writes its counters to, as JSON, when it exits
+//	{export}   the file rxed serve exports (Serve cells)
 //	{args}     the cell's extra arguments (perftest flags shared by both implementations)
 //	{rxeargs}  extra arguments for the rxe tool only
 //
@@ -94,7 +95,24 @@ type Cell struct {
 	LossPct float64 // tc netem loss on every bridge port, in percent
 	Args    string  // extra flags given to both sides
 	RxeArgs string  // extra flags given to the rxe tool only ({rxeargs})
+	// Serve runs rxed as the daemon (ServeRxed, exporting a pre-filled file) instead of the
+	// tool's Rxed column; the rxe tool is its client ServeClients times in a row. rxed is
+	// the server only, so the cell has no rxed-client direction and no rxe-mode run.
+	Serve   bool
 	Timeout time.Duration
+}
+
+// ServeClients is how many clients a Serve cell runs one after the other against one daemon:
+// the daemon must survive a client's disconnect and serve the next.
+const ServeClients = 2
+
+// ServeRxed is rxed's command in Serve cells: the daemon exporting the file {export} to
+// perftest clients on TCP {port}; --grace bounds the SIGTERM shutdown the harness asks for.
+const ServeRxed = "{rxed} serve --addr {addr} -p {port} -m {mtu} --export data=file:{export} --grace 5s --counters-out {counters}"
+
+// Runs reports whether cell c runs in direction d for subject s.
+func (c Cell) Runs(s Subject, d Direction) bool {
+	return !c.Serve || (s == SubjectRxed && d == SubjectServer)
 }
 
 // Direction says which role the implementation under test (rxed, or the second guest in rxe
@@ -178,6 +196,13 @@ func Matrix() []Cell {
 	add(Cell{Name: "rc_pingpong/ipv6/4096B", Tool: "rc_pingpong", Size: 4096, Iters: 20, MTU: 1024, IPv6: true})
 	add(Cell{Name: "write_bw/ipv6/65536B", Tool: "write_bw", Size: 65536, Iters: 50, MTU: 1024, IPv6: true, Args: "-c RC"})
 	add(Cell{Name: "write_bw/loss2%/65536B", Tool: "write_bw", Size: 65536, Iters: 50, MTU: 1024, LossPct: 2, Args: "-c RC", Timeout: 180 * time.Second})
+	// rxed serve against unmodified perftest clients (rxed server only): two clients in a row
+	// per cell, then SIGTERM; the harness checks the exported file afterwards.
+	add(Cell{Name: "serve/write_bw/65536B", Tool: "write_bw", Size: 65536, Iters: 30, MTU: 1024, Args: "-c RC", Serve: true})
+	add(Cell{Name: "serve/read_bw/65536B", Tool: "read_bw", Size: 65536, Iters: 30, MTU: 1024, Args: "-o 8", Serve: true})
+	for _, op := range []string{"CMP_AND_SWAP", "FETCH_AND_ADD"} {
+		add(Cell{Name: "serve/atomic_bw/" + op, Tool: "atomic_bw", Size: 8, Iters: 200, MTU: 1024, Args: "-A " + op + " -o 4", Serve: true})
+	}
 	add(Cell{Name: "read_bw/loss2%/65536B", Tool: "read_bw", Size: 65536, Iters: 50, MTU: 1024, LossPct: 2, Args: "-o 8", Timeout: 180 * time.Second})
 	// MTU 1024 first, then 4096; stable otherwise
 	sort.SliceStable(cells, func(i, j int) bool { return cells[i].MTU < cells[j].MTU })
@@ -191,6 +216,7 @@ type Vars struct {
 	GID      int
 	Port     int
 	Counters string
+	Export   string // the file a Serve cell exports
 }
 
 // Render expands a template for cell c. Unknown placeholders are left in place so that a
@@ -205,6 +231,7 @@ func Render(tmpl string, c Cell, v Vars) string {
 		"{iters}", fmt.Sprint(c.Iters),
 		"{mtu}", fmt.Sprint(c.MTU),
 		"{counters}", v.Counters,
+		"{export}", v.Export,
 		"{args}", c.Args,
 		"{rxeargs}", c.RxeArgs,
 	)

@@ -163,12 +163,12 @@ func slug(s string) string {
 
 // Run runs cell c in direction d.
 func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
+	if c.Serve {
+		return r.runServe(ctx, c)
+	}
 	t0 := time.Now()
 	res = Result{Cell: c, Dir: d}
-	r.port++
-	if r.port < 20000 {
-		r.port = 20000
-	}
+	r.nextPort()
 	tool := Tools[c.Tool]
 	res.LogPrefix = filepath.Join(r.LogDir, slug(c.Name)+"."+d.Short())
 	peer := r.peer()
@@ -273,10 +273,21 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 	stopProc(sp)
 	stopProc(cp)
 
+	r.judgeCounters(ctx, &res, before, hostBefore, subj.counters, fail)
+	res.Metric = r.judgeOutput(&res, tool, srv, cli, fail)
+	return res
+}
+
+// judgeCounters reads the counters after a run and judges both sides' against the snapshot
+// taken before it: the rxe guest's hw_counters and kernel log, rxed's counters file (rxed
+// mode), and the delivery accounting corrected by what the network measurably dropped.
+func (r *Runner) judgeCounters(ctx context.Context, res *Result, before []snap, hostBefore Counters, countersFile string,
+	fail func(string, ...any)) {
+	c := res.Cell
 	after, err := r.snapshot(ctx)
 	if err != nil {
 		fail("counters after: %v", err)
-		return res
+		return
 	}
 	host := Delta(hostBefore, r.hostDrops(ctx))
 	loss := c.LossPct > 0
@@ -303,8 +314,8 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 			}
 		}
 	}
-	if subj.counters != "" {
-		b, err := os.ReadFile(subj.counters)
+	if countersFile != "" {
+		b, err := os.ReadFile(countersFile)
 		if err != nil {
 			fail("rxed counters: %v", err)
 		} else if cs, err := ParseRxedCounters(b); err != nil {
@@ -330,11 +341,11 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 	}
 	if !loss && res.Subject != nil {
 		name := string(r.Subject)
-		slack := func(c Counters) uint64 {
+		slack := func(cs Counters) uint64 {
 			if r.Strict {
 				return 0
 			}
-			return Retransmissions(c)
+			return Retransmissions(cs)
 		}
 		if m := CheckDelivery(name, res.Subject, "guest", res.PeerDelta, toPeer+slack(res.Subject)); m != "" {
 			fail("%s (dropped by the guest's rxe)", m)
@@ -343,8 +354,6 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 			fail("%s (dropped by %s)", m, name)
 		}
 	}
-	res.Metric = r.judgeOutput(&res, tool, srv, cli, fail)
-	return res
 }
 
 // judgeOutput checks the tools' output and returns the headline metric.

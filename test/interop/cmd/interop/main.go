@@ -121,15 +121,27 @@ func skipOrFail(msg string) int {
 }
 
 func printMatrix(cells []interop.Cell) {
+	runs := 0
 	for _, c := range cells {
 		t := interop.Tools[c.Tool]
 		v := interop.Vars{Rxed: "rxed", Addr: interop.HostIP, GID: 1, Port: 20000, Counters: "C.json"}
 		if c.IPv6 {
 			v.Addr, v.GID = interop.HostIP6, 2
 		}
-		fmt.Printf("%s\n  rxe : %s\n  rxed: %s\n", c.Name, interop.Render(t.Rxe, c, v), interop.Render(t.Rxed, c, v))
+		v.Export = "EXPORT.img"
+		rxed := t.Rxed
+		if c.Serve {
+			rxed = interop.ServeRxed
+		}
+		fmt.Printf("%s\n  rxe : %s\n  rxed: %s\n", c.Name, interop.Render(t.Rxe, c, v), interop.Render(rxed, c, v))
+		if c.Runs(interop.SubjectRxed, interop.SubjectServer) {
+			runs++
+		}
+		if c.Runs(interop.SubjectRxed, interop.SubjectClient) {
+			runs++
+		}
 	}
-	fmt.Printf("%d cells, %d runs (both directions)\n", len(cells), 2*len(cells))
+	fmt.Printf("%d cells, %d runs (rxed subject)\n", len(cells), runs)
 }
 
 func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
@@ -260,6 +272,9 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
 		for _, d := range dirs {
 			if ctx.Err() != nil {
 				break
+			}
+			if !c.Runs(o.subject, d) {
+				continue
 			}
 			res := r.Run(ctx, c, d)
 			results = append(results, res)
