@@ -36,7 +36,8 @@ func Prefill(n int) []byte {
 }
 
 // CheckServeData judges the export after `runs` clients of Serve cell c ran against it, from its
-// content before (Prefill) and after. What perftest 4.5 does to the server's buffer:
+// content before (Prefill) and after. What perftest does to the server's buffer (4.5 and
+// the guest's perftest, exchange version 6.06, alike):
 //
 //   - ib_read_bw only reads: nothing may change.
 //   - ib_write_bw writes its own buffer (rand() bytes, seeded by the time: unknowable), so the
