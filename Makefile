@@ -4,7 +4,7 @@ FUZZTIME ?= 200000x
 
 .PHONY: test unit fuzz vet demo
 
-test: vet unit fuzz
+test: vet unit fuzz interop
 
 vet:
 	$(GO) vet ./...
@@ -23,7 +23,7 @@ demo:
 
 # Interop suite: rxed against real Linux rdma_rxe guests under qemu (test/interop/README.md).
 # Needs root (installs qemu/debootstrap when missing); skips without it, fails if CI=true.
-# Not part of `test` yet. Examples: make interop INTEROP_FLAGS='-subject rxe -cells loss'
+# Part of `make test` (so of CI). Examples: make interop INTEROP_FLAGS='-subject rxe -cells loss'
 INTEROP_FLAGS ?=
 .PHONY: interop
 interop:
