@@ -663,4 +663,3 @@ func meshBigTransfer(ctx context.Context, a, b *meshNode, qa, qb *meshQP, srcOff
 	}
 	return sameBytes("16 MiB READ", src, want)
 }
-
