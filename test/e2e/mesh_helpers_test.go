@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/rxed/rxed/pkg/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,7 +20,7 @@ import (
 type meshNode struct {
 	*node
 	idx   int
-	xmr   *ib.MR // LOCAL_WRITE | REMOTE_* | MW_BIND
+	xmr   *ib.MR // LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | MW_BIND | FLUSH_GLOBAL
 	alloc int
 }
 
@@ -33,9 +35,10 @@ func (m *meshNode) take(n int) int {
 }
 
 // openMeshNodes opens n engines: in memory (udp false) or each on its own
-// loopback address 127.0.1.1 … 127.0.1.n, on port 4791 when it is free
-// and on an ephemeral port otherwise (peers then use AddrVector.DestPort).
-func openMeshNodes(t *testing.T, n int, udp bool, bufSize func(i int) int) []*meshNode {
+// loopback address 127.0.1.1 … 127.0.1.n (reserved for this test), on
+// port 4791 when it is free and on an ephemeral port otherwise (peers
+// then use AddrVector.DestPort).
+func openMeshNodes(t *testing.T, n int, udp bool, bufSize func(i int) int, tally *opcodeTally) []*meshNode {
 	t.Helper()
 	var memNet *transport.MemNetwork
 	if !udp {
@@ -44,11 +47,12 @@ func openMeshNodes(t *testing.T, n int, udp bool, bufSize func(i int) int) []*me
 	}
 	nodes := make([]*meshNode, n)
 	for i := range nodes {
-		o := nodeOpts{bufSize: bufSize(i), cqe: 64}
+		wrap := func(c transport.Conn) (transport.Conn, error) { return countingConn{c, tally}, nil }
+		o := nodeOpts{bufSize: bufSize(i), cqe: 64, wrap: wrap}
 		var nd *node
 		if udp {
 			a := netip.MustParseAddr(fmt.Sprintf("127.0.1.%d", i+1))
-			cfg := ib.Config{Addrs: []netip.Addr{a}, Workers: 2}
+			cfg := ib.Config{Addrs: []netip.Addr{a}, Workers: 2, Wrap: wrap}
 			if probe, err := ib.OpenDevice(cfg); err != nil {
 				cfg.EphemeralPort = true
 			} else {
@@ -60,7 +64,7 @@ func openMeshNodes(t *testing.T, n int, udp bool, bufSize func(i int) int) []*me
 		}
 		m := &meshNode{node: nd, idx: i}
 		var err error
-		m.xmr, err = nd.pd.RegMR(nd.buf, ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessMWBind)
+		m.xmr, err = nd.pd.RegMR(nd.buf, ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessMWBind|ib.AccessFlushGlobal)
 		require.NoError(t, err)
 		nodes[i] = m
 	}
@@ -162,4 +166,36 @@ func (m *meshNode) splitSGL(off, size int) ([]ib.SGE, []byte) {
 		p += l + 8 // an 8-byte gap the gather must skip
 	}
 	return sgl, want
+}
+
+// opcodeTally counts the BTH opcodes of every datagram the engines send.
+type opcodeTally [256]atomic.Uint64
+
+// countingConn wraps an engine's transport and tallies what it sends.
+type countingConn struct {
+	transport.Conn
+	tally *opcodeTally
+}
+
+func (c countingConn) Send(bufs [][]byte, ep transport.Endpoint) error {
+	for _, b := range bufs {
+		if len(b) > 0 {
+			c.tally[b[0]].Add(1)
+		}
+	}
+	return c.Conn.Send(bufs, ep)
+}
+
+// meshOpcodes are the opcodes TestMesh must put on the wire: every RC,
+// UC and UD opcode rxe sends except RESYNC.
+func meshOpcodes() []wire.Opcode {
+	var ops []wire.Opcode
+	for op := wire.RCSendFirst; op <= wire.RCFetchAdd; op++ {
+		ops = append(ops, op)
+	}
+	ops = append(ops, wire.RCSendLastInv, wire.RCSendOnlyInv, wire.RCFlush, wire.RCAtomicWrite)
+	for op := wire.UCSendFirst; op <= wire.UCWriteOnlyImm; op++ {
+		ops = append(ops, op)
+	}
+	return append(ops, wire.UDSendOnly, wire.UDSendOnlyImm)
 }

@@ -22,7 +22,7 @@ import (
 // SGEs followed by a fenced READ of the same bytes, SEND (inline when it
 // fits), SEND_WITH_IMM, RDMA WRITE_WITH_IMM, SEND_WITH_INV of a window
 // bound by the responder, CMP_SWP, FETCH_ADD (every engine adds to one
-// counter on engine 0), ATOMIC_WRITE, at path MTUs rotated over the pairs
+// counter on engine 0), FLUSH, ATOMIC_WRITE, at path MTUs rotated over the pairs
 // and sizes 0, 1, MTU-1, MTU, MTU+1 and 64 KiB; engine 0's RC QPs share
 // one SRQ; every engine sends UD datagrams to every other; one extra pair
 // moves 16 MiB with a WRITE and a READ. Every byte is compared with the
@@ -60,7 +60,7 @@ const (
 	opSendImm                 // SEND_WITH_IMM from 3 SGEs
 	opWriteImm                // WRITE_WITH_IMM from 3 SGEs
 	opSendInv                 // RC: WRITE through a window, then SEND_WITH_INV of it
-	opAtomics                 // RC: CMP_SWP, FETCH_ADD, ATOMIC_WRITE
+	opAtomics                 // RC: CMP_SWP, FETCH_ADD, FLUSH, ATOMIC_WRITE
 )
 
 type meshStep struct {
@@ -113,13 +113,14 @@ func runMesh(t *testing.T, n int, udp bool) {
 		// puts every size on some pair of every MTU.
 		return []int{all[(2*pairIdx)%6], all[(2*pairIdx+1)%6]}
 	}
+	var tally opcodeTally
 	nodes := openMeshNodes(t, n, udp, func(i int) int {
 		s := (n-1)*(1<<20) + 4<<20
 		if i <= 1 {
 			s += meshBig
 		}
 		return s
-	})
+	}, &tally)
 
 	// Engine 0's RC QPs take their receives from one SRQ.
 	srq, err := nodes[0].pd.CreateSRQ(ib.SRQInitAttr{MaxWR: 4096, MaxSGE: 1})
@@ -163,7 +164,13 @@ func runMesh(t *testing.T, n int, udp bool) {
 					p.steps = append(p.steps, meshStep{opSend, s}, meshStep{opSendImm, s}, meshStep{opWriteImm, s})
 				}
 				if rc {
-					p.steps = append(p.steps, meshStep{opSendInv, 16}, meshStep{opAtomics, 0})
+					// SEND_FIRST … SEND_LAST_INV on every other RC pair,
+					// SEND_ONLY_INV on the rest.
+					inv := 16
+					if pairIdx%4 == 0 {
+						inv = 2*mtu.Bytes() + 1
+					}
+					p.steps = append(p.steps, meshStep{opSendInv, inv}, meshStep{opAtomics, 0})
 				}
 				p.srcOff = na.take(meshMaxMsg + 64)
 				p.sinkOff = na.take(meshMaxMsg + 8*(meshFetchAdd+8))
@@ -313,6 +320,9 @@ func runMesh(t *testing.T, n int, udp bool) {
 		require.Less(t, origs[k-1], origs[k], "two FETCH_ADDs saw the same value")
 	}
 	require.Equal(t, uint64(sharedInit), origs[0])
+	for _, op := range meshOpcodes() {
+		require.NotZero(t, tally[op].Load(), "no %v sent", op)
+	}
 	// Loopback UDP may drop a burst (the 16 MiB READ's responses exceed
 	// the socket buffer) and a loaded machine may fire a retransmit timer
 	// early, so retransmissions are logged, not forbidden; the in-memory
@@ -529,6 +539,12 @@ func (p *meshPair) atomics(ctx context.Context, n0 *meshNode, sharedOff int) err
 			return fmt.Errorf("FETCH_ADD returned %d, want %d", got, v)
 		}
 		v += 5
+	}
+	// FLUSH (global visibility) of the cells, through the region that
+	// allows it.
+	if err := post(ib.SendWR{Opcode: ib.WRFlush, RemoteAddr: b.xmr.IOVA() + uint64(p.cellOff), RKey: b.xmr.RKey(),
+		CompareAdd: 1}, ib.WCFlush); err != nil {
+		return err
 	}
 	aw := uint64(p.seed)*0x9E3779B97F4A7C15 | 1
 	binary.NativeEndian.PutUint64(a.buf[res(7):], aw)
