@@ -157,7 +157,7 @@ func New(c Config) (*QP, error) {
 		}
 		q.rq = newRecvQueue(n, int(c.Cap.MaxRecvSGE))
 	}
-	q.sq.init(int(c.Cap.MaxSendWR))
+	q.sq.init(int(c.Cap.MaxSendWR), int(c.Cap.MaxSendSGE), int(c.Cap.MaxInlineData))
 	q.attr.PathMTU = MTU1024
 	q.mtu = 1024
 	if q.typ.Datagram() {

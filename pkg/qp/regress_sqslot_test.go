@@ -31,7 +31,7 @@ func TestRegressSendSlotFreedBeforeCompletionVisible(t *testing.T) {
 			cq := &postOnPush{q: l.a.q}
 			l.a.q.scq = cq
 			l.a.q.cap.MaxSendWR = 1
-			l.a.q.sq.init(1)
+			l.a.q.sq.init(1, int(l.a.q.cap.MaxSendSGE), int(l.a.q.cap.MaxInlineData))
 			wr := SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: []SGE{l.a.sge(0, 8)},
 				RemoteQPN: l.b.q.Num(), RemoteQKey: 0x1234, AV: AddrVector{DGID: l.b.addr.Addr()}}
 			cq.wr = wr

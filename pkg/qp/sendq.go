@@ -47,7 +47,36 @@ type sendQueue struct {
 	tail uint64 // next slot to fill (producer only writes)
 }
 
-func (s *sendQueue) init(n int) { s.ring = make([]wqe, n) }
+// Per-slot preallocation bounds: enough for the common case (a few SGEs,
+// small inline payloads) without letting a large max_inline_data times a
+// deep queue reserve megabytes up front. Bigger WRs still work; their slot
+// grows once on first use and keeps the capacity.
+const (
+	preallocSGEs   = 4
+	preallocInline = 256
+)
+
+// init sizes the ring and carves every slot's SGE list and inline buffer
+// out of two shared backing arrays, so the first lap round the ring does
+// not allocate in push (steady state never did; warm-up did, once per slot).
+func (s *sendQueue) init(n, maxSGE, maxInline int) {
+	s.ring = make([]wqe, n)
+	nsge := min(max(maxSGE, 1), preallocSGEs)
+	ninl := min(max(maxInline, 0), preallocInline)
+	sges := make([]SGE, n*nsge)
+	var inl []byte
+	if ninl > 0 {
+		inl = make([]byte, n*ninl)
+	}
+	for i := range s.ring {
+		// Three-index slices: a slot that outgrows its share reallocates
+		// instead of overwriting its neighbour.
+		s.ring[i].sgl = sges[i*nsge : i*nsge : (i+1)*nsge]
+		if ninl > 0 {
+			s.ring[i].inline = inl[i*ninl : i*ninl : (i+1)*ninl]
+		}
+	}
+}
 
 func (s *sendQueue) at(i uint64) *wqe { return &s.ring[i%uint64(len(s.ring))] }
 
