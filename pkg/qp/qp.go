@@ -360,6 +360,13 @@ func (q *QP) flush() {
 		q.completeWQE(w, true)
 	}
 	q.req.idx = q.sq.head
+	// A receive WR a multi-packet message had started to fill was already
+	// taken off its queue: it is the oldest outstanding one, so it is
+	// flushed first (rxe keeps it at the queue head until it completes).
+	if q.resp.recvValid {
+		q.rcq.Push(WC{ID: q.resp.recv.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.num})
+		q.resp.recvValid = false
+	}
 	if q.rq != nil {
 		for q.rq.Pop(&q.rxWR) {
 			q.rcq.Push(WC{ID: q.rxWR.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.num})
