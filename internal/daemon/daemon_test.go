@@ -39,19 +39,19 @@ func TestNewErrorsReleaseEverything(t *testing.T) {
 		{Name: "s", Kind: ExportShm, Path: "obj", Size: 4096},
 		{Name: "b", Kind: ExportFile, Path: filepath.Join(dir, "missing.img")},
 	}
-	_, err := New(Config{Addrs: addrs(t, "127.0.2.253"), Port: 4791, Exports: specs})
+	_, err := New(Config{Addrs: addrs(t, "127.0.3.253"), Port: 4791, Exports: specs})
 	require.ErrorContains(t, err, "export b: file")
 	require.ErrorContains(t, err, "does not exist")
 	fi, err := os.Stat(filepath.Join(dir, "obj"))
 	require.NoError(t, err, "shm object created")
 	require.Equal(t, int64(4096), fi.Size())
 
-	_, err = New(Config{Addrs: addrs(t, "127.0.2.253"), Exports: specs[:1], PerftestExport: "zz"})
+	_, err = New(Config{Addrs: addrs(t, "127.0.3.253"), Exports: specs[:1], PerftestExport: "zz"})
 	require.ErrorContains(t, err, `"zz"`)
-	_, err = New(Config{Addrs: addrs(t, "127.0.2.253"), Exports: []ExportSpec{specs[0], specs[0]}})
+	_, err = New(Config{Addrs: addrs(t, "127.0.3.253"), Exports: []ExportSpec{specs[0], specs[0]}})
 	require.ErrorContains(t, err, "twice")
 
-	d, err := New(Config{Addrs: addrs(t, "127.0.2.253"), Exports: specs[:2], MetricsAddr: "127.0.0.1:0"})
+	d, err := New(Config{Addrs: addrs(t, "127.0.3.253"), Exports: specs[:2], MetricsAddr: "127.0.0.1:0"})
 	require.NoError(t, err)
 	m := d.Metrics()
 	require.Contains(t, m, `rxed_export_bytes{export="a",kind="file"} 8192`)
