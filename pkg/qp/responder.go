@@ -349,7 +349,10 @@ func (q *QP) executeSend(env Env, p *wire.Packet, ri *RecvInfo, psn PSN, start b
 		}
 		r.recvValid = false
 		q.ctr.RDMARecvs.Add(1)
-		q.rcq.Push(wc)
+		if q.rcq.Push(wc) != nil {
+			q.cqOverflow()
+			return
+		}
 	}
 	q.finishRequest(env, p, psn, end)
 }
@@ -466,9 +469,19 @@ func (q *QP) executeWrite(env Env, p *wire.Packet, psn PSN, start bool) {
 		wc := WC{ID: r.recv.ID, Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.length),
 			QPNum: q.num, Imm: p.ImmDt.Imm(), Flags: WCWithImm, Solicited: p.BTH.SE()}
 		r.recvValid = false
-		q.rcq.Push(wc)
+		if q.rcq.Push(wc) != nil {
+			q.cqOverflow()
+			return
+		}
 	}
 	q.finishRequest(env, p, psn, end)
+}
+
+// cqOverflow is rxe's RESPST_ERR_CQ_OVERFLOW: a completion that cannot be
+// delivered must not be acknowledged, so the message is not ACKed and the
+// QP moves to ERR.
+func (q *QP) cqOverflow() {
+	q.enterError()
 }
 
 // rkeyError is rxe's RESPST_ERR_RKEY_VIOLATION (class C) or, for a
