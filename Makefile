@@ -11,8 +11,13 @@ vet:
 	@bash scripts/readme.sh --check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
+# -race needs cgo (a C compiler); without one the tests still run, without
+# the race detector, and say so.
+RACE ?= $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && echo -race)
+
 unit:
-	$(GO) test -race -count=1 -timeout 20m ./...
+	@[ -n "$(RACE)" ] || echo "note: no C compiler (CGO_ENABLED=0): running the tests without -race; apt-get install gcc to enable it"
+	$(GO) test $(RACE) -count=1 -timeout 20m ./...
 
 # Each Fuzz target runs for a bounded budget (FUZZTIME executions) on top of its seed corpus.
 fuzz:
