@@ -71,6 +71,9 @@ type worker struct {
 
 	qps   map[uint32]*qpEntry
 	ready []*qpEntry
+	// spare is the other half of ready's double buffer: runReady swaps
+	// them so a round of the run queue does not allocate.
+	spare []*qpEntry
 
 	timer   Timer
 	timerAt time.Time
@@ -363,7 +366,14 @@ func (w *worker) runQP(ent *qpEntry) {
 	if ent == nil {
 		return
 	}
-	if ent.q.Run(w, w.e.clock.Now(), runBudget) && !ent.ready {
+	if ent.q.Run(w, w.e.clock.Now(), runBudget) {
+		w.markReady(ent)
+	}
+}
+
+// markReady puts ent on the run queue once.
+func (w *worker) markReady(ent *qpEntry) {
+	if !ent.ready {
 		ent.ready = true
 		w.ready = append(w.ready, ent)
 	}
@@ -373,7 +383,7 @@ func (w *worker) runQP(ent *qpEntry) {
 func (w *worker) runReady() {
 	for len(w.ready) > 0 {
 		batch := w.ready
-		w.ready = nil
+		w.ready, w.spare = w.spare[:0], nil // never two names for one array
 		for _, ent := range batch {
 			ent.ready = false
 			if w.qps[ent.q.Num()] != ent {
@@ -381,6 +391,8 @@ func (w *worker) runReady() {
 			}
 			w.runQP(ent)
 		}
+		clear(batch) // no stale QP pointers kept alive by the spare buffer
+		w.spare = batch[:0]
 		// Let incoming ACKs in between rounds.
 		if len(w.events) > 0 {
 			return
@@ -393,9 +405,8 @@ func (w *worker) onTimer() {
 	for _, ent := range w.qps {
 		d := ent.q.Deadline()
 		if !d.IsZero() && !now.Before(d) {
-			if ent.q.OnTimer(w, now, runBudget) && !ent.ready {
-				ent.ready = true
-				w.ready = append(w.ready, ent)
+			if ent.q.OnTimer(w, now, runBudget) {
+				w.markReady(ent)
 			}
 		}
 	}
