@@ -145,20 +145,11 @@ func (q *QP) handleRequest(env Env, p *wire.Packet, ri *RecvInfo) {
 		}
 	}
 	if !q.checkOpSeq(p.Opcode, start) {
-		if q.typ == RC {
-			q.nakError(env, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
-		} else {
-			r.dropMsg = true
-			r.opcode = -1
-		}
+		q.invalidRequest(env, psn, true)
 		return
 	}
 	if !q.checkOpValid(fl) {
-		if q.typ == RC {
-			q.nakError(env, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
-		} else {
-			r.dropMsg = true
-		}
+		q.invalidRequest(env, psn, false)
 		return
 	}
 	switch {
@@ -290,11 +281,7 @@ func (q *QP) executeSend(env Env, p *wire.Packet, ri *RecvInfo, psn PSN, start b
 	end := fl&(wire.FlagLast|wire.FlagOnly) != 0
 	// Length rules (rxe check_length): FIRST/MIDDLE carry exactly one MTU.
 	if (!end && len(p.Payload) != q.mtu) || len(p.Payload) > q.mtu {
-		if q.typ == RC {
-			q.nakError(env, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
-		} else {
-			r.dropMsg = true
-		}
+		q.invalidRequest(env, psn, false)
 		return
 	}
 	if start || !r.recvValid {
@@ -442,12 +429,7 @@ func (q *QP) executeWrite(env Env, p *wire.Packet, psn PSN, start bool) {
 	// rxe: a packet carries a full MTU while more than one MTU remains,
 	// else exactly what remains.
 	if (r.resid > q.mtu && (n != q.mtu || p.PadCount != 0)) || (r.resid <= q.mtu && (n != r.resid || end != true)) {
-		if q.typ == RC {
-			q.nakError(env, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
-		} else {
-			r.dropMsg = true
-			r.opcode = -1
-		}
+		q.invalidRequest(env, psn, true)
 		return
 	}
 	if fl&wire.FlagImm != 0 && !q.takeRecv() {
@@ -482,6 +464,20 @@ func (q *QP) executeWrite(env Env, p *wire.Packet, psn PSN, start bool) {
 // QP moves to ERR.
 func (q *QP) cqOverflow() {
 	q.enterError()
+}
+
+// invalidRequest is rxe's class-C invalid request: NAK and ERR on RC; on
+// UC/UD the rest of the message is dropped, and with restart the next
+// packet must begin a new message.
+func (q *QP) invalidRequest(env Env, psn PSN, restart bool) {
+	if q.typ == RC {
+		q.nakError(env, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
+		return
+	}
+	q.resp.dropMsg = true
+	if restart {
+		q.resp.opcode = -1
+	}
 }
 
 // rkeyError is rxe's RESPST_ERR_RKEY_VIOLATION (class C) or, for a
