@@ -60,7 +60,7 @@ func TestBadFlags(t *testing.T) {
 func TestExportFileProblems(t *testing.T) {
 	t.Parallel()
 	a, _ := addrPair(t)
-	port := freePort(t)
+	port := reservePort(t)
 	small := tempPath(t, "small.img")
 	require.NoError(t, os.WriteFile(small, make([]byte, 4096), 0o644))
 	empty := tempPath(t, "empty.img")
@@ -87,9 +87,9 @@ func TestPortsInUse(t *testing.T) {
 	pc, err := net.ListenPacket("udp", a+":4791")
 	require.NoError(t, err)
 	defer pc.Close()
-	r := runCmd("pingpong", "--addr", a, "-p", freePort(t))
+	r := runCmd("pingpong", "--addr", a, "-p", reservePort(t))
 	requireOneLineError(t, r, a, "4791", "in use")
-	r = runCmd("serve", "--addr", a, "--export", "x=anon,size=4K", "-p", freePort(t))
+	r = runCmd("serve", "--addr", a, "--export", "x=anon,size=4K", "-p", reservePort(t))
 	requireOneLineError(t, r, "in use")
 	pc.Close()
 
@@ -107,7 +107,7 @@ func TestPortsInUse(t *testing.T) {
 		requireOneLineError(t, r, port, "in use")
 	}
 	// The metrics port is taken.
-	r = runCmd("serve", "--addr", a, "-p", freePort(t), "--export", "x=anon,size=4K", "--metrics", "127.0.0.1:"+port)
+	r = runCmd("serve", "--addr", a, "-p", reservePort(t), "--export", "x=anon,size=4K", "--metrics", "127.0.0.1:"+port)
 	requireOneLineError(t, r, "metrics", port, "in use")
 }
 
@@ -119,7 +119,7 @@ func portOf(a net.Addr) string {
 func TestUnreachablePeer(t *testing.T) {
 	t.Parallel()
 	a, _ := addrPair(t)
-	port := freePort(t) // nothing listens there
+	port := reservePort(t) // nothing listens there
 	for _, args := range [][]string{
 		{"pingpong", "--addr", a, "-p", port, "127.0.0.1"},
 		{"perf", "write", "--addr", a, "-p", port, "127.0.0.1"},
@@ -181,7 +181,7 @@ func TestSilentClient(t *testing.T) {
 		{[]string{"pingpong", "--addr", a, "--timeout", "500ms"}, "local address", "pingpong address"},
 		{[]string{"perf", "write", "--addr", b, "--timeout", "500ms"}, "Waiting for client", "perftest version"},
 	} {
-		port := freePort(t)
+		port := reservePort(t)
 		out, _, done := startCmd(append(c.args, "-p", port)...)
 		out.waitFor(t, c.ready, 20*time.Second)
 		conn, err := net.Dial("tcp", "127.0.0.1:"+port)
@@ -217,7 +217,7 @@ func TestOtherOOBVersion(t *testing.T) {
 	requireOneLineError(t, r, "version", "5.60")
 
 	// A client speaking version 5.60 to an rxed server.
-	port := freePort(t)
+	port := reservePort(t)
 	out, _, done := startCmd("perf", "write", "--addr", b, "-p", port, "--timeout", "5s")
 	out.waitFor(t, "Waiting for client", 20*time.Second)
 	c, err := net.Dial("tcp", "127.0.0.1:"+port)
@@ -256,7 +256,7 @@ func TestOtherOOBVersion(t *testing.T) {
 func TestPeerVanishesMidRun(t *testing.T) {
 	t.Parallel()
 	a, _ := addrPair(t)
-	port := freePort(t)
+	port := reservePort(t)
 	out, _, done := startCmd("perf", "send", "--addr", a, "-p", port, "-n", "10", "--timeout", "1s")
 	out.waitFor(t, "Waiting for client", 20*time.Second)
 	ctx := context.Background()

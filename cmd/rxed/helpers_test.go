@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,7 +15,8 @@ import (
 )
 
 // Address plan: these tests use 127.0.2.1 .. 127.0.2.254 (UDP 4791) and
-// ephemeral TCP ports only, so they run next to other packages' tests.
+// TCP ports from reservePort (held for the test's lifetime, so no other
+// test or process gets them), so they run next to other packages' tests.
 // Each test takes its own pair of addresses.
 var (
 	addrMu   sync.Mutex
@@ -32,15 +32,6 @@ func addrPair(t *testing.T) (string, string) {
 	a, b := nextAddr, nextAddr+1
 	nextAddr += 2
 	return "127.0.2." + strconv.Itoa(a), "127.0.2." + strconv.Itoa(b)
-}
-
-// freePort returns a TCP port that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
 // syncBuffer is an io.Writer safe for concurrent use that can wait for

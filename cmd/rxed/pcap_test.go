@@ -16,7 +16,7 @@ import (
 func TestPcapFlag(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
-	port := freePort(t)
+	port := reservePort(t)
 	capture := tempPath(t, "client.pcap")
 	srv, cli := runPair(t, []string{"pingpong", "--addr", a, "-p", port, "-n", "10", "-s", "100"}, "local address",
 		[]string{"pingpong", "--addr", b, "-p", port, "-n", "10", "-s", "100", "--pcap", capture, "127.0.0.1"})

@@ -48,7 +48,7 @@ func TestPerfOutReadsFlag(t *testing.T) {
 func TestPerfOutReadsInKey(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
-	port := freePort(t)
+	port := reservePort(t)
 	sout, _, sdone := startCmd("perf", "read", "-o", "3", "--addr", a, "-p", port, "-s", "4096", "-n", "10",
 		"--timeout", "5s", "--wait", "20s")
 	sout.waitFor(t, "Waiting for client", 20*time.Second)
@@ -81,7 +81,7 @@ func TestPerfOutReadsRun(t *testing.T) {
 		t.Run(c[0]+"_o"+c[len(c)-1], func(t *testing.T) {
 			t.Parallel()
 			a, b := addrPair(t)
-			port := freePort(t)
+			port := reservePort(t)
 			common := append([]string{"-p", port, "--validate", "--timeout", "20s", "--progress", "0"}, c[1:]...)
 			srv, cli := runPair(t,
 				append([]string{"perf", c[0], "--addr", a}, common...), "Waiting for client",

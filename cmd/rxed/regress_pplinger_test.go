@@ -17,7 +17,7 @@ func TestRegressPingpongLossLastAck(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
 			a, b := addrPair(t)
-			port := freePort(t)
+			port := reservePort(t)
 			common := []string{"-p", port, "-c", "--timeout", "20s", "-t", "rc", "-s", "3000", "-m", "1024",
 				"-n", "60", "--qp-timeout", "12"}
 			srv, cli := runPair(t,

@@ -12,7 +12,7 @@ import (
 func TestRegressUDPingpong4096(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
-	port := freePort(t)
+	port := reservePort(t)
 	common := []string{"-p", port, "-c", "--timeout", "10s", "-t", "ud", "-s", "4096", "-n", "20"}
 	srv, cli := runPair(t,
 		append([]string{"pingpong", "--addr", a}, common...), "local address",

@@ -105,7 +105,7 @@ func perftestWriteLatClient(ctx context.Context, t *testing.T, addr, server, por
 func TestRegressWriteLatServerAgainstPerftestClient(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
-	port := freePort(t)
+	port := reservePort(t)
 	const size, iters = 2, 30
 	sout, _, sdone := startCmd("perf", "write", "--lat", "--addr", a, "-p", port, "-s", fmt.Sprint(size),
 		"-n", fmt.Sprint(iters), "--timeout", "5s")

@@ -51,7 +51,7 @@ func startServe(t *testing.T, args ...string) (*daemon.Daemon, *syncBuffer, cont
 func TestServeExportFile(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
-	port, mport := freePort(t), freePort(t)
+	port, mport := reservePort(t), reservePort(t)
 	file := tempPath(t, "data.img")
 	require.NoError(t, os.WriteFile(file, make([]byte, 1<<20), 0o644))
 	d, logs, cancel, done := startServe(t, "--addr", a, "-p", port, "--export", "data=file:"+file,
@@ -123,7 +123,7 @@ func TestServeExportFile(t *testing.T) {
 // the daemon stops gracefully, msyncs, and exits 0.
 func TestServeSIGTERM(t *testing.T) {
 	a, b := addrPair(t)
-	port := freePort(t)
+	port := reservePort(t)
 	file := tempPath(t, "data.img")
 	require.NoError(t, os.WriteFile(file, make([]byte, 256<<10), 0o644))
 	_, errOut, done := startCmd("serve", "--addr", a, "-p", port, "--export", "data=file:"+file+",size=128K")
@@ -142,7 +142,7 @@ func TestServeSIGTERM(t *testing.T) {
 func TestServeConfigFile(t *testing.T) {
 	t.Parallel()
 	a, _ := addrPair(t)
-	port := freePort(t)
+	port := reservePort(t)
 	cfg := tempPath(t, "rxed.conf")
 	require.NoError(t, os.WriteFile(cfg, []byte("# test\naddr = "+a+"\np = "+port+"\nexport = x=anon,size=8K\nexport = y=anon,size=4K\nlog-level debug\nperftest-export y\n"), 0o644))
 	// The command line wins over the file.

@@ -40,7 +40,7 @@ func TestPingpong(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			a, b := addrPair(t)
-			port := freePort(t)
+			port := reservePort(t)
 			counters := tempPath(t, "counters.json")
 			common := append([]string{"-p", port, "-c", "--timeout", "10s"}, tc.args...)
 			srv, cli := runPair(t,
@@ -103,7 +103,7 @@ func TestPerf(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			a, b := addrPair(t)
-			port := freePort(t)
+			port := reservePort(t)
 			counters := tempPath(t, "counters.json")
 			common := append([]string{"-p", port, "--validate", "--timeout", "20s", "--progress", "0"}, c.args[1:]...)
 			srv, cli := runPair(t,
@@ -138,7 +138,7 @@ func TestPerf(t *testing.T) {
 func TestPerfAllSizes(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
-	port := freePort(t)
+	port := reservePort(t)
 	common := []string{"-p", port, "-a", "-n", "3", "--validate", "--timeout", "20s", "--progress", "0"}
 	srv, cli := runPair(t, append([]string{"perf", "write", "--addr", a}, common...), "Waiting for client",
 		append(append([]string{"perf", "write", "--addr", b}, common...), "127.0.0.1"))
@@ -154,7 +154,7 @@ func TestPerfAllSizes(t *testing.T) {
 func TestPerfDuration(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
-	port := freePort(t)
+	port := reservePort(t)
 	common := []string{"-p", port, "-D", "1", "-s", "4096", "--validate", "--timeout", "20s", "--progress", "200ms"}
 	srv, cli := runPair(t, append([]string{"perf", "write", "--addr", a}, common...), "Waiting for client",
 		append(append([]string{"perf", "write", "--addr", b}, common...), "127.0.0.1"))
