@@ -68,7 +68,8 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("ib: CreateQP: %w", err)
 	}
 	c := qp.Config{Type: attr.Type, Cap: attr.Cap, SigAll: attr.SigAll, PD: pd.pd,
-		SendCQ: cqSink{attr.SendCQ}, RecvCQ: cqSink{attr.RecvCQ}, PortMTU: pd.d.mtu}
+		SendCQ: cqSink{attr.SendCQ}, RecvCQ: cqSink{attr.RecvCQ}, PortMTU: pd.d.mtu,
+		GIDs: pd.d.gids} // Modify refuses a path the GID table cannot send on
 	if attr.SRQ != nil {
 		c.SRQ = attr.SRQ.srq
 	}
@@ -100,8 +101,12 @@ func (q *QP) PD() *PD { return q.pd }
 
 // Modify changes the QP's attributes (ibv_modify_qp). Transitions and
 // masks follow IBA (pkg/qp.CheckModify); a rejected modify returns an
-// error naming the offending attribute and changes nothing. Moving to ERR
-// flushes outstanding work requests with WR_FLUSH_ERR completions.
+// error naming the offending attribute and changes nothing. An address
+// vector (IBV_QP_AV, IBV_QP_ALT_PATH) whose sgid_index is not in the GID
+// table, or whose destination is of the other IP family, is refused with
+// ErrAttrValue, as ib_modify_qp refuses it with EINVAL. Moving to ERR
+// flushes outstanding work requests with WR_FLUSH_ERR completions; moving
+// to RESET discards them without completions.
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if q.destroyed.Load() {
 		return fmt.Errorf("ib: Modify: %w", ErrDestroyed)
@@ -141,7 +146,7 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 	}
 	n, err := q.pd.d.eng.PostSend(q.q, wrs)
 	if err != nil {
-		return &PostError{Index: n, Err: err}
+		return &PostError{Index: n, Err: postErr(err)}
 	}
 	return nil
 }
@@ -160,18 +165,32 @@ func (q *QP) PostRecv(wrs ...RecvWR) error {
 	}
 	n, err := q.pd.d.eng.PostRecv(q.q, wrs)
 	if err != nil {
-		return &PostError{Index: n, Err: err}
+		return &PostError{Index: n, Err: postErr(err)}
 	}
 	return nil
 }
 
+// postErr gives a post that raced with Destroy this package's
+// ErrDestroyed, like one that came after it.
+func postErr(err error) error {
+	if errors.Is(err, qp.ErrDestroyed) {
+		return ErrDestroyed
+	}
+	return err
+}
+
 // Destroy destroys the QP (ibv_destroy_qp). Packets for it are dropped
 // afterwards; no completions are generated. Its PD, CQs and SRQ are
-// released; later operations on it fail with ErrDestroyed.
+// released; later operations on it fail with ErrDestroyed. A post racing
+// with Destroy is either refused with ErrDestroyed or accepted before it
+// and discarded with the QP.
 func (q *QP) Destroy() error {
 	if !q.destroyed.CompareAndSwap(false, true) {
 		return fmt.Errorf("ib: Destroy: QP %#x: %w", q.Num(), ErrDestroyed)
 	}
+	// Shut the door on posts already past the destroyed check above
+	// before the engine forgets the QP.
+	q.q.Close()
 	if err := q.pd.d.eng.DestroyQP(q.q); err != nil {
 		q.destroyed.Store(false)
 		return err
@@ -252,18 +271,20 @@ type AH struct {
 	av AddrVector
 }
 
-// CreateAH creates an address handle (ibv_create_ah). The destination
-// GID must be an address of the same family as the source GID.
+// ErrBadAV: an address vector no packet can be sent along (no
+// destination, a sgid_index outside the GID table, or source and
+// destination of different IP families). CreateAH refuses it; a UD send
+// whose hand-built AV is such completes with LOC_QP_OP_ERR and moves the
+// QP to ERR, as rdma_rxe does when it cannot send a request.
+var ErrBadAV = qp.ErrBadAV
+
+// CreateAH creates an address handle (ibv_create_ah). As rxe_av_chk_attr
+// (after ib_create_ah's GID lookup) it refuses, with ErrBadAV, an
+// sgid_index that is not in the GID table; and a destination of the other
+// IP family than the source GID, which no packet could be sent to.
 func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
-	if !attr.DGID.IsValid() {
-		return nil, errors.New("ib: CreateAH: no destination GID")
-	}
-	src, err := pd.d.QueryGID(1, int(attr.SGIDIndex))
-	if err != nil {
+	if err := qp.CheckAVSource(&attr, pd.d.gids); err != nil {
 		return nil, fmt.Errorf("ib: CreateAH: %w", err)
-	}
-	if src.Unmap().Is4() != attr.DGID.Unmap().Is4() {
-		return nil, errors.New("ib: CreateAH: source and destination GIDs are of different IP families")
 	}
 	return &AH{av: attr}, nil
 }

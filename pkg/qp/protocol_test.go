@@ -23,8 +23,9 @@ type capEnv struct {
 }
 
 func (e *capEnv) TxBuffer() []byte { return e.buf[:] }
-func (e *capEnv) Transmit(n int, _ *AddrVector) {
+func (e *capEnv) Transmit(n int, _ *AddrVector) error {
 	e.pkts = append(e.pkts, append([]byte(nil), e.buf[:n]...))
+	return nil
 }
 
 // take returns and forgets the captured packets.
@@ -445,8 +446,12 @@ type ringEnv struct {
 	n    int
 }
 
-func (e *ringEnv) TxBuffer() []byte              { return e.bufs[e.n%16][:] }
-func (e *ringEnv) Transmit(n int, _ *AddrVector) { e.lens[e.n%16] = n; e.n++ }
+func (e *ringEnv) TxBuffer() []byte { return e.bufs[e.n%16][:] }
+func (e *ringEnv) Transmit(n int, _ *AddrVector) error {
+	e.lens[e.n%16] = n
+	e.n++
+	return nil
+}
 
 // TestDataPathDoesNotAllocate: posting a multi-packet WRITE and a SEND,
 // segmenting, placing, acknowledging and completing them allocates

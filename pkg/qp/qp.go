@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,8 +37,13 @@ type Env interface {
 	// least MaxPacketLen bytes long. It stays valid until Transmit.
 	TxBuffer() []byte
 	// Transmit sends the first n bytes of the last TxBuffer along av (its
-	// ICRC slot is filled in by the engine, which knows the UDP flow).
-	Transmit(n int, av *AddrVector)
+	// ICRC slot is filled in by the engine, which knows the UDP flow). An
+	// error means the packet cannot leave at all (av names no usable
+	// source GID, e.g. ErrBadAV); the requester then fails the WR with
+	// LOC_QP_OP_ERR and moves the QP to ERR, as rxe does when
+	// rxe_xmit_packet fails. A packet lost later on the wire is not an
+	// error: RC recovers it by retransmission.
+	Transmit(n int, av *AddrVector) error
 }
 
 // RecvInfo describes where a received packet came from, for the address
@@ -64,6 +70,12 @@ type Config struct {
 	// OnError is called (on the QP's goroutine) when the QP enters ERR by
 	// itself, for the asynchronous QP-fatal event.
 	OnError func(q *QP)
+	// GIDs is the device's GID table (IPv4 unmapped), against which Modify
+	// checks a connected QP's address vector as ib_modify_qp does
+	// (rdma_fill_sgid_attr / rxe_av_chk_attr): the sgid_index must name an
+	// entry and the destination must be of the same IP family. nil skips
+	// the check, for tests of the protocol logic alone.
+	GIDs []netip.Addr
 }
 
 // CompletionQueue is what the protocol logic needs from a CQ.
@@ -83,6 +95,12 @@ type ReceiveSource interface {
 var (
 	ErrQPState  = errors.New("qp: operation not allowed in the QP's state")
 	ErrSendFull = errors.New("qp: send queue full")
+	// ErrBadAV: an address vector no packet can be sent along (no
+	// destination, a sgid_index outside the GID table, or source and
+	// destination GIDs of different IP families).
+	ErrBadAV = errors.New("qp: unusable address vector")
+	// ErrDestroyed: the QP was closed (destroyed); it takes no more work.
+	ErrDestroyed = errors.New("qp: QP destroyed")
 )
 
 // QP is one queue pair: its attributes, send queue and the requester,
@@ -102,6 +120,12 @@ type QP struct {
 	rq     *RecvQueue
 	ctr    *Counters
 	onErr  func(*QP)
+	gids   []netip.Addr
+	// rqPost makes PostRecv's state check and enqueue one step with
+	// respect to a reset (which empties the receive queue) and to Close.
+	// The send queue uses sq.mu for the same purpose.
+	rqPost   sync.Mutex
+	rqClosed bool // under rqPost
 	// localOps executes LOCAL_INV, BIND_MW and REG_MR; nil completes them
 	// with LOC_QP_OP_ERR.
 	localOps LocalOps
@@ -145,7 +169,7 @@ func New(c Config) (*QP, error) {
 	q := &QP{
 		num: c.Num, typ: c.Type, cap: c.Cap, sigAll: c.SigAll,
 		pd: c.PD, mem: c.Mem, scq: c.SendCQ, rcq: c.RecvCQ, srq: c.SRQ,
-		ctr: c.Counters, onErr: c.OnError,
+		ctr: c.Counters, onErr: c.OnError, gids: c.GIDs,
 	}
 	if q.ctr == nil {
 		q.ctr = new(Counters)
@@ -220,6 +244,9 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	if err := CheckModify(q.typ, cur, a, mask); err != nil {
 		return err
 	}
+	if err := q.checkPaths(cur, a, mask); err != nil {
+		return err
+	}
 	if mask.Has(AttrPathMTU) && q.typ.Connected() {
 		q.attr.PathMTU = a.PathMTU
 		q.mtu = a.PathMTU.Bytes()
@@ -290,12 +317,21 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 		switch next {
 		case Reset:
 			q.errFlushed = false
-			q.sq.clear()
-			if q.rq != nil {
-				q.rq.Flush(func(RecvWR) {})
-			}
 			q.resetProtocol()
+			// Emptying the queues and entering RESET is one step for
+			// PostSend and PostRecv, which check the state under the
+			// same locks: a WR is either accepted before and discarded
+			// here, or refused.
+			q.sq.mu.Lock()
+			q.rqPost.Lock()
+			q.sq.clearLocked()
+			if q.rq != nil {
+				q.rq.Flush(nil)
+			}
 			q.setState(Reset)
+			q.rqPost.Unlock()
+			q.sq.mu.Unlock()
+			q.req.idx = q.sq.head // the requester restarts at the (empty) head
 		case Err:
 			q.setState(Err)
 			q.flush()
@@ -386,26 +422,122 @@ func (q *QP) Deadline() time.Time {
 
 // PostSend queues wr (ibv_post_send). It may be called from any
 // goroutine; the owner must then be told to Run. In ERR the WR is queued
-// and flushed by the next Run, as libibverbs providers do.
+// and flushed by the next Run, as libibverbs providers do. The state is
+// checked again under the send queue lock, so a WR is never accepted into
+// a QP that a concurrent Modify has reset (or Close has destroyed).
 func (q *QP) PostSend(wr *SendWR) error {
-	switch q.State() {
-	case Reset, Init, RTR:
-		return fmt.Errorf("%w: post send in %v", ErrQPState, q.State())
+	// Checked once up front so a bad WR on a QP in the wrong state
+	// reports the state, as before.
+	if err := sendState(q.State()); err != nil {
+		return err
 	}
 	if err := CheckSendWR(q.typ, q.cap, wr); err != nil {
 		return err
 	}
-	return q.sq.push(wr)
+	q.sq.mu.Lock()
+	defer q.sq.mu.Unlock()
+	if q.sq.closed {
+		return ErrDestroyed
+	}
+	if err := sendState(q.State()); err != nil {
+		return err
+	}
+	return q.sq.pushLocked(wr)
+}
+
+// sendState refuses posting sends in the states before RTS.
+func sendState(s State) error {
+	switch s {
+	case Reset, Init, RTR:
+		return fmt.Errorf("%w: post send in %v", ErrQPState, s)
+	}
+	return nil
 }
 
 // PostRecv queues a receive WR on the QP's own receive queue
-// (ibv_post_recv). It may be called from any goroutine.
+// (ibv_post_recv). It may be called from any goroutine. Like PostSend it
+// checks the state in one step with the enqueue, so a receive is never
+// left in a QP that a concurrent Modify has reset.
 func (q *QP) PostRecv(wr *RecvWR) error {
 	if q.rq == nil {
 		return fmt.Errorf("%w: QP uses an SRQ", ErrQPState)
+	}
+	q.rqPost.Lock()
+	defer q.rqPost.Unlock()
+	if q.rqClosed {
+		return ErrDestroyed
 	}
 	if q.State() == Reset {
 		return fmt.Errorf("%w: post recv in RESET", ErrQPState)
 	}
 	return q.rq.Post(wr)
+}
+
+// Close marks the QP destroyed: every later PostSend and PostRecv fails
+// with ErrDestroyed. WRs accepted before are the destroyer's to discard.
+// Unlike the other methods it may be called from any goroutine (it only
+// takes the posting locks), so a destroy can shut the door on concurrent
+// posts before the engine forgets the QP.
+func (q *QP) Close() {
+	q.sq.mu.Lock()
+	q.sq.closed = true
+	q.sq.mu.Unlock()
+	q.rqPost.Lock()
+	q.rqClosed = true
+	q.rqPost.Unlock()
+}
+
+// RecvQueueLen returns the number of receive WRs posted to the QP's own
+// receive queue and not yet consumed (0 with an SRQ).
+func (q *QP) RecvQueueLen() int {
+	if q.rq == nil {
+		return 0
+	}
+	return q.rq.Len()
+}
+
+// checkPaths validates the address vectors of a modify against the GID
+// table, as ib_modify_qp does before the driver sees them
+// (rdma_fill_sgid_attr, then rxe_av_chk_attr): a path no packet could
+// take is refused at modify time, naming the attribute, instead of
+// failing every send later.
+func (q *QP) checkPaths(cur State, a *Attr, mask AttrMask) error {
+	if q.gids == nil || a == nil {
+		return nil
+	}
+	fail := func(bit AttrMask, err error) error {
+		return &ModifyError{Type: q.typ, From: cur, To: NextState(cur, a, mask), Attr: bit,
+			Kind: ErrAttrValue, Detail: err.Error()}
+	}
+	if mask.Has(AttrAV) {
+		if err := CheckAVSource(&a.AV, q.gids); err != nil {
+			return fail(AttrAV, err)
+		}
+	}
+	if mask.Has(AttrAltPath) {
+		if err := CheckAVSource(&a.AltAV, q.gids); err != nil {
+			return fail(AttrAltPath, fmt.Errorf("alternate path: %w", err))
+		}
+	}
+	return nil
+}
+
+// CheckAVSource reports whether packets can be sent along av from a
+// device with the GID table gids (IPv4 unmapped): av must have a
+// destination, its sgid_index must name a GID, and both must be of the
+// same IP family (an IPv4-mapped destination counts as IPv4). The error
+// wraps ErrBadAV. ibv_create_ah and modify to RTR use it.
+func CheckAVSource(av *AddrVector, gids []netip.Addr) error {
+	if !av.DGID.IsValid() {
+		return fmt.Errorf("%w: no destination GID", ErrBadAV)
+	}
+	if int(av.SGIDIndex) >= len(gids) {
+		return fmt.Errorf("%w: sgid_index %d is not in the GID table (%d entries)", ErrBadAV, av.SGIDIndex, len(gids))
+	}
+	src, dst := gids[av.SGIDIndex].Unmap(), av.DGID.Unmap()
+	if src.Is4() != dst.Is4() {
+		return fmt.Errorf("%w: destination GID %v and source GID %v (sgid_index %d) are of different IP families",
+			ErrBadAV, av.DGID, src, av.SGIDIndex)
+	}
+	return nil
 }

@@ -41,6 +41,9 @@ func (q *QP) maxRdAtomic() int {
 // need no response. It reports whether work remains that only more budget
 // (not an ACK or a timer) would let it do.
 func (q *QP) Run(env Env, now time.Time, budget int) (more bool) {
+	if budget = q.runResponder(env, budget); q.resp.replying() {
+		return true // READ responses first (readreply.go); the rest next turn
+	}
 	switch q.attr.State {
 	case Err:
 		q.flush()
@@ -182,10 +185,18 @@ func pktCount(n, mtu int) int {
 func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 	mtu := q.mtu
 	wr := &w.wr
+	// What a packet that cannot be built or sent must not have advanced
+	// (rxe updates the WQE and PSN only once the packet is out).
+	psn0, noack0, sent0, first0, last0 := q.req.psn, q.req.noack, w.sent, w.firstPSN, w.lastPSN
+	fail := func(st WCStatus) (bool, WCStatus) {
+		q.req.psn, q.req.noack, w.sent, w.firstPSN, w.lastPSN = psn0, noack0, sent0, first0, last0
+		return false, st
+	}
 	h := wire.Headers{PKey: DefaultPKey, DestQP: q.attr.DestQPN, PSN: uint32(q.req.psn)}
 	av := &q.attr.AV
 	remaining := w.length - w.sent
 	payload := 0
+	countSend := false // the first packet of a SEND: rdma_sends once it is out
 	switch op := wr.Opcode; {
 	case op == WRRDMARead:
 		h.Opcode = wire.RCReadRequest
@@ -229,9 +240,7 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 		if first {
 			n := pktCount(w.length, mtu)
 			w.firstPSN, w.lastPSN = q.req.psn, q.req.psn.Add(uint32(n-1))
-			if op.IsSend() {
-				q.ctr.RDMASends.Add(1)
-			}
+			countSend = op.IsSend()
 		}
 		if op == WRRDMAWrite || op == WRRDMAWriteWithImm {
 			h.VA, h.RKey, h.DMALen = wr.RemoteAddr, wr.RKey, uint32(w.length)
@@ -261,21 +270,29 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 	buf := env.TxBuffer()
 	off, n, err := h.EncodeHeaders(buf, payload)
 	if err != nil {
-		return false, WCLocQPOpErr
+		return fail(WCLocQPOpErr)
 	}
 	if payload > 0 {
 		if wr.Opcode == WRAtomicWrite {
 			if !q.gather(w, buf[off:off+payload], 0) {
-				return false, WCLocProtErr
+				return fail(WCLocProtErr)
 			}
 		} else if !q.gather(w, buf[off:off+payload], w.sent) {
-			return false, WCLocProtErr
+			return fail(WCLocProtErr)
 		}
+	}
+	if err := env.Transmit(n, av); err != nil {
+		// rxe_requester on an rxe_xmit_packet (or address vector)
+		// error: the WQE completes with LOC_QP_OP_ERR and the QP
+		// moves to ERR, flushing the WQEs after it.
+		return fail(WCLocQPOpErr)
 	}
 	if wr.Opcode != WRRDMARead {
 		w.sent += payload
 	}
-	env.Transmit(n, av)
+	if countSend {
+		q.ctr.RDMASends.Add(1)
+	}
 	q.ctr.SentPkts.Add(1)
 	return finished, WCSuccess
 }

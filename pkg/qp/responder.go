@@ -26,6 +26,15 @@ type responder struct {
 
 	res     []resource // READ/atomic responder resources (max_dest_rd_atomic)
 	resNext int
+
+	// reply is the READ reply being sent, a budget per Run (readreply.go);
+	// held are the requests that arrived meanwhile, in order (a ring of
+	// heldLen from heldHead), and heldPkt parses the one being processed.
+	reply    readCursor
+	held     []heldRequest
+	heldHead int
+	heldLen  int
+	heldPkt  wire.Packet
 }
 
 // resource remembers an executed READ or atomic so a duplicate request is
@@ -34,6 +43,11 @@ type resource struct {
 	kind              uint8 // resNone, resRead, resAtomic
 	firstPSN, lastPSN PSN
 	orig              uint64
+	// A READ's target (rxe's res->read va_org, length, rkey): a duplicate
+	// must ask for it or a part of it.
+	va     uint64
+	length uint64
+	rkey   uint32
 }
 
 const (
@@ -43,8 +57,8 @@ const (
 )
 
 func (r *responder) reset() {
-	res := r.res
-	*r = responder{opcode: -1, res: res}
+	res, held := r.res, r.held
+	*r = responder{opcode: -1, res: res, held: held}
 	clear(r.res)
 	r.resNext = 0
 }
@@ -107,8 +121,23 @@ func (q *QP) sendAtomicAck(env Env, psn PSN, orig uint64) {
 var ackUnlimited = wire.ACKSyndrome(0x1F)
 
 // handleRequest is the responder for one request packet that passed the
-// receive checks.
+// receive checks. While a READ reply is being sent the request waits
+// behind it (readreply.go).
 func (q *QP) handleRequest(env Env, p *wire.Packet, ri *RecvInfo) {
+	if q.resp.replying() {
+		if q.resp.hold(p.Raw, ri) {
+			return
+		}
+		q.finishReplies(env)
+		if !q.responding() {
+			return
+		}
+	}
+	q.processRequest(env, p, ri)
+}
+
+// processRequest carries out one request in its turn.
+func (q *QP) processRequest(env Env, p *wire.Packet, ri *RecvInfo) {
 	r := &q.resp
 	psn := PSN(p.BTH.PSN())
 	fl := p.Info.Flags
@@ -495,66 +524,28 @@ func (q *QP) rkeyError(env Env, psn PSN, err error) {
 	q.nakError(env, psn, wire.NAKRemoteAccess, WCRemAccessErr)
 }
 
+// executeRead accepts a READ: the target is checked once here (rxe
+// check_rkey), the MSN counts it (C9-148) and the responses are sent by
+// Run from the cursor.
 func (q *QP) executeRead(env Env, p *wire.Packet, psn PSN) {
 	r := &q.resp
 	va, rkey, n := p.RETH.VA(), p.RETH.RKey(), int(p.RETH.DMALen())
-	var reg mr.Region
 	if n > 0 {
-		var err error
-		reg, err = q.mem.LookupQP(rkey, mr.RKey, q.pd, q.num, va, uint64(n), mr.RemoteRead)
+		reg, err := q.mem.LookupQP(rkey, mr.RKey, q.pd, q.num, va, uint64(n), mr.RemoteRead)
 		if err != nil {
 			q.rkeyError(env, psn, err)
 			return
 		}
+		reg.Release()
 	}
 	npkts := pktCount(n, q.mtu)
 	res := r.newResource()
-	res.kind, res.firstPSN, res.lastPSN = resRead, psn, psn.Add(uint32(npkts-1))
-	r.msn = (r.msn + 1) & 0xFFFFFF // C9-148: a READ counts when it is accepted
-	q.readReply(env, reg.Bytes(), psn, true)
-	reg.Release()
+	*res = resource{kind: resRead, firstPSN: psn, lastPSN: psn.Add(uint32(npkts - 1)),
+		va: va, length: uint64(n), rkey: rkey}
+	r.msn = (r.msn + 1) & 0xFFFFFF
+	r.reply = readCursor{active: true, opening: true, reqPSN: psn, psn: psn, va: va, resid: n, rkey: rkey}
 	r.psn = res.lastPSN.Next()
 	r.opcode = -1
-}
-
-// readReply sends data as READ responses starting at psn. first says the
-// opening packet is FIRST/ONLY (new requests and replays of a whole READ)
-// rather than MIDDLE/LAST (replays from inside one).
-func (q *QP) readReply(env Env, data []byte, psn PSN, first bool) {
-	mtu := q.mtu
-	off := 0
-	for {
-		rest := len(data) - off
-		n := min(rest, mtu)
-		last := rest <= mtu
-		var op wire.Opcode
-		switch {
-		case first && last:
-			op = wire.RCReadResponseOnly
-		case first:
-			op = wire.RCReadResponseFirst
-		case last:
-			op = wire.RCReadResponseLast
-		default:
-			op = wire.RCReadResponseMiddle
-		}
-		h := wire.Headers{Opcode: op, PKey: DefaultPKey, DestQP: q.attr.DestQPN, PSN: uint32(psn),
-			Syndrome: ackUnlimited, MSN: q.resp.msn}
-		buf := env.TxBuffer()
-		po, size, err := h.EncodeHeaders(buf, n)
-		if err != nil {
-			return
-		}
-		copy(buf[po:po+n], data[off:off+n])
-		env.Transmit(size, &q.attr.AV)
-		q.ctr.SentPkts.Add(1)
-		off += n
-		psn = psn.Next()
-		first = false
-		if last {
-			return
-		}
-	}
 }
 
 func (q *QP) executeAtomic(env Env, p *wire.Packet, psn PSN) {
@@ -640,19 +631,17 @@ func (q *QP) duplicateRequest(env Env, p *wire.Packet, psn PSN) {
 			return
 		}
 		q.ctr.ResponderResourceHit.Add(1)
-		va, rkey, n := p.RETH.VA(), p.RETH.RKey(), int(p.RETH.DMALen())
-		var reg mr.Region
-		if n > 0 {
-			var err error
-			reg, err = q.mem.LookupQP(rkey, mr.RKey, q.pd, q.num, va, uint64(n), mr.RemoteRead)
-			if err != nil {
-				return
-			}
+		va, rkey, n := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.DMALen())
+		// rxe: the retry must ask for the READ or a part of it, with the
+		// same rkey; anything else is dropped (class D).
+		if rkey != res.rkey || va < res.va || n > res.length || va-res.va > res.length-n {
+			return
 		}
 		// rxe replays from inside a READ as MIDDLE … LAST and only a
-		// retry of the whole READ starts with FIRST (or ONLY).
-		q.readReply(env, reg.Bytes(), psn, psn == res.firstPSN)
-		reg.Release()
+		// retry of the whole READ starts with FIRST (or ONLY). The rkey
+		// is looked up again when the replay is sent.
+		q.resp.reply = readCursor{active: true, opening: psn == res.firstPSN, reqPSN: psn, psn: psn,
+			va: va, resid: int(n), rkey: rkey}
 	case fl&wire.FlagAtomic != 0:
 		res := q.resp.findResource(psn)
 		if res == nil || res.kind != resAtomic || res.firstPSN != psn {

@@ -39,12 +39,17 @@ func (w *wqe) isReadOrAtomic() bool {
 
 // sendQueue is a bounded ring of WQEs. Producers (PostSend) append under
 // mu; the owner goroutine works on [head, tail) and retires from head,
-// also under mu, so a slot is never reused while the owner reads it.
+// also under mu, so a slot is never reused while the owner reads it. mu
+// also orders posts against a reset and Close: PostSend checks the QP
+// state and appends in one critical section, and the move to RESET
+// empties the ring and changes the state in one, so no WR slips into a
+// queue that is being (or has been) reset.
 type sendQueue struct {
-	mu   sync.Mutex
-	ring []wqe
-	head uint64 // oldest WQE not yet completed (owner only writes)
-	tail uint64 // next slot to fill (producer only writes)
+	mu     sync.Mutex
+	ring   []wqe
+	head   uint64 // oldest WQE not yet completed (owner only writes)
+	tail   uint64 // next slot to fill (producer only writes)
+	closed bool   // the QP was destroyed: refuse posts
 }
 
 // Per-slot preallocation bounds: enough for the common case (a few SGEs,
@@ -80,9 +85,8 @@ func (s *sendQueue) init(n, maxSGE, maxInline int) {
 
 func (s *sendQueue) at(i uint64) *wqe { return &s.ring[i%uint64(len(s.ring))] }
 
-func (s *sendQueue) push(wr *SendWR) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// pushLocked appends a copy of wr; s.mu must be held.
+func (s *sendQueue) pushLocked(wr *SendWR) error {
 	if s.tail-s.head == uint64(len(s.ring)) {
 		return ErrSendFull
 	}
@@ -143,11 +147,8 @@ func (s *sendQueue) retire() {
 	s.mu.Unlock()
 }
 
-func (s *sendQueue) clear() {
-	s.mu.Lock()
-	s.head = s.tail
-	s.mu.Unlock()
-}
+// clearLocked discards every WQE (the move to RESET); s.mu must be held.
+func (s *sendQueue) clearLocked() { s.head = s.tail }
 
 // Outstanding returns the number of WQEs posted and not yet completed.
 func (s *sendQueue) Outstanding() int {

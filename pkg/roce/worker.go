@@ -500,13 +500,13 @@ func (w *worker) TxBuffer() []byte { return w.txBufs[w.txN] }
 // Transmit implements qp.Env: seal the ICRC for the flow and add the
 // packet to the batch, sending the batch when it is full or the
 // destination changes.
-func (w *worker) Transmit(n int, av *qp.AddrVector) {
+func (w *worker) Transmit(n int, av *qp.AddrVector) error {
 	e := w.e
 	local := e.gid(av.SGIDIndex)
 	remote := av.DGID.Unmap()
 	if !local.IsValid() || !remote.IsValid() || local.Is4() != remote.Is4() {
 		e.ctr.SendErr.Add(1)
-		return
+		return qp.ErrBadAV
 	}
 	dport := av.DestPort
 	if dport == 0 {
@@ -530,6 +530,7 @@ func (w *worker) Transmit(n int, av *qp.AddrVector) {
 	if w.txN == w.txSize {
 		w.flush()
 	}
+	return nil
 }
 
 // flush sends the batch.
