@@ -16,6 +16,11 @@ import (
 
 const benchWindowBatches = 4
 
+// benchWatchdog closes the receiving socket of a benchmark still running
+// after this long: a lost datagram would otherwise hang it until go
+// test's timeout. Benchmarks run about a second per b.N.
+const benchWatchdog = 60 * time.Second
+
 // pump runs the windowed transfer: send is called from a separate goroutine
 // with at most batch datagrams; recv returns how many arrived.
 func pump(b *testing.B, batch, size int, send func([][]byte) error, recv func() (int, error), abort func()) {
@@ -26,7 +31,7 @@ func pump(b *testing.B, batch, size int, send func([][]byte) error, recv func() 
 	window := benchWindowBatches * batch
 	acks := make(chan int, window+1)
 	sendErr := make(chan error, 1)
-	watchdog := time.AfterFunc(60*time.Second, abort) // a lost datagram would hang the window
+	watchdog := time.AfterFunc(benchWatchdog, abort) // a lost datagram would hang the window
 	defer watchdog.Stop()
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
@@ -181,14 +186,16 @@ func BenchmarkUDPConnRoundTrip(b *testing.B) {
 	msg := [][]byte{make([]byte, 8)}
 	ep := Endpoint{Remote: c.LocalAddrs()[0]}
 	r := newRxSet(1, 64)
+	watchdog := time.AfterFunc(benchWatchdog, func() { a.Close() }) // a lost datagram would hang the loop
+	defer watchdog.Stop()
 	b.ReportAllocs()
 	b.ResetTimer()
-	for range b.N {
+	for i := range b.N {
 		if err := a.Send(msg, ep); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := a.Receive(r.bufs, r.sizes, r.eps); err != nil {
-			b.Fatal(err)
+			b.Fatalf("round trip %d of %d (closed by the %v watchdog if a datagram was lost): %v", i, b.N, benchWatchdog, err)
 		}
 	}
 }
@@ -218,14 +225,16 @@ func BenchmarkRawUDPRoundTrip(b *testing.B) {
 	}()
 	to := c.LocalAddr().(*net.UDPAddr).AddrPort()
 	msg, buf := make([]byte, 8), make([]byte, 64)
+	watchdog := time.AfterFunc(benchWatchdog, func() { a.Close() }) // a lost datagram would hang the loop
+	defer watchdog.Stop()
 	b.ReportAllocs()
 	b.ResetTimer()
-	for range b.N {
+	for i := range b.N {
 		if _, err := a.WriteToUDPAddrPort(msg, to); err != nil {
 			b.Fatal(err)
 		}
 		if _, _, err := a.ReadFromUDPAddrPort(buf); err != nil {
-			b.Fatal(err)
+			b.Fatalf("round trip %d of %d (closed by the %v watchdog if a datagram was lost): %v", i, b.N, benchWatchdog, err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -67,8 +68,10 @@ func TestMemNetworkErrors(t *testing.T) {
 	// Oversize for the caller's buffer: dropped, counted, the next one is delivered.
 	require.NoError(t, a2.Send([][]byte{make([]byte, 100), {7}}, Endpoint{Remote: a.LocalAddrs()[0]}))
 	r := newRxSet(4, 50)
+	g := guardReceives(t, a)
 	n, err := a.Receive(r.bufs, r.sizes, r.eps)
-	require.NoError(t, err)
+	g.noError(t, err, "waiting for the datagram after the oversize one")
+	require.True(t, g.stop())
 	require.Equal(t, 1, n)
 	require.Equal(t, []byte{7}, r.bufs[0][:r.sizes[0]])
 	require.Equal(t, uint64(1), a.(StatsReporter).Stats().DropOversize)
@@ -103,9 +106,10 @@ func TestMemNetworkQueueFull(t *testing.T) {
 	// Small caller batches drain the queue in order across calls.
 	require.NoError(t, a.Send(bufs[:3], Endpoint{Remote: ap("10.0.0.2:1")}))
 	r := newRxSet(1, 64)
+	g := guardReceives(t, b)
 	for i := range 3 {
 		n, err := b.Receive(r.bufs, r.sizes, r.eps)
-		require.NoError(t, err)
+		g.noError(t, err, fmt.Sprintf("waiting for datagram %d of 3 in batches of 1", i+1))
 		require.Equal(t, 1, n)
 		require.Equal(t, payload(i, 8), r.bufs[0][:r.sizes[0]])
 	}
@@ -151,16 +155,16 @@ func TestMemNetworkZeroAllocs(t *testing.T) {
 	}
 	r := newRxSet(16, 2048)
 	ep := Endpoint{Remote: ap("10.0.0.2:1")}
+	g := guardReceives(t, b)
 	round := func() {
 		if err := a.Send(bufs, ep); err != nil {
 			t.Fatal(err)
 		}
 		for got := 0; got < len(bufs); {
 			n, err := b.Receive(r.bufs, r.sizes, r.eps)
-			if err != nil {
-				t.Fatal(err)
-			}
+			g.noError(t, err, "zero-allocation round")
 			got += n
+			g.progress()
 		}
 	}
 	round()

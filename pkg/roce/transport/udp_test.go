@@ -119,14 +119,9 @@ func TestUDPGROCoalesces(t *testing.T) {
 	bufs[39] = payload(39, 10)
 	require.NoError(t, a.Send(bufs, Endpoint{Remote: b.LocalAddrs()[0]}))
 	// A small caller batch also exercises resuming inside a coalesced message.
-	r := newRxSet(3, 1000)
 	var got [][]byte
-	for len(got) < len(bufs) {
-		n, err := b.Receive(r.bufs, r.sizes, r.eps)
-		require.NoError(t, err)
-		for i := range n {
-			got = append(got, append([]byte{}, r.bufs[i][:r.sizes[i]]...))
-		}
+	for _, p := range receiveNBatch(t, b, len(bufs), 1000, 3) {
+		got = append(got, p.data)
 	}
 	require.Equal(t, bufs, got)
 	require.Positive(t, b.(StatsReporter).Stats().GROReceives)
@@ -303,16 +298,16 @@ func TestUDPSteadyStateAllocs(t *testing.T) {
 			}
 			r := newRxSet(64, 2048)
 			ep := Endpoint{Remote: b.LocalAddrs()[0]}
+			g := guardReceives(t, b)
 			round := func() {
 				if err := a.Send(bufs, ep); err != nil {
 					t.Fatal(err)
 				}
 				for got := 0; got < len(bufs); {
 					n, err := b.Receive(r.bufs, r.sizes, r.eps)
-					if err != nil {
-						t.Fatal(err)
-					}
+					g.noError(t, err, "steady-state round")
 					got += n
+					g.progress()
 				}
 			}
 			for range 10 {
