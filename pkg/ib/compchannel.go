@@ -35,8 +35,7 @@ func (d *Device) CreateCompChannel() *CompChannel {
 
 // CreateCQOnChannel creates a CQ of at least cqe entries whose
 // notifications go to ch (ibv_create_cq with a channel). The CQ's own
-// Notify channel is not used then, and SetNotifyHandler must not be
-// called on it.
+// Notify channel is not used then, and SetNotifyHandler refuses it.
 func (d *Device) CreateCQOnChannel(cqe int, ch *CompChannel) (*CQ, error) {
 	if ch == nil {
 		return nil, errors.New("ib: CreateCQOnChannel: nil channel")
@@ -50,7 +49,7 @@ func (d *Device) CreateCQOnChannel(cqe int, ch *CompChannel) (*CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	cq.SetNotifyHandler(func(*qp.CQ) { ch.deliver(cq) })
+	cq.CQ.SetNotifyHandler(func(*qp.CQ) { ch.deliver(cq) })
 	ch.users++
 	cq.channel = ch
 	return cq, nil

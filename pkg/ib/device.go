@@ -329,7 +329,8 @@ func (d *Device) AllocPD() (*PD, error) {
 }
 
 // CQ is a completion queue (struct ibv_cq): Poll, Wait, WaitPoll,
-// ReqNotify and Notify come from the embedded qp.CQ.
+// ReqNotify and Notify come from the embedded qp.CQ; SetNotifyHandler is
+// the CQ's own (cq_notify.go), running the handler outside the engine.
 type CQ struct {
 	*qp.CQ
 	d     *Device
@@ -337,6 +338,7 @@ type CQ struct {
 
 	channel  *CompChannel // set by CreateCQOnChannel
 	released atomic.Bool  // the channel was told of Destroy
+	notify   cqNotifier   // SetNotifyHandler's state
 }
 
 // CreateCQ creates a completion queue of at least cqe entries
@@ -350,12 +352,14 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 }
 
 // Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy,
-// changing nothing, while QPs use the CQ.
+// changing nothing, while QPs use the CQ. No notification handler call
+// starts after it returns.
 func (cq *CQ) Destroy() error {
 	if err := busy("CQ", cq.users.Load()); err != nil {
 		return err
 	}
 	cq.CQ.Close()
+	cq.stopNotify()
 	if cq.channel != nil && !cq.released.Swap(true) {
 		cq.channel.release()
 	}

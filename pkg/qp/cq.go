@@ -242,7 +242,15 @@ func (cq *CQ) Notify() <-chan struct{} { return cq.notifyCh }
 
 // SetNotifyHandler installs fn to be called, in the goroutine that pushed
 // the completion and without CQ locks held, each time a notification
-// fires (the kernel's comp_handler). nil removes it. fn must not block.
+// fires (the kernel's comp_handler). nil removes it.
+//
+// With pkg/roce that goroutine is an engine worker that owns the QP's
+// shard while it runs fn, so fn must not block, and must not call an
+// engine verb that waits for the worker (Engine.ModifyQP, QueryQP,
+// DestroyQP, CreateQP): the worker would wait for itself and deadlock.
+// It may Poll and ReqNotify this CQ and hand work to another goroutine.
+// pkg/ib's CQ shadows this method with one whose handler runs on a
+// goroutine of its own and may call any verb.
 func (cq *CQ) SetNotifyHandler(fn func(*CQ)) {
 	cq.mu.Lock()
 	cq.handler = fn

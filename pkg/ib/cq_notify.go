@@ -1,0 +1,121 @@
+package ib
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/rxed/rxed/pkg/qp"
+)
+
+// cqNotifier runs a CQ's user notification handler outside the engine.
+//
+// qp.CQ calls its handler in the engine goroutine that pushed the
+// completion, while that goroutine owns the QP's shard; a handler that
+// called a verb waiting for the engine (Modify, Query, Destroy, CreateQP)
+// would wait for itself. So the qp-level handler only records that a
+// notification is pending and, unless one is already running, starts a
+// runner goroutine that calls fn until nothing is pending. A goroutine per
+// burst instead of one per CQ for its lifetime: a program that never
+// destroys its CQs (closing the device is enough for libibverbs) leaks
+// nothing, and an idle CQ costs no goroutine.
+type cqNotifier struct {
+	mu      sync.Mutex
+	fn      func(*CQ)
+	pending bool // a notification fired since the runner last called fn
+	running bool // a runner goroutine exists; at most one per CQ
+	stopped bool // the CQ was destroyed
+	// onIdle, if set (tests), is called by a runner as it exits.
+	onIdle func()
+}
+
+// errNotifyOnChannel refuses a handler on a CQ whose notifications go to
+// a completion channel.
+var errNotifyOnChannel = errors.New("ib: SetNotifyHandler: the CQ delivers its notifications to a completion channel")
+
+// SetNotifyHandler installs fn to be called each time a notification of
+// the CQ fires (after ReqNotify arms it, as with ibv_req_notify_cq), in
+// place of reading Notify. It shadows the embedded qp.CQ.SetNotifyHandler,
+// which runs its handler inside the engine.
+//
+// fn runs on a goroutine of its own, never in the engine, so it may call
+// any verb, including ones that wait for the engine (QP.Modify, QP.Query,
+// QP.Destroy, PD.CreateQP) and ReqNotify and Poll on this CQ. Calls for
+// one CQ never overlap, and notifications that fire while fn runs (or
+// before it starts) coalesce into one more call, as events on a
+// completion channel do; so the usual handler re-arms first and then
+// polls the CQ empty. fn must not block forever: while it runs, this
+// CQ's later notifications wait for it.
+//
+// nil removes the handler; so does Destroy. Neither waits for a call in
+// progress (fn may itself destroy the CQ), but no call starts after they
+// return. SetNotifyHandler fails with ErrDestroyed on a destroyed CQ, and
+// on a CQ created with CreateCQOnChannel, whose notifications go to the
+// channel.
+func (cq *CQ) SetNotifyHandler(fn func(*CQ)) error {
+	if cq.channel != nil {
+		return errNotifyOnChannel
+	}
+	n := &cq.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return fmt.Errorf("ib: SetNotifyHandler: CQ: %w", ErrDestroyed)
+	}
+	n.fn = fn
+	if fn == nil {
+		n.pending = false
+		cq.CQ.SetNotifyHandler(nil)
+		return nil
+	}
+	cq.CQ.SetNotifyHandler(cq.notified)
+	return nil
+}
+
+// notified is the qp-level handler: it runs in the engine goroutine that
+// pushed the completion and must not block, so it only hands over.
+func (cq *CQ) notified(*qp.CQ) {
+	n := &cq.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped || n.fn == nil {
+		return
+	}
+	n.pending = true
+	if !n.running {
+		n.running = true
+		go cq.runNotify()
+	}
+}
+
+// runNotify calls the handler until no notification is pending.
+func (cq *CQ) runNotify() {
+	n := &cq.notify
+	for {
+		n.mu.Lock()
+		if n.stopped || !n.pending || n.fn == nil {
+			n.running = false
+			idle := n.onIdle
+			n.mu.Unlock()
+			if idle != nil {
+				idle()
+			}
+			return
+		}
+		n.pending = false
+		fn := n.fn
+		n.mu.Unlock()
+		fn(cq)
+	}
+}
+
+// stopNotify ends handler calls for a destroyed CQ: none starts after it
+// returns.
+func (cq *CQ) stopNotify() {
+	n := &cq.notify
+	n.mu.Lock()
+	n.stopped = true
+	n.fn = nil
+	n.pending = false
+	n.mu.Unlock()
+}
