@@ -2,12 +2,14 @@ package qp
 
 import (
 	"errors"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -189,4 +191,58 @@ func TestRegressPostRacesReset(t *testing.T) {
 	require.NotZero(t, completed)
 	require.NotZero(t, refused)
 	t.Logf("%d cycles: %d WRs completed, %d discarded by a reset, %d refused", cycles, completed, discarded, refused)
+}
+
+// BenchmarkPostSendRecvUD is the posting path the state checks moved
+// under the queue locks: PostRecv, PostSend, one requester Run that sends
+// and completes the UD SEND, and polling it.
+func BenchmarkPostSendRecvUD(b *testing.B) {
+	mem := mr.NewTable(nil)
+	pd, _ := mem.AllocPD()
+	scq, _ := NewCQ(16)
+	rcq, _ := NewCQ(16)
+	m, err := mem.RegMR(pd, make([]byte, 8192), mr.LocalWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q, err := New(Config{Num: 0x41, Type: UD, PD: pd, Mem: mem, SendCQ: scq, RecvCQ: rcq,
+		Cap: Cap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sge := func(off, n int) SGE { return SGE{Addr: m.IOVA() + uint64(off), Length: uint32(n), LKey: m.LKey()} }
+	now := time.Unix(1000, 0)
+	for _, m := range []struct {
+		a    Attr
+		mask AttrMask
+	}{
+		{Attr{State: Init, PortNum: 1, QKey: 0x1234}, AttrState | AttrPKeyIndex | AttrPort | AttrQKey},
+		{Attr{State: RTR}, AttrState},
+		{Attr{State: RTS, SQPSN: 1}, AttrState | AttrSQPSN},
+	} {
+		if err := q.Modify(&m.a, m.mask, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+	env := &ringEnv{}
+	wr := SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: []SGE{sge(0, 64)},
+		RemoteQPN: q.Num(), RemoteQKey: 0x1234, AV: AddrVector{DGID: netip.MustParseAddr("10.0.0.2")}}
+	rwr := RecvWR{ID: 2, SGL: []SGE{sge(4096, 128)}}
+	wcs := make([]WC, 4)
+	b.ReportAllocs()
+	b.SetBytes(64)
+	for b.Loop() {
+		if err := q.PostRecv(&rwr); err != nil {
+			b.Fatal(err)
+		}
+		if err := q.PostSend(&wr); err != nil {
+			b.Fatal(err)
+		}
+		q.Run(env, now, 4)
+		if scq.Poll(wcs) != 1 {
+			b.Fatal("no send completion")
+		}
+		// The receive stays posted (nothing is delivered): drop it.
+		q.rq.Pop(nil)
+	}
 }
