@@ -17,20 +17,34 @@ import (
 // Address plan: these tests use 127.0.2.1 .. 127.0.2.254 (UDP 4791) and
 // TCP ports from reservePort (held for the test's lifetime, so no other
 // test or process gets them), so they run next to other packages' tests.
-// Each test takes its own pair of addresses.
+// Each test takes its own pair of addresses and gives it back when it
+// ends, so -count=N does not run out; free addresses are reused oldest
+// first, keeping a just-released one idle as long as possible.
 var (
-	addrMu   sync.Mutex
-	nextAddr = 1
+	addrMu    sync.Mutex
+	freeAddrs = func() []int {
+		f := make([]int, 0, 254)
+		for i := 1; i <= 254; i++ {
+			f = append(f, i)
+		}
+		return f
+	}()
 )
 
-// addrPair returns two addresses no other test in this package uses.
+// addrPair returns two addresses no other running test in this package
+// uses, until the test ends.
 func addrPair(t *testing.T) (string, string) {
 	t.Helper()
 	addrMu.Lock()
 	defer addrMu.Unlock()
-	require.Less(t, nextAddr+1, 255, "out of 127.0.2.x addresses")
-	a, b := nextAddr, nextAddr+1
-	nextAddr += 2
+	require.GreaterOrEqual(t, len(freeAddrs), 2, "out of 127.0.2.x addresses: more than 127 tests at once")
+	a, b := freeAddrs[0], freeAddrs[1]
+	freeAddrs = freeAddrs[2:]
+	t.Cleanup(func() {
+		addrMu.Lock()
+		defer addrMu.Unlock()
+		freeAddrs = append(freeAddrs, a, b)
+	})
 	return "127.0.2." + strconv.Itoa(a), "127.0.2." + strconv.Itoa(b)
 }
 
