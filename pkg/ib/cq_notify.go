@@ -25,6 +25,9 @@ type cqNotifier struct {
 	pending bool // a notification fired since the runner last called fn
 	running bool // a runner goroutine exists; at most one per CQ
 	stopped bool // the CQ was destroyed
+	// run is cq.runNotify bound once, so starting a runner does not
+	// allocate a closure per notification.
+	run func()
 	// onIdle, if set (tests), is called by a runner as it exits.
 	onIdle func()
 }
@@ -68,6 +71,9 @@ func (cq *CQ) SetNotifyHandler(fn func(*CQ)) error {
 		cq.CQ.SetNotifyHandler(nil)
 		return nil
 	}
+	if n.run == nil {
+		n.run = cq.runNotify
+	}
 	cq.CQ.SetNotifyHandler(cq.notified)
 	return nil
 }
@@ -84,7 +90,7 @@ func (cq *CQ) notified(*qp.CQ) {
 	n.pending = true
 	if !n.running {
 		n.running = true
-		go cq.runNotify()
+		go n.run()
 	}
 }
 

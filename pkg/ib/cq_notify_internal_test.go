@@ -142,3 +142,31 @@ func TestNotifyHandlerRemoved(t *testing.T) {
 	require.Equal(t, 2, wait(t, called, "the new handler's call"))
 	wait(t, h.idle, "the runner's exit")
 }
+
+// BenchmarkNotifyHandler: one notification from Push to the handler's
+// call on its goroutine and back (the runner starts per burst; each op
+// here is a burst of one, the worst case).
+func BenchmarkNotifyHandler(b *testing.B) {
+	cq, err := new(Device).CreateCQ(4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{}, 1)
+	if err := cq.SetNotifyHandler(func(c *CQ) {
+		var wc [1]WC
+		c.Poll(wc[:])
+		done <- struct{}{}
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := cq.ReqNotify(false); err != nil {
+			b.Fatal(err)
+		}
+		if err := cq.CQ.Push(WC{ID: 1}); err != nil {
+			b.Fatal(err)
+		}
+		<-done
+	}
+}
