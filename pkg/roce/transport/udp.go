@@ -54,16 +54,20 @@ type rxMsg struct {
 }
 
 // rxBatch is a set of receive slots owned by one socket. It travels from the
-// socket's reader goroutine (which fills it) to Receive (which copies the
-// datagrams out) and back through the socket's free channel, so the buffers
-// are always owned by exactly one goroutine.
+// socket's reader (which fills it) to Receive or ReceiveLent (which copy or
+// lend the datagrams out) and back to the socket's free channel once its
+// lease is released: by Receive when every datagram is copied out, after
+// ReceiveLent when the last lent datagram is released too.
 type rxBatch struct {
-	sock *udpSocket
-	msgs []rxMsg // filled part: msgs[:n]
-	n    int
-	err  error
-	sys  rxBatchSys // platform syscall structures over the same buffers
+	sock  *udpSocket
+	msgs  []rxMsg // filled part: msgs[:n]
+	n     int
+	err   error
+	lease Lease
+	sys   rxBatchSys // platform syscall structures over the same buffers
 }
+
+func (b *rxBatch) recycle() { b.sock.free <- b }
 
 // udpSocket is one bound socket of a udpConn.
 type udpSocket struct {
@@ -71,7 +75,8 @@ type udpSocket struct {
 	pc     *net.UDPConn
 	local  netip.AddrPort
 	is6    bool
-	free   chan *rxBatch
+	free   chan *rxBatch // capacity MaxLentBatches, so recycling never blocks
+	made   int           // batches allocated; only the socket's reader touches it
 	slotSz int
 	sys    sockSys // platform state: raw conn, tx structures, offload flags
 }
@@ -88,16 +93,12 @@ type udpConn struct {
 	once   sync.Once
 	wg     sync.WaitGroup
 
-	rxMu   sync.Mutex // serialises Receive; guards cur, the cursor and direct
-	direct *rxBatch   // the only batch when there is one socket (no reader goroutine)
+	rxMu   sync.Mutex // serialises Receive; guards cur and the cursor
+	direct *udpSocket // the only socket, read by Receive itself (no reader goroutine)
 	cur    *rxBatch
 	curMsg int // index of the message being copied out
 	curOff int // byte offset of the next datagram inside it
 }
-
-// rxBatchesPerSocket is how many batches each socket cycles through: the
-// reader fills one while Receive drains another.
-const rxBatchesPerSocket = 2
 
 // OpenUDP opens one unconnected UDP socket per address in cfg.Addrs and
 // returns a Conn over all of them.
@@ -135,7 +136,7 @@ func OpenUDP(cfg UDPConfig) (Conn, error) {
 		log:       log,
 		batchSize: cfg.BatchSize,
 		closed:    make(chan struct{}),
-		filled:    make(chan *rxBatch, rxBatchesPerSocket*len(cfg.Addrs)),
+		filled:    make(chan *rxBatch, MaxLentBatches*len(cfg.Addrs)),
 	}
 	port := cfg.Port
 	for i, a := range cfg.Addrs {
@@ -164,13 +165,10 @@ func OpenUDP(cfg UDPConfig) (Conn, error) {
 		// One socket: Receive reads it itself, saving the hand-off from a
 		// reader goroutine (one wake-up less per datagram burst, which is
 		// most of a round trip's overhead on loopback).
-		c.direct = newRxBatch(c.socks[0], cfg.BatchSize)
+		c.direct = c.socks[0]
 		return c, nil
 	}
 	for _, s := range c.socks {
-		for range rxBatchesPerSocket {
-			s.free <- newRxBatch(s, cfg.BatchSize)
-		}
 		c.wg.Add(1)
 		go s.readLoop()
 	}
@@ -187,10 +185,8 @@ func (s *udpSocket) readLoop() {
 	c := s.conn
 	defer c.wg.Done()
 	for {
-		var b *rxBatch
-		select {
-		case b = <-s.free:
-		case <-c.closed:
+		b := s.getBatch()
+		if b == nil {
 			return
 		}
 		n, err := s.readBatch(b)
@@ -209,6 +205,29 @@ func (s *udpSocket) readLoop() {
 	}
 }
 
+// getBatch returns a free batch, allocating one while fewer than
+// MaxLentBatches exist, else waiting for one to be released; nil once the
+// Conn is closed. Only the socket's reader calls it.
+func (s *udpSocket) getBatch() *rxBatch {
+	select {
+	case b := <-s.free:
+		return b
+	default:
+	}
+	if s.made < MaxLentBatches {
+		s.made++
+		b := newRxBatch(s, s.conn.batchSize)
+		b.lease.home = b
+		return b
+	}
+	select {
+	case b := <-s.free:
+		return b
+	case <-s.conn.closed:
+		return nil
+	}
+}
+
 func (c *udpConn) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
 	if err := checkRecvArgs(bufs, sizes, eps); err != nil {
 		return 0, err
@@ -219,58 +238,91 @@ func (c *udpConn) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, erro
 	c.rxMu.Lock()
 	defer c.rxMu.Unlock()
 	for {
-		select {
-		case <-c.closed:
-			return 0, errClosed
-		default:
+		if err := c.fill(); err != nil {
+			return 0, err
 		}
-		if c.cur == nil && c.direct != nil {
-			b := c.direct
-			n, err := b.sock.readBatch(b)
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return 0, errClosed
-				}
-				return 0, err
-			}
-			b.n = n
-			c.cur, c.curMsg, c.curOff = b, 0, 0
-		}
-		if c.cur == nil {
-			select {
-			case b := <-c.filled:
-				if b.err != nil {
-					err := b.err
-					b.err = nil
-					b.sock.free <- b
-					return 0, err
-				}
-				c.cur, c.curMsg, c.curOff = b, 0, 0
-			case <-c.closed:
-				return 0, errClosed
-			}
-		}
-		n := c.drain(bufs, sizes, eps)
-		if n > 0 {
+		if n := c.drain(bufs, sizes, eps); n > 0 {
 			return n, nil
 		}
 	}
 }
 
-// drain copies datagrams of the current batch into bufs, splitting coalesced
-// (GRO) messages at their segment size, and recycles the batch when done.
-func (c *udpConn) drain(bufs [][]byte, sizes []int, eps []Endpoint) int {
+// ReceiveLent implements Lender: Receive without the copy.
+func (c *udpConn) ReceiveLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int, error) {
+	if len(eps) < len(pkts) || len(leases) < len(pkts) {
+		return 0, errShortLend
+	}
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	c.rxMu.Lock()
+	defer c.rxMu.Unlock()
+	for {
+		if err := c.fill(); err != nil {
+			return 0, err
+		}
+		if n := c.lend(pkts, eps, leases); n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// fill makes sure c.cur is a batch with datagrams left to hand out,
+// receiving one if needed. Called under rxMu.
+func (c *udpConn) fill() error {
+	select {
+	case <-c.closed:
+		return errClosed
+	default:
+	}
+	if c.cur != nil {
+		return nil
+	}
+	var b *rxBatch
+	if s := c.direct; s != nil {
+		if b = s.getBatch(); b == nil {
+			return errClosed
+		}
+		n, err := s.readBatch(b)
+		if err != nil {
+			s.free <- b
+			if errors.Is(err, net.ErrClosed) {
+				return errClosed
+			}
+			return err
+		}
+		b.n = n
+	} else {
+		select {
+		case b = <-c.filled:
+		case <-c.closed:
+			return errClosed
+		}
+		if b.err != nil {
+			err := b.err
+			b.err = nil
+			b.sock.free <- b
+			return err
+		}
+	}
+	b.lease.open()
+	c.cur, c.curMsg, c.curOff = b, 0, 0
+	return nil
+}
+
+// next returns the next datagram of the current batch (splitting coalesced
+// GRO messages at their segment size) and its message, or ok false when
+// the batch is used up; truncated messages are dropped and counted.
+func (c *udpConn) next() (d []byte, m *rxMsg, ok bool) {
 	b := c.cur
-	n := 0
-	var nb uint64
-	for n < len(bufs) && c.curMsg < b.n {
-		m := &b.msgs[c.curMsg]
+	for c.curMsg < b.n {
+		m = &b.msgs[c.curMsg]
 		if m.trunc {
 			c.stats.dropOversize.Add(1)
 			c.curMsg++
 			continue
 		}
-		d := m.data[c.curOff:]
+		d = m.data[c.curOff:]
 		if m.segSize > 0 && len(d) > m.segSize {
 			d = d[:m.segSize]
 		}
@@ -278,6 +330,54 @@ func (c *udpConn) drain(bufs [][]byte, sizes []int, eps []Endpoint) int {
 		if c.curOff >= len(m.data) {
 			c.curMsg++
 			c.curOff = 0
+		}
+		return d, m, true
+	}
+	return nil, nil, false
+}
+
+// done lets go of the current batch once it is used up: the Conn's own
+// reference on its lease is released (the batch is reused when no lent
+// datagram of it is held any more).
+func (c *udpConn) done() {
+	if b := c.cur; b.n <= c.curMsg {
+		c.cur = nil
+		b.lease.Release()
+	}
+}
+
+// lend hands out datagrams of the current batch as views.
+func (c *udpConn) lend(pkts [][]byte, eps []Endpoint, leases []*Lease) int {
+	b := c.cur
+	n := 0
+	var nb uint64
+	for n < len(pkts) {
+		d, m, ok := c.next()
+		if !ok {
+			break
+		}
+		pkts[n] = d
+		eps[n] = Endpoint{Local: netip.AddrPortFrom(m.local, b.sock.local.Port()), Remote: m.remote}
+		leases[n] = &b.lease
+		nb += uint64(len(d))
+		n++
+	}
+	b.lease.lend(n)
+	c.done()
+	c.stats.receivedPackets.Add(uint64(n))
+	c.stats.receivedBytes.Add(nb)
+	return n
+}
+
+// drain copies datagrams of the current batch into bufs.
+func (c *udpConn) drain(bufs [][]byte, sizes []int, eps []Endpoint) int {
+	b := c.cur
+	n := 0
+	var nb uint64
+	for n < len(bufs) {
+		d, m, ok := c.next()
+		if !ok {
+			break
 		}
 		if len(d) > len(bufs[n]) {
 			c.stats.dropOversize.Add(1)
@@ -288,12 +388,7 @@ func (c *udpConn) drain(bufs [][]byte, sizes []int, eps []Endpoint) int {
 		nb += uint64(len(d))
 		n++
 	}
-	if c.curMsg >= b.n {
-		c.cur = nil
-		if b != c.direct {
-			b.sock.free <- b
-		}
-	}
+	c.done()
 	c.stats.receivedPackets.Add(uint64(n))
 	c.stats.receivedBytes.Add(nb)
 	return n
