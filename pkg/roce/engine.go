@@ -2,8 +2,9 @@
 // transport.Conn and the QPs' protocol logic (pkg/qp).
 //
 // One receive goroutine reads batches from the Conn, rejects runts and
-// hands each packet's pooled buffer to the worker goroutine that owns the
-// destination QP (QPs are sharded over workers by QPN, so a QP's state is
+// hands each packet, still in the transport's receive memory (a
+// transport.Lease keeps it from reuse; no copy), to the worker goroutine
+// that owns the destination QP (QPs are sharded over workers by QPN, so a QP's state is
 // only ever touched by one goroutine and needs no lock). The worker runs
 // the remaining receive checks in rdma_rxe's order (header, QP, type and
 // state, address, keys, ICRC), counts every drop by reason, and runs the
@@ -101,7 +102,7 @@ type Engine struct {
 	workers []*worker
 	nextQPN atomic.Uint32
 
-	pool sync.Pool // *rxBuf
+	lender transport.Lender
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -154,7 +155,7 @@ func New(cfg Config) (*Engine, error) {
 		n = min(runtime.GOMAXPROCS(0), 8)
 	}
 	e.nextQPN.Store(FirstQPN - 1)
-	e.pool.New = func() any { return new(rxBuf) }
+	e.lender = transport.Lend(cfg.Conn)
 	for i := 0; i < n; i++ {
 		w := newWorker(e, i)
 		e.workers = append(e.workers, w)
@@ -242,6 +243,7 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 	}
 	c.Mem = e.mem
 	c.Counters = &e.ctr
+	c.GIDs = e.gids
 	if c.Num == 0 {
 		c.Num = e.nextQPN.Add(1) & 0xFFFFFF
 	} else if c.Num > 0xFFFFFF {
@@ -378,14 +380,6 @@ func (e *Engine) remoteInvalidate(q *qp.QP, rkey uint32) qp.WCStatus {
 	return qp.WCSuccess
 }
 
-// rxBuf is one received datagram travelling from the receive loop to a
-// worker.
-type rxBuf struct {
-	b  [transport.MaxDatagramSize]byte
-	n  int
-	ep transport.Endpoint
-}
-
 // receiveLoop reads batches and dispatches packets by destination QPN.
 func (e *Engine) receiveLoop() {
 	defer e.wg.Done()
@@ -393,17 +387,12 @@ func (e *Engine) receiveLoop() {
 	if bs <= 0 {
 		bs = transport.DefaultBatchSize
 	}
-	batch := make([]*rxBuf, bs)
-	bufs := make([][]byte, bs)
-	sizes := make([]int, bs)
+	pkts := make([][]byte, bs)
 	eps := make([]transport.Endpoint, bs)
-	for i := range batch {
-		batch[i] = e.pool.Get().(*rxBuf)
-		bufs[i] = batch[i].b[:]
-	}
+	leases := make([]*transport.Lease, bs)
 	held := make([]bool, len(e.workers)) // shards this goroutine owns for the batch
 	for {
-		n, err := e.conn.Receive(bufs, sizes, eps)
+		n, err := e.lender.ReceiveLent(pkts, eps, leases)
 		if err != nil {
 			select {
 			case <-e.closed:
@@ -427,25 +416,30 @@ func (e *Engine) receiveLoop() {
 		recvs := e.ctr.RDMARecvs.Load()
 		anyHeld := false
 		for i := 0; i < n; i++ {
-			rb := batch[i]
-			rb.n, rb.ep = sizes[i], eps[i]
-			if rb.n < wire.BTHLen+wire.ICRCLen {
+			pkt, lease := pkts[i], leases[i]
+			pkts[i], leases[i] = nil, nil // the worker owns them now
+			if len(pkt) < wire.BTHLen+wire.ICRCLen {
 				e.drop(qp.DropLength)
+				lease.Release()
 				continue
 			}
-			qpn := wire.BTH(rb.b[:wire.BTHLen]).DestQP()
-			w := e.workerFor(qpn)
+			w := e.workerFor(wire.BTH(pkt[:wire.BTHLen]).DestQP())
 			if inline && (held[w.idx] || w.tryAcquire(true)) {
 				held[w.idx], anyHeld = true, true
-				w.handlePacket(rb)
-				continue // rb stays ours: reuse it
+				w.handlePacket(pkt, &eps[i])
+				lease.Release()
+				continue
 			}
-			if !w.enqueue(event{kind: evPacket, rb: rb}) {
+			// A worker with a full inbox makes this loop wait: the
+			// kernel socket buffer (DefaultSocketBufferBytes) absorbs
+			// the backlog, much larger than an inbox. Dropping here
+			// instead would lose UC messages on an uncongested
+			// loopback whenever a worker falls behind for a moment.
+			if !w.enqueue(event{kind: evPacket, pkt: pkt, ep: eps[i], lease: lease}) {
+				lease.Release()
 				e.releaseHeld(held, recvs)
 				return
 			}
-			batch[i] = e.pool.Get().(*rxBuf)
-			bufs[i] = batch[i].b[:]
 		}
 		if anyHeld {
 			e.releaseHeld(held, recvs)

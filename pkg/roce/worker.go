@@ -31,11 +31,13 @@ const (
 )
 
 type event struct {
-	kind eventKind
-	rb   *rxBuf
-	qpn  uint32
-	fn   func()
-	done chan struct{}
+	kind  eventKind
+	qpn   uint32
+	pkt   []byte // evPacket: the datagram, in memory lease keeps alive
+	lease *transport.Lease
+	ep    transport.Endpoint
+	fn    func()
+	done  chan struct{}
 }
 
 // qpEntry is a worker's bookkeeping for one QP.
@@ -133,6 +135,18 @@ func (w *worker) enqueue(ev event) bool {
 	return false
 }
 
+// offer hands ev to the worker goroutine unless its inbox is full.
+func (w *worker) offer(ev event) bool {
+	w.pending.Add(1)
+	select {
+	case w.events <- ev:
+		return true
+	default:
+	}
+	w.pending.Add(-1)
+	return false
+}
+
 // call runs fn on the worker and waits for it.
 func (w *worker) call(fn func()) error {
 	done := make(chan struct{})
@@ -205,8 +219,9 @@ func (w *worker) releaseInline(recvs uint64) {
 	wake := len(w.ready) > 0
 	w.own.Unlock()
 	if wake {
-		// QPs still want to send: let the worker goroutine continue.
-		w.enqueue(event{kind: evWake})
+		// QPs still want to send: let the worker goroutine continue. A
+		// full inbox already guarantees it another round.
+		w.offer(event{kind: evWake})
 	}
 }
 
@@ -345,8 +360,8 @@ func (w *worker) handle(ev event) {
 	defer w.pending.Add(-1)
 	switch ev.kind {
 	case evPacket:
-		w.handlePacket(ev.rb)
-		w.e.pool.Put(ev.rb)
+		w.handlePacket(ev.pkt, &ev.ep)
+		ev.lease.Release()
 	case evKick:
 		w.kickMu.Lock()
 		delete(w.kickSet, ev.qpn)
@@ -448,23 +463,25 @@ func parseDrop(err error) qp.DropReason {
 	}
 }
 
-func (w *worker) handlePacket(rb *rxBuf) {
+// handlePacket runs the receive checks and the protocol for one datagram.
+// pkt is only borrowed: nothing may keep it (or p.Raw) after the call.
+func (w *worker) handlePacket(pkt []byte, ep *transport.Endpoint) {
 	e := w.e
 	p := &w.pkt
 	// rxe_chk_dgid: the destination must be one of our GIDs. A kernel
 	// socket only delivers such packets, but a wildcard bind or an
 	// injected packet may not be.
-	if !e.isLocal(rb.ep.Local.Addr()) {
+	if !e.isLocal(ep.Local.Addr()) {
 		e.drop(qp.DropAddress)
 		return
 	}
-	if err := p.Parse(rb.b[:rb.n]); err != nil {
+	if err := p.Parse(pkt); err != nil {
 		e.drop(parseDrop(err))
 		return
 	}
-	w.ri = qp.RecvInfo{Src: rb.ep.Remote, Dst: rb.ep.Local}
+	w.ri = qp.RecvInfo{Src: ep.Remote, Dst: ep.Local}
 	if p.Opcode == wire.CNP {
-		if v, _ := (wire.Flow{Src: rb.ep.Remote, Dst: rb.ep.Local}).Verify(p.Raw); v != wire.ICRCOK {
+		if v, _ := (wire.Flow{Src: ep.Remote, Dst: ep.Local}).Verify(p.Raw); v != wire.ICRCOK {
 			e.drop(qp.DropICRC)
 			return
 		}
@@ -485,7 +502,7 @@ func (w *worker) handlePacket(rb *rxBuf) {
 		e.drop(r)
 		return
 	}
-	if v, _ := (wire.Flow{Src: rb.ep.Remote, Dst: rb.ep.Local}).Verify(p.Raw); v != wire.ICRCOK {
+	if v, _ := (wire.Flow{Src: ep.Remote, Dst: ep.Local}).Verify(p.Raw); v != wire.ICRCOK {
 		e.drop(qp.DropICRC)
 		return
 	}
