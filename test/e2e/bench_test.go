@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +32,11 @@ import (
 //	ratio-4pkt      SEND latency / a baseline that also moves 4 datagrams
 //	                per round trip (RC's ACKs): the engine's own overhead
 //	allocs/pkt      heap allocations per RoCE packet sent or received
+//	cpu-ratio       process CPU time (user+system, both ends) per byte or
+//	                per round trip, RDMA / baseline: the cost ratio, which
+//	                load on the machine does not distort the way it
+//	                distorts wall-clock time (on an otherwise idle machine
+//	                the wall-clock ratio follows it)
 //
 // Run: go test -run '^$' -bench . -benchtime 2s -count 6 ./test/e2e, and
 // compare medians (benchstat): the ratio is computed inside each run, so
@@ -80,7 +86,7 @@ func allocsPerPacket(na, nb *node, f func()) float64 {
 func BenchmarkWriteBW64K(b *testing.B) {
 	for _, nqp := range []int{1, 16} {
 		b.Run(map[int]string{1: "qps=1", 16: "qps=16"}[nqp], func(b *testing.B) {
-			udp := udpBandwidth(b, b.N, benchMsg)
+			udp, udpCPU := udpBandwidth(b, b.N, benchMsg)
 			na, nb := benchNodes(b)
 			o := qpOpts{mtu: benchMTU, timeout: 14, sendWR: 256}
 			qa := make([]*ib.QP, nqp)
@@ -92,17 +98,18 @@ func BenchmarkWriteBW64K(b *testing.B) {
 			depth := max(benchDepth/nqp, 1) // benchDepth in flight in total, as the baseline
 			b.SetBytes(benchMsg)
 			b.ReportAllocs()
-			var elapsed time.Duration
+			var elapsed, cpu time.Duration
 			apk := allocsPerPacket(na, nb, func() {
 				b.ResetTimer()
-				start := time.Now()
+				start, cpu0 := time.Now(), processCPU()
 				runWrites(b, na, nb, qa, depth, b.N)
-				elapsed = time.Since(start)
+				elapsed, cpu = time.Since(start), processCPU()-cpu0
 				b.StopTimer()
 			})
 			rdma := float64(b.N) * benchMsg / elapsed.Seconds() / 1e6
 			b.ReportMetric(udp, "udp-MB/s")
 			b.ReportMetric(rdma/udp, "ratio")
+			b.ReportMetric(float64(cpu)/float64(udpCPU), "cpu-ratio")
 			b.ReportMetric(apk, "allocs/pkt")
 		})
 	}
@@ -153,8 +160,8 @@ func runWrites(b *testing.B, na, nb *node, qps []*ib.QP, depth, n int) {
 // bytes as 4 KiB datagrams (the RDMA packet payload) in batches through
 // transport.OpenUDP, the receiver answers each message with one small
 // datagram (the RDMA ACK), and the sender keeps benchDepth messages in
-// flight. It returns MB/s.
-func udpBandwidth(b *testing.B, n, size int) float64 {
+// flight. It returns MB/s and the process CPU time the run took.
+func udpBandwidth(b *testing.B, n, size int) (float64, time.Duration) {
 	snd, rcv := openPair(b)
 	const seg = 4096
 	const dgram = seg + 12 + 4 // BTH + payload + ICRC: a WRITE MIDDLE/LAST packet
@@ -227,7 +234,7 @@ func udpBandwidth(b *testing.B, n, size int) float64 {
 			return 0
 		}
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	inflight := 0
 	for sent := 0; sent < n; {
 		for inflight < benchDepth && sent < n {
@@ -242,11 +249,20 @@ func udpBandwidth(b *testing.B, n, size int) float64 {
 	for inflight > 0 {
 		inflight = waitAck(inflight)
 	}
-	el := time.Since(start)
+	el, cpu := time.Since(start), processCPU()-cpu0
 	snd.Close()
 	rcv.Close()
 	wg.Wait()
-	return float64(n) * float64(size) / el.Seconds() / 1e6
+	return float64(n) * float64(size) / el.Seconds() / 1e6, cpu
+}
+
+// processCPU is the CPU time (user + system) the process has used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func openPair(b *testing.B) (transport.Conn, transport.Conn) {
@@ -276,8 +292,8 @@ const (
 // udpRTT is the latency baseline: n round trips between two sockets of
 // transport.OpenUDP, each one Send of datagrams of the lengths in ping,
 // answered, once all arrived, by one Send of datagrams of the lengths in
-// pong; it returns ns per round trip.
-func udpRTT(b *testing.B, n int, ping, pong []int) float64 {
+// pong; it returns ns per round trip and process CPU ns per round trip.
+func udpRTT(b *testing.B, n int, ping, pong []int) (float64, float64) {
 	a, c := openPair(b)
 	defer a.Close()
 	defer c.Close()
@@ -305,7 +321,7 @@ func udpRTT(b *testing.B, n int, ping, pong []int) float64 {
 	bufs, sizes, eps := rxSlots(4, 256)
 	out := dgrams(ping)
 	dst := c.LocalAddrs()[0]
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for i := 0; i < n; i++ {
 		if err := a.Send(out, transport.Endpoint{Remote: dst}); err != nil {
 			b.Fatal(err)
@@ -318,7 +334,8 @@ func udpRTT(b *testing.B, n int, ping, pong []int) float64 {
 			got += k
 		}
 	}
-	return float64(time.Since(start).Nanoseconds()) / float64(n)
+	el, cpu := time.Since(start), processCPU()-cpu0
+	return float64(el.Nanoseconds()) / float64(n), float64(cpu.Nanoseconds()) / float64(n)
 }
 
 // BenchmarkSendLatency8 is ib_send_lat with 8 bytes: A sends, B's receive
@@ -327,11 +344,11 @@ func udpRTT(b *testing.B, n int, ping, pong []int) float64 {
 // each side's ACK leaves with its SEND) against the baseline's 2
 // datagrams; that is the protocol, not overhead.
 func BenchmarkSendLatency8(b *testing.B) {
-	base := udpRTT(b, max(b.N, 100), []int{sendOnly8Len}, []int{sendOnly8Len})
+	base, baseCPU := udpRTT(b, max(b.N, 100), []int{sendOnly8Len}, []int{sendOnly8Len})
 	// The same exchange with RC's packet count: each side's SEND goes out
 	// with its ACK of the other's.
 	pair := []int{ackLen, sendOnly8Len}
-	base4 := udpRTT(b, max(b.N, 100), pair, pair)
+	base4, _ := udpRTT(b, max(b.N, 100), pair, pair)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
 	a, bq := na.createQP(o), nb.createQP(o)
@@ -366,10 +383,10 @@ func BenchmarkSendLatency8(b *testing.B) {
 	wcs := make([]ib.WC, 16)
 	ctx := context.Background()
 	b.ReportAllocs()
-	var el time.Duration
+	var el, cpu time.Duration
 	apk := allocsPerPacket(na, nb, func() {
 		b.ResetTimer()
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		for i := 0; i < b.N; i++ {
 			if err := a.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendInline, Inline: na.buf[:8]}); err != nil {
 				b.Fatal(err)
@@ -382,7 +399,7 @@ func BenchmarkSendLatency8(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		el = time.Since(start)
+		el, cpu = time.Since(start), processCPU()-cpu0
 		b.StopTimer()
 	})
 	close(stop)
@@ -392,6 +409,7 @@ func BenchmarkSendLatency8(b *testing.B) {
 	rt := float64(el.Nanoseconds()) / float64(b.N)
 	b.ReportMetric(base, "udp-ns/rtt")
 	b.ReportMetric(rt/base, "ratio")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/baseCPU, "cpu-ratio")
 	b.ReportMetric(rt/base4, "ratio-4pkt")
 	b.ReportMetric(apk, "allocs/pkt")
 }
@@ -401,7 +419,7 @@ func BenchmarkSendLatency8(b *testing.B) {
 // WRITE to reach B, be placed, and B's ACK to come back; one op is that
 // round trip.
 func BenchmarkWriteLatency8(b *testing.B) {
-	base := udpRTT(b, max(b.N, 100), []int{writeOnly8Len}, []int{ackLen})
+	base, baseCPU := udpRTT(b, max(b.N, 100), []int{writeOnly8Len}, []int{ackLen})
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
 	a, bq := na.createQP(o), nb.createQP(o)
@@ -409,10 +427,10 @@ func BenchmarkWriteLatency8(b *testing.B) {
 	wcs := make([]ib.WC, 1)
 	ctx := context.Background()
 	b.ReportAllocs()
-	var el time.Duration
+	var el, cpu time.Duration
 	apk := allocsPerPacket(na, nb, func() {
 		b.ResetTimer()
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		for i := 1; i <= b.N; i++ {
 			if err := a.PostSend(ib.SendWR{Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled | ib.SendInline, Inline: na.buf[64:72],
 				RemoteAddr: nb.mr.IOVA(), RKey: nb.mr.RKey()}); err != nil {
@@ -422,11 +440,12 @@ func BenchmarkWriteLatency8(b *testing.B) {
 				b.Fatalf("write: %v %v", err, wcs[0].Status)
 			}
 		}
-		el = time.Since(start)
+		el, cpu = time.Since(start), processCPU()-cpu0
 		b.StopTimer()
 	})
 	rt := float64(el.Nanoseconds()) / float64(b.N)
 	b.ReportMetric(base, "udp-ns/rtt")
 	b.ReportMetric(rt/base, "ratio")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/baseCPU, "cpu-ratio")
 	b.ReportMetric(apk, "allocs/pkt")
 }

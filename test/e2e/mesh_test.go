@@ -295,6 +295,19 @@ func runMesh(t *testing.T, n int, udp bool) {
 			root = append(root, err)
 		}
 	}
+	if len(root) > 0 {
+		// What the engines saw explains most failures (drops by reason,
+		// retries): log the counters that moved.
+		for i, n := range nodes {
+			moved := map[string]uint64{}
+			for k, v := range n.dev.Counters() {
+				if v != 0 {
+					moved[k] = v
+				}
+			}
+			t.Logf("node %d counters: %v", i, moved)
+		}
+	}
 	require.Empty(t, root)
 	require.Empty(t, errs)
 
