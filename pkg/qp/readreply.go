@@ -200,6 +200,9 @@ func (q *QP) sendReadReply(env Env, budget int) int {
 			break
 		}
 		copy(buf[po:po+n], data[off:off+n])
+		// A response that cannot leave is as good as lost on the wire:
+		// the requester asks again (a Modify refuses paths that could
+		// never be sent on, so this does not repeat forever).
 		env.Transmit(size, &q.attr.AV)
 		q.ctr.SentPkts.Add(1)
 		budget--

@@ -542,7 +542,7 @@ func (q *QP) executeRead(env Env, p *wire.Packet, psn PSN) {
 	res := r.newResource()
 	*res = resource{kind: resRead, firstPSN: psn, lastPSN: psn.Add(uint32(npkts - 1)),
 		va: va, length: uint64(n), rkey: rkey}
-	r.msn = (r.msn + 1) & 0xFFFFFF
+	r.msn = (r.msn + 1) & 0xFFFFFF // C9-148: a READ counts when it is accepted
 	r.reply = readCursor{active: true, opening: true, reqPSN: psn, psn: psn, va: va, resid: n, rkey: rkey}
 	r.psn = res.lastPSN.Next()
 	r.opcode = -1
