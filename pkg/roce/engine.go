@@ -102,7 +102,8 @@ type Engine struct {
 	workers []*worker
 	nextQPN atomic.Uint32
 
-	lender transport.Lender
+	lender    transport.Lender
+	inlineAll bool // see inlineProcs
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -156,6 +157,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.nextQPN.Store(FirstQPN - 1)
 	e.lender = transport.Lend(cfg.Conn)
+	e.inlineAll = runtime.GOMAXPROCS(0) <= inlineProcs
 	for i := 0; i < n; i++ {
 		w := newWorker(e, i)
 		e.workers = append(e.workers, w)
@@ -412,7 +414,7 @@ func (e *Engine) receiveLoop() {
 		// preserving arrival order (a worker with queued events is never
 		// taken over). Long batches go to the workers, which then work in
 		// parallel with this loop's next system call.
-		inline := n <= inlineBatch
+		inline := n <= inlineBatch || e.inlineAll
 		recvs := e.ctr.RDMARecvs.Load()
 		anyHeld := false
 		for i := 0; i < n; i++ {
@@ -443,13 +445,29 @@ func (e *Engine) receiveLoop() {
 		}
 		if anyHeld {
 			e.releaseHeld(held, recvs)
+			if n <= inlineBatch {
+				// Let a goroutine this batch woke (an application
+				// waiting for the completion) run before this loop's
+				// next receive call, which on an idle socket is a
+				// system call that finds nothing: the answer then
+				// leaves a system call earlier.
+				runtime.Gosched()
+			}
 		}
 	}
 }
 
 // inlineBatch is the longest receive batch the receive loop handles
-// itself for idle workers.
+// itself for idle workers, unless inlineAll.
 const inlineBatch = 4
+
+// inlineProcs is the GOMAXPROCS up to which the receive loop handles
+// every batch itself for idle workers: on two CPUs, shared by the
+// application, this loop and the workers (and on loopback the peer), the
+// hand-off to a worker buys no parallelism and costs a channel operation
+// and a wake-up per packet (measured: ~15% less CPU per byte of a 64 KiB
+// WRITE stream handled inline).
+const inlineProcs = 2
 
 // releaseHeld lets go of the shards the receive loop took for a batch.
 func (e *Engine) releaseHeld(held []bool, recvs uint64) {
