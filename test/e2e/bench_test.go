@@ -32,6 +32,9 @@ import (
 //	ratio-4pkt      SEND latency / a baseline that also moves 4 datagrams
 //	                per round trip (RC's ACKs): the engine's own overhead
 //	allocs/pkt      heap allocations per RoCE packet sent or received
+//	retries         completer_retry_err of both ends during the run: go-back-N
+//	                restarts after a lost packet (socket buffer overflow),
+//	                which explain a slow outlier run
 //	cpu-ratio       process CPU time (user+system, both ends) per byte or
 //	                per round trip, RDMA / baseline: the cost ratio, which
 //	                load on the machine does not distort the way it
@@ -99,6 +102,7 @@ func BenchmarkWriteBW64K(b *testing.B) {
 			b.SetBytes(benchMsg)
 			b.ReportAllocs()
 			var elapsed, cpu time.Duration
+			retries0 := retries(na, nb)
 			apk := allocsPerPacket(na, nb, func() {
 				b.ResetTimer()
 				start, cpu0 := time.Now(), processCPU()
@@ -110,6 +114,7 @@ func BenchmarkWriteBW64K(b *testing.B) {
 			b.ReportMetric(udp, "udp-MB/s")
 			b.ReportMetric(rdma/udp, "ratio")
 			b.ReportMetric(float64(cpu)/float64(udpCPU), "cpu-ratio")
+			b.ReportMetric(float64(retries(na, nb)-retries0), "retries")
 			b.ReportMetric(apk, "allocs/pkt")
 		})
 	}
@@ -254,6 +259,11 @@ func udpBandwidth(b *testing.B, n, size int) (float64, time.Duration) {
 	rcv.Close()
 	wg.Wait()
 	return float64(n) * float64(size) / el.Seconds() / 1e6, cpu
+}
+
+// retries counts go-back-N restarts on both nodes.
+func retries(na, nb *node) uint64 {
+	return na.dev.Counters()["completer_retry_err"] + nb.dev.Counters()["completer_retry_err"]
 }
 
 // processCPU is the CPU time (user + system) the process has used so far.
