@@ -246,9 +246,8 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 	c.Mem = e.mem
 	c.Counters = &e.ctr
 	c.GIDs = e.gids
-	if c.Num == 0 {
-		c.Num = e.nextQPN.Add(1) & 0xFFFFFF
-	} else if c.Num > 0xFFFFFF {
+	auto := c.Num == 0
+	if c.Num > 0xFFFFFF {
 		return nil, fmt.Errorf("roce: QP number %#x does not fit 24 bits", c.Num)
 	}
 	user := c.OnError
@@ -260,28 +259,51 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 			e.onEvent(Event{Type: EventQPFatal, QPN: q.Num()})
 		}
 	}
-	q, err := qp.New(c)
-	if err != nil {
-		return nil, err
-	}
-	q.SetLocalOps(localOps{e})
-	q.SetRemoteInvalidate(e.remoteInvalidate)
-	w := e.workerFor(q.Num())
-	inUse := false
-	err = w.call(func() {
-		if w.qps[q.Num()] != nil {
-			inUse = true
-			return
+	// An allocated number that is still in use (the counter wrapped onto
+	// a long-lived QP) is skipped; every number is tried at most once.
+	for tries := 0; ; tries++ {
+		if auto {
+			if tries > 0xFFFFFF {
+				return nil, errors.New("roce: no free QP number")
+			}
+			c.Num = e.allocQPN()
 		}
-		w.qps[q.Num()] = &qpEntry{q: q}
-	})
-	if err != nil {
-		return nil, err
+		q, err := qp.New(c)
+		if err != nil {
+			return nil, err
+		}
+		q.SetLocalOps(localOps{e})
+		q.SetRemoteInvalidate(e.remoteInvalidate)
+		w := e.workerFor(q.Num())
+		inUse := false
+		err = w.call(func() {
+			if w.qps[q.Num()] != nil {
+				inUse = true
+				return
+			}
+			w.qps[q.Num()] = &qpEntry{q: q}
+		})
+		if err != nil {
+			return nil, err
+		}
+		if !inUse {
+			return q, nil
+		}
+		if !auto {
+			return nil, fmt.Errorf("%w: %#x", ErrQPNInUse, q.Num())
+		}
 	}
-	if inUse {
-		return nil, fmt.Errorf("%w: %#x", ErrQPNInUse, q.Num())
+}
+
+// allocQPN returns the next QP number, cycling through FirstQPN..2^24-1:
+// numbers below FirstQPN (QP0, QP1 and the ones rxe reserves) are never
+// handed out, also after the 24-bit counter wraps.
+func (e *Engine) allocQPN() uint32 {
+	for {
+		if n := e.nextQPN.Add(1) & 0xFFFFFF; n >= FirstQPN {
+			return n
+		}
 	}
-	return q, nil
 }
 
 // ModifyQP applies attributes to q on its worker (ibv_modify_qp).
