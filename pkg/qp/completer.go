@@ -44,6 +44,9 @@ func (q *QP) completeWQE(w *wqe, force bool) {
 	if signal {
 		q.scq.Push(wc)
 	}
+	// After the completion is visible: an application woken by the
+	// SQ-drained event finds every completion of the drain in its CQ.
+	q.checkSQDrained()
 }
 
 // completeDone retires, in order, WQEs that need no response; a failed

@@ -14,6 +14,9 @@ var (
 	ErrAttrValue         = errors.New("QP attribute value out of range")
 	ErrCurStateMismatch  = errors.New("IBV_QP_CUR_STATE does not match the QP state")
 	ErrBadQPType         = errors.New("invalid QP type")
+	// ErrSQDraining: a QP in SQD may move only to ERR until its send
+	// queue has drained (Attr.SQDraining false, or the SQ-drained event).
+	ErrSQDraining = errors.New("send queue still draining")
 )
 
 // ModifyError explains why a modify was rejected. Attr is the offending
@@ -40,6 +43,8 @@ func (e *ModifyError) Error() string {
 		return fmt.Sprintf("qp: %s does not allow %v", tr, e.Attr)
 	case ErrBadQPType:
 		return fmt.Sprintf("qp: invalid QP type %v", e.Type)
+	case ErrSQDraining:
+		return fmt.Sprintf("qp: %s refused: the send queue is still draining (only ERR may interrupt it)", tr)
 	}
 	return fmt.Sprintf("qp: %s: %v %s", tr, e.Attr, e.Detail)
 }
@@ -197,8 +202,9 @@ var DefaultLimits = Limits{
 // (rxe_qp_chk_attr) with DefaultLimits. It changes nothing. A rejection is
 // a *ModifyError naming the offending attribute.
 //
-// The engine must add what only it knows: rxe refuses to leave SQD for
-// anything but ERR while the send queue is still draining.
+// QP.Modify adds what only the QP knows: like rxe it refuses to leave
+// SQD for anything but ERR while the send queue is still draining
+// (ErrSQDraining).
 func CheckModify(t Type, cur State, a *Attr, mask AttrMask) error {
 	return DefaultLimits.CheckModify(t, cur, a, mask)
 }

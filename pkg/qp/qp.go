@@ -70,6 +70,12 @@ type Config struct {
 	// OnError is called (on the QP's goroutine) when the QP enters ERR by
 	// itself, for the asynchronous QP-fatal event.
 	OnError func(q *QP)
+	// OnSQDrained is called (on the QP's goroutine) once per move into
+	// SQD that asked for en_sqd_async_notify, when the last WQE started
+	// before the move has completed (at once if none was outstanding),
+	// for the asynchronous SQ-drained event. It must not block nor call
+	// Modify.
+	OnSQDrained func(q *QP)
 	// GIDs is the device's GID table (IPv4 unmapped), against which Modify
 	// checks a connected QP's address vector as ib_modify_qp does
 	// (rdma_fill_sgid_attr / rxe_av_chk_attr): the sgid_index must name an
@@ -120,7 +126,9 @@ type QP struct {
 	rq     *RecvQueue
 	ctr    *Counters
 	onErr  func(*QP)
-	gids   []netip.Addr
+	// onDrained raises the SQ-drained event (Config.OnSQDrained).
+	onDrained func(*QP)
+	gids      []netip.Addr
 	// rqPost makes PostRecv's state check and enqueue one step with
 	// respect to a reset (which empties the receive queue) and to Close.
 	// The send queue uses sq.mu for the same purpose.
@@ -134,6 +142,9 @@ type QP struct {
 
 	state      atomic.Int32 // mirror of attr.State for lock-free reads
 	errFlushed bool         // enterError ran (reset when leaving ERR)
+	// sqDraining is rxe's attr.sq_draining: set by each move into SQD,
+	// cleared once every WQE the requester had started has completed.
+	sqDraining bool
 	attr       Attr
 	mtu        int
 
@@ -169,7 +180,7 @@ func New(c Config) (*QP, error) {
 	q := &QP{
 		num: c.Num, typ: c.Type, cap: c.Cap, sigAll: c.SigAll,
 		pd: c.PD, mem: c.Mem, scq: c.SendCQ, rcq: c.RecvCQ, srq: c.SRQ,
-		ctr: c.Counters, onErr: c.OnError, gids: c.GIDs,
+		ctr: c.Counters, onErr: c.OnError, onDrained: c.OnSQDrained, gids: c.GIDs,
 	}
 	if q.ctr == nil {
 		q.ctr = new(Counters)
@@ -219,7 +230,7 @@ func (q *QP) Counters() *Counters { return q.ctr }
 func (q *QP) Attr() Attr {
 	a := q.attr
 	a.Cap = q.cap
-	a.SQDraining = false
+	a.SQDraining = q.sqDraining && q.attr.State == SQD
 	return a
 }
 
@@ -245,6 +256,9 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 		return err
 	}
 	if err := q.checkPaths(cur, a, mask); err != nil {
+		return err
+	}
+	if err := q.checkDraining(cur, a, mask); err != nil {
 		return err
 	}
 	if mask.Has(AttrPathMTU) && q.typ.Connected() {
@@ -317,6 +331,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 		switch next {
 		case Reset:
 			q.errFlushed = false
+			q.sqDraining = false
 			q.resetProtocol()
 			// Emptying the queues and entering RESET is one step for
 			// PostSend and PostRecv, which check the state under the
@@ -333,14 +348,49 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 			q.sq.mu.Unlock()
 			q.req.idx = q.sq.head // the requester restarts at the (empty) head
 		case Err:
+			q.sqDraining = false
 			q.setState(Err)
 			q.flush()
 			q.errFlushed = true
+		case SQD:
+			// Every move into SQD (SQD->SQD too, once drained) starts a
+			// new drain, as rxe_qp_sqd does; an already drained queue
+			// reports it at once.
+			q.setState(SQD)
+			q.sqDraining = true
+			q.checkSQDrained()
 		default:
 			q.setState(next)
 		}
 	}
 	return nil
+}
+
+// checkDraining refuses to change the state of a QP in SQD whose send
+// queue is still draining, except to ERR, as rxe's __qp_chk_state does
+// (IBA 11.2.4.2 lets the CI refuse SQD->RTS/SQD before the drain ends).
+func (q *QP) checkDraining(cur State, a *Attr, mask AttrMask) error {
+	if cur != SQD || !q.sqDraining || !mask.Has(AttrState) || a == nil || a.State == Err {
+		return nil
+	}
+	return &ModifyError{Type: q.typ, From: cur, To: a.State, Attr: AttrState, Kind: ErrSQDraining}
+}
+
+// checkSQDrained ends a drain once every WQE the requester started has
+// completed (rxe's req_check_sq_drain_done and comp_check_sq_drain_done:
+// nothing between the consumer index and the requester's, all PSNs
+// acknowledged) and raises the SQ-drained event if it was asked for.
+// rxe raises the event whatever en_sqd_async_notify says; IBA 11.6.3.1
+// (and the verbs' contract) makes it conditional, which is what
+// applications rely on, so rxed follows IBA here.
+func (q *QP) checkSQDrained() {
+	if !q.sqDraining || q.attr.State != SQD || q.sq.head < q.req.startedEnd {
+		return
+	}
+	q.sqDraining = false
+	if q.attr.EnSQDAsyncNotify && q.onDrained != nil {
+		q.onDrained(q)
+	}
 }
 
 // RetransmitTimeout is the local ACK timeout for an attribute value:

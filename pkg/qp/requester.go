@@ -16,6 +16,11 @@ type requester struct {
 	rdAtomic int    // max_rd_atomic credits in use
 	stopped  bool   // a WQE failed locally: send nothing more
 	opcode   int    // unused by the segmentation (kept for Query/debug), -1
+	// startedEnd is one past the newest WQE the requester has started
+	// (sent a packet of, or executed). It survives go-back-N, which
+	// rewinds idx: in SQD the WQEs below it are the ones to finish
+	// (retransmissions included) and those from it on must not start.
+	startedEnd uint64
 }
 
 // LocalOps carries out the WRs that touch only local memory objects
@@ -59,18 +64,23 @@ func (q *QP) Run(env Env, now time.Time, budget int) (more bool) {
 			q.req.idx++
 			continue
 		}
+		if q.attr.State == SQD && q.req.idx >= q.req.startedEnd {
+			// Draining: finish (and resend) what had started, start
+			// nothing new. Unlike rxe, which in SQD only continues a
+			// WQE in mid-message, a WQE rewound by a retry is resent,
+			// or the drain would never end.
+			break
+		}
 		if w.sent == 0 && !w.hasRdAtomic {
 			if w.wr.Flags&Fence != 0 && q.req.idx != q.sq.head {
 				break // wait for every earlier WQE to complete
-			}
-			if q.attr.State == SQD {
-				break // drained: start nothing new
 			}
 			if w.wr.Opcode.IsLocal() {
 				st := WCLocQPOpErr
 				if q.localOps != nil {
 					st = q.localOps.Execute(q, &w.wr)
 				}
+				q.markStarted()
 				w.status = st
 				if st == WCSuccess {
 					w.state = wqeDone
@@ -93,6 +103,7 @@ func (q *QP) Run(env Env, now time.Time, budget int) (more bool) {
 			break
 		}
 		finished, st := q.sendRequest(env, w)
+		q.markStarted()
 		budget--
 		if st != WCSuccess {
 			w.status = st
@@ -115,6 +126,13 @@ func (q *QP) Run(env Env, now time.Time, budget int) (more bool) {
 	}
 	q.completeDone()
 	return budget == 0 && q.req.idx != tail && !q.req.stopped && q.rnrAt.IsZero()
+}
+
+// markStarted records that the WQE at req.idx has started.
+func (q *QP) markStarted() {
+	if q.req.idx >= q.req.startedEnd {
+		q.req.startedEnd = q.req.idx + 1
+	}
 }
 
 // sendOpcode picks the opcode of the next packet of a SEND or WRITE.
