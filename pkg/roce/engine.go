@@ -77,7 +77,8 @@ type EventType int
 
 // Asynchronous events (subset of enum ibv_event_type).
 const (
-	EventQPFatal EventType = 1 // IBV_EVENT_QP_FATAL
+	EventQPFatal   EventType = 1 // IBV_EVENT_QP_FATAL
+	EventSQDrained EventType = 5 // IBV_EVENT_SQ_DRAINED
 )
 
 // Event is an asynchronous event.
@@ -257,6 +258,15 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 		}
 		if e.onEvent != nil {
 			e.onEvent(Event{Type: EventQPFatal, QPN: q.Num()})
+		}
+	}
+	userDrained := c.OnSQDrained
+	c.OnSQDrained = func(q *qp.QP) {
+		if userDrained != nil {
+			userDrained(q)
+		}
+		if e.onEvent != nil {
+			e.onEvent(Event{Type: EventSQDrained, QPN: q.Num()})
 		}
 	}
 	// An allocated number that is still in use (the counter wrapped onto
