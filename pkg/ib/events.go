@@ -11,6 +11,7 @@ type EventType int
 const (
 	EventCQErr           EventType = 0  // IBV_EVENT_CQ_ERR: a CQ overflowed
 	EventQPFatal         EventType = 1  // IBV_EVENT_QP_FATAL: a QP entered ERR by itself
+	EventSQDrained       EventType = 5  // IBV_EVENT_SQ_DRAINED: a QP moved to SQD with AttrEnSQDAsyncNotify has drained
 	EventPortActive      EventType = 9  // IBV_EVENT_PORT_ACTIVE
 	EventSRQLimitReached EventType = 15 // IBV_EVENT_SRQ_LIMIT_REACHED
 )
@@ -22,6 +23,8 @@ func (t EventType) String() string {
 		return "CQ_ERR"
 	case EventQPFatal:
 		return "QP_FATAL"
+	case EventSQDrained:
+		return "SQ_DRAINED"
 	case EventPortActive:
 		return "PORT_ACTIVE"
 	case EventSRQLimitReached:
@@ -33,7 +36,7 @@ func (t EventType) String() string {
 // AsyncEvent is struct ibv_async_event.
 type AsyncEvent struct {
 	Type EventType // event_type
-	QPN  uint32    // EventQPFatal
+	QPN  uint32    // EventQPFatal, EventSQDrained
 	CQ   *CQ       // EventCQErr
 	SRQ  *SRQ      // EventSRQLimitReached
 	Port uint8     // EventPortActive
@@ -54,5 +57,7 @@ func (d *Device) engineEvent(ev roce.Event) {
 	switch ev.Type {
 	case roce.EventQPFatal:
 		d.post(AsyncEvent{Type: EventQPFatal, QPN: ev.QPN})
+	case roce.EventSQDrained:
+		d.post(AsyncEvent{Type: EventSQDrained, QPN: ev.QPN})
 	}
 }

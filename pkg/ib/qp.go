@@ -107,6 +107,13 @@ func (q *QP) PD() *PD { return q.pd }
 // ErrAttrValue, as ib_modify_qp refuses it with EINVAL. Moving to ERR
 // flushes outstanding work requests with WR_FLUSH_ERR completions; moving
 // to RESET discards them without completions.
+//
+// Moving to SQD stops the send queue: the work requests already started
+// finish, the others (and those posted in SQD) wait for the move back to
+// RTS. Query reports SQDraining until the started ones have completed;
+// with AttrEnSQDAsyncNotify set (RTS->SQD) the device then raises
+// EventSQDrained for the QP. Until then only ERR may take the QP out of
+// SQD: other state changes fail with ErrSQDraining, as in rdma_rxe.
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if q.destroyed.Load() {
 		return fmt.Errorf("ib: Modify: %w", ErrDestroyed)
@@ -115,10 +122,16 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 }
 
 // Query returns the QP's attributes and creation attributes (ibv_query_qp).
+// SQDraining is true while a QP in SQD still has started work requests
+// outstanding.
 func (q *QP) Query() (QPAttr, QPInitAttr, error) {
 	a, err := q.pd.d.eng.QueryQP(q.q)
 	return a, q.init, err
 }
+
+// ErrSQDraining: a QP in SQD whose send queue is still draining may move
+// only to ERR (a rejected Modify is a *ModifyError matching it).
+var ErrSQDraining = qp.ErrSQDraining
 
 // PostError reports which work request of a post failed; the ones before
 // it were posted.
