@@ -395,15 +395,9 @@ func (c *udpConn) drain(bufs [][]byte, sizes []int, eps []Endpoint) int {
 }
 
 func (c *udpConn) Send(bufs [][]byte, ep Endpoint) error {
-	select {
-	case <-c.closed:
-		return errClosed
-	default:
-	}
-	remote := netip.AddrPortFrom(ep.Remote.Addr().Unmap(), ep.Remote.Port())
-	s := c.pick(ep.Local, remote.Addr().Is6())
-	if s == nil {
-		return fmt.Errorf("%w: local %v remote %v", ErrNoLocalAddr, ep.Local, ep.Remote)
+	s, remote, from, err := c.route(ep)
+	if err != nil {
+		return err
 	}
 	var nb uint64
 	for _, b := range bufs {
@@ -415,18 +409,58 @@ func (c *udpConn) Send(bufs [][]byte, ep Endpoint) error {
 	if len(bufs) == 0 {
 		return nil
 	}
-	// A wildcard-bound socket sends from the address the caller names
-	// (IP_PKTINFO on Linux); the ICRC was computed over it.
-	var from netip.Addr
-	if s.local.Addr().IsUnspecified() {
-		from = ep.Local.Addr().Unmap()
-	}
-	if err := s.writeBatch(bufs, remote, from); err != nil {
+	if err := s.writeBatch(bufs, nil, remote, from); err != nil {
 		return err
 	}
 	c.stats.sentPackets.Add(uint64(len(bufs)))
 	c.stats.sentBytes.Add(nb)
 	return nil
+}
+
+// SendGather implements GatherSender.
+func (c *udpConn) SendGather(dgrams []Gather, ep Endpoint) error {
+	s, remote, from, err := c.route(ep)
+	if err != nil {
+		return err
+	}
+	var nb uint64
+	for i := range dgrams {
+		l := dgrams[i].Len()
+		if l > MaxDatagramSize {
+			return ErrTooLarge
+		}
+		nb += uint64(l)
+	}
+	if len(dgrams) == 0 {
+		return nil
+	}
+	if err := s.writeBatch(nil, dgrams, remote, from); err != nil {
+		return err
+	}
+	c.stats.sentPackets.Add(uint64(len(dgrams)))
+	c.stats.sentBytes.Add(nb)
+	return nil
+}
+
+// route picks the socket, destination and (for a wildcard-bound socket)
+// source address of a send.
+func (c *udpConn) route(ep Endpoint) (s *udpSocket, remote netip.AddrPort, from netip.Addr, err error) {
+	select {
+	case <-c.closed:
+		return nil, remote, from, errClosed
+	default:
+	}
+	remote = netip.AddrPortFrom(ep.Remote.Addr().Unmap(), ep.Remote.Port())
+	s = c.pick(ep.Local, remote.Addr().Is6())
+	if s == nil {
+		return nil, remote, from, fmt.Errorf("%w: local %v remote %v", ErrNoLocalAddr, ep.Local, ep.Remote)
+	}
+	// A wildcard-bound socket sends from the address the caller names
+	// (IP_PKTINFO on Linux); the ICRC was computed over it.
+	if s.local.Addr().IsUnspecified() {
+		from = ep.Local.Addr().Unmap()
+	}
+	return s, remote, from, nil
 }
 
 // pick finds the socket to send from: the one bound to local's address (a

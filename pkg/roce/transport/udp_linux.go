@@ -181,7 +181,7 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 	s.sys.sendFn = s.sys.send
 	n := cfg.BatchSize
 	s.sys.txHdrs = make([]mmsghdr, n)
-	s.sys.txIovs = make([]unix.Iovec, n)
+	s.sys.txIovs = make([]unix.Iovec, len(Gather{})*n)
 	s.sys.txSegs = make([]int, n)
 	s.sys.txOOB = make([]byte, n*txOOBSpace)
 	c.log.Debug("transport: socket open", "local", s.local, "gso", s.sys.gso.Load(), "gro", s.sys.gro,
@@ -353,10 +353,11 @@ func (y *sockSys) setSource(src netip.Addr, is6 bool) {
 	y.txSrc = b[:unix.CmsgSpace(unix.SizeofInet4Pktinfo)]
 }
 
-// writeBatch sends bufs to one destination with sendmmsg, packing runs of
-// equal-sized datagrams into single UDP_SEGMENT messages when GSO is on. A
-// valid from (only for wildcard-bound sockets) sets the source address.
-func (s *udpSocket) writeBatch(bufs [][]byte, to netip.AddrPort, from netip.Addr) error {
+// writeBatch sends bufs (or, when bufs is nil, dgrams) to one destination
+// with sendmmsg, packing runs of equal-sized datagrams into single
+// UDP_SEGMENT messages when GSO is on. A valid from (only for
+// wildcard-bound sockets) sets the source address.
+func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, from netip.Addr) error {
 	y := &s.sys
 	y.txMu.Lock()
 	defer y.txMu.Unlock()
@@ -374,8 +375,9 @@ func (s *udpSocket) writeBatch(bufs [][]byte, to netip.AddrPort, from netip.Addr
 	// which never sees an ID. IPv6 has no ID: its segments' headers are
 	// identical.
 	gso := y.gso.Load() && (s.is6 || to.Addr().IsLoopback())
-	for len(bufs) > 0 {
-		nm, used := y.pack(bufs, gso, maxGSO)
+	src := txSource{bufs: bufs, dgrams: dgrams}
+	for src.n() > 0 {
+		nm, used := y.pack(&src, gso, maxGSO)
 		y.txOff, y.txEnd = 0, nm
 		for y.txOff < y.txEnd {
 			if err := y.rc.Write(y.sendFn); err != nil {
@@ -408,45 +410,99 @@ func (s *udpSocket) writeBatch(bufs [][]byte, to netip.AddrPort, from netip.Addr
 			}
 			y.txOff += y.txN
 		}
-		bufs = bufs[used:]
+		src.skip(used)
 	}
 	return nil
 }
 
-// pack fills the tx mmsghdrs from bufs and returns the number of messages
-// and of bufs they carry.
-func (y *sockSys) pack(bufs [][]byte, gso bool, maxGSO int) (msgs, used int) {
+// txSource is what writeBatch sends: whole datagrams or Gather ones.
+type txSource struct {
+	bufs   [][]byte
+	dgrams []Gather
+}
+
+func (t *txSource) n() int {
+	if t.bufs != nil {
+		return len(t.bufs)
+	}
+	return len(t.dgrams)
+}
+
+func (t *txSource) len(i int) int {
+	if t.bufs != nil {
+		return len(t.bufs[i])
+	}
+	return t.dgrams[i].Len()
+}
+
+func (t *txSource) skip(n int) {
+	if t.bufs != nil {
+		t.bufs = t.bufs[n:]
+	} else {
+		t.dgrams = t.dgrams[n:]
+	}
+}
+
+// iovecs points iovs at datagram i's pieces and returns how many it used
+// (a datagram of length 0 still takes one, empty, iovec).
+func (t *txSource) iovecs(i int, iovs []unix.Iovec) int {
+	if t.bufs != nil {
+		setIovec(&iovs[0], t.bufs[i])
+		return 1
+	}
+	k := 0
+	for _, p := range t.dgrams[i] {
+		if len(p) > 0 {
+			setIovec(&iovs[k], p)
+			k++
+		}
+	}
+	if k == 0 {
+		setIovec(&iovs[0], nil)
+		k = 1
+	}
+	return k
+}
+
+func setIovec(iov *unix.Iovec, b []byte) {
+	iov.Base = nil
+	if len(b) > 0 {
+		iov.Base = &b[0]
+	}
+	iov.SetLen(len(b))
+}
+
+// pack fills the tx mmsghdrs from src and returns the number of messages
+// and of datagrams they carry.
+func (y *sockSys) pack(src *txSource, gso bool, maxGSO int) (msgs, used int) {
+	const maxPieces = len(Gather{})
 	k := 0 // next iovec
-	for used < len(bufs) && msgs < len(y.txHdrs) && k < len(y.txIovs) {
-		seg := len(bufs[used])
-		cnt, total := 1, seg
+	total := src.n()
+	for used < total && msgs < len(y.txHdrs) && k+maxPieces <= len(y.txIovs) {
+		seg := src.len(used)
+		cnt, size := 1, seg
 		if gso && seg > 0 {
-			for used+cnt < len(bufs) && k+cnt < len(y.txIovs) && cnt < maxGSOSegments {
-				l := len(bufs[used+cnt])
-				if l == 0 || l > seg || total+l > maxGSO {
+			for used+cnt < total && k+(cnt+1)*maxPieces <= len(y.txIovs) && cnt < maxGSOSegments {
+				l := src.len(used + cnt)
+				if l == 0 || l > seg || size+l > maxGSO {
 					break
 				}
-				total += l
+				size += l
 				cnt++
 				if l < seg {
 					break // a shorter datagram can only end a GSO run
 				}
 			}
 		}
+		niov := 0
 		for j := range cnt {
-			b := bufs[used+j]
-			iov := &y.txIovs[k+j]
-			iov.Base = nil
-			if len(b) > 0 {
-				iov.Base = &b[0]
-			}
-			iov.SetLen(len(b))
+			niov += src.iovecs(used+j, y.txIovs[k+niov:])
 		}
 		h := &y.txHdrs[msgs].hdr
 		h.Name = (*byte)(unsafe.Pointer(&y.txName))
 		h.Namelen = y.txNameN
 		h.Iov = &y.txIovs[k]
-		h.SetIovlen(cnt)
+		h.SetIovlen(niov)
 		h.Flags = 0
 		oob := y.txOOB[msgs*txOOBSpace : (msgs+1)*txOOBSpace]
 		ol := copy(oob, y.txSrc)
@@ -466,7 +522,7 @@ func (y *sockSys) pack(bufs [][]byte, gso bool, maxGSO int) (msgs, used int) {
 			h.SetControllen(0)
 		}
 		y.txSegs[msgs] = cnt
-		k += cnt
+		k += niov
 		used += cnt
 		msgs++
 	}

@@ -17,7 +17,8 @@ type rxBatchSys struct {
 }
 
 type sockSys struct {
-	txMu sync.Mutex
+	txMu    sync.Mutex
+	scratch []byte // a Gather datagram joined (under txMu)
 }
 
 func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, error) {
@@ -61,10 +62,22 @@ func (s *udpSocket) readBatch(b *rxBatch) (int, error) {
 	return 1, nil
 }
 
-func (s *udpSocket) writeBatch(bufs [][]byte, to netip.AddrPort, _ netip.Addr) error {
+// writeBatch sends bufs, or dgrams (joined in a scratch buffer), one
+// datagram per system call.
+func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, _ netip.Addr) error {
 	s.sys.txMu.Lock()
 	defer s.sys.txMu.Unlock()
 	for _, b := range bufs {
+		if _, err := s.pc.WriteToUDPAddrPort(b, to); err != nil {
+			return err
+		}
+	}
+	for i := range dgrams {
+		b := s.sys.scratch[:0]
+		for _, p := range dgrams[i] {
+			b = append(b, p...)
+		}
+		s.sys.scratch = b
 		if _, err := s.pc.WriteToUDPAddrPort(b, to); err != nil {
 			return err
 		}

@@ -1,0 +1,19 @@
+package transport
+
+// Gather is one datagram given as up to three pieces sent back to back
+// (headers, a payload left where it lies in registered memory, and a
+// trailer with the pad and the ICRC), so a sender need not copy the
+// payload next to its headers first. Empty pieces are skipped.
+type Gather [3][]byte
+
+// Len is the datagram's length.
+func (g *Gather) Len() int { return len(g[0]) + len(g[1]) + len(g[2]) }
+
+// GatherSender is implemented by Conns that send Gather datagrams with
+// scatter/gather I/O (UDP: one iovec per piece), so the kernel copies the
+// payload straight from where it lies.
+type GatherSender interface {
+	// SendGather is Send for datagrams in pieces: it reads them during the
+	// call only.
+	SendGather(dgrams []Gather, ep Endpoint) error
+}
