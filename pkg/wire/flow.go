@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"hash/crc32"
 	"net/netip"
 )
 
@@ -79,6 +80,25 @@ func (f Flow) Seal(pkt []byte) {
 	h := f.headers(&ip, &udp, len(pkt))
 	n := len(pkt) - ICRCLen
 	binary.LittleEndian.PutUint32(pkt[n:], ICRC(h, udp[:], pkt[:n]))
+}
+
+// SealGather is Seal for a packet held in three pieces sent back to back:
+// hdr (BTH and extension headers, at least a BTH), payload, and trailer
+// (the pad bytes, then the 4-byte ICRC slot, which it fills in). The ICRC
+// is the one Seal computes for the joined packet; payload is only read.
+func (f Flow) SealGather(hdr, payload, trailer []byte) {
+	if len(hdr) < BTHLen || len(trailer) < ICRCLen {
+		return
+	}
+	var ip ipHeaderBuf
+	var udp [8]byte
+	total := len(hdr) + len(payload) + len(trailer)
+	h := f.headers(&ip, &udp, total)
+	crc := ICRC(h, udp[:], hdr)
+	crc = crc32.Update(crc, ieee, payload)
+	n := len(trailer) - ICRCLen
+	crc = crc32.Update(crc, ieee, trailer[:n])
+	binary.LittleEndian.PutUint32(trailer[n:], crc)
 }
 
 // Verify checks the ICRC of pkt (a whole UDP payload) received on flow f
