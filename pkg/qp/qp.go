@@ -426,6 +426,7 @@ func (q *QP) enterError() {
 		return
 	}
 	q.errFlushed = true
+	q.sqDraining = false // a fatal error ends a drain without the event
 	q.setState(Err)
 	q.flush()
 	if q.onErr != nil {
