@@ -290,16 +290,18 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 	if err != nil {
 		return fail(WCLocQPOpErr)
 	}
-	if payload > 0 {
-		if wr.Opcode == WRAtomicWrite {
-			if !q.gather(w, buf[off:off+payload], 0) {
-				return fail(WCLocProtErr)
-			}
-		} else if !q.gather(w, buf[off:off+payload], w.sent) {
-			return fail(WCLocProtErr)
-		}
+	from := w.sent
+	if wr.Opcode == WRAtomicWrite {
+		from = 0
 	}
-	if err := env.Transmit(n, av); err != nil {
+	if payload == 0 {
+		err = env.Transmit(n, av)
+	} else if ok, terr := q.transmitPayload(env, w, buf, off, from, payload, n, av); !ok {
+		return fail(WCLocProtErr)
+	} else {
+		err = terr
+	}
+	if err != nil {
 		// rxe_requester on an rxe_xmit_packet (or address vector)
 		// error: the WQE completes with LOC_QP_OP_ERR and the QP
 		// moves to ERR, flushing the WQEs after it.
