@@ -104,7 +104,8 @@ type Engine struct {
 	nextQPN atomic.Uint32
 
 	lender    transport.Lender
-	inlineAll bool // see inlineProcs
+	gs        transport.GatherSender // nil: the Conn sends whole datagrams only
+	inlineAll bool                   // see inlineProcs
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -158,6 +159,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.nextQPN.Store(FirstQPN - 1)
 	e.lender = transport.Lend(cfg.Conn)
+	e.gs, _ = cfg.Conn.(transport.GatherSender)
 	e.inlineAll = runtime.GOMAXPROCS(0) <= inlineProcs
 	for i := 0; i < n; i++ {
 		w := newWorker(e, i)

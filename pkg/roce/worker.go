@@ -101,6 +101,11 @@ type worker struct {
 	// transmit batch
 	txBufs [][]byte // backing buffers, MaxPacketLen each
 	txOut  [][]byte // packets of the batch (prefixes of txBufs)
+	// With a GatherSender the batch is sent as txG instead: a packet with
+	// its payload in place is headers (txBufs), payload and trailer, and
+	// txRegs holds the references to the payloads' memory until the send.
+	txG    []transport.Gather
+	txRegs []mr.Region
 	txN    int
 	txEP   transport.Endpoint
 	txSize int
@@ -121,6 +126,8 @@ func newWorker(e *Engine, idx int) *worker {
 		kickSet: make(map[uint32]bool),
 		txBufs:  make([][]byte, bs),
 		txOut:   make([][]byte, bs),
+		txG:     make([]transport.Gather, bs),
+		txRegs:  make([]mr.Region, bs),
 		txSize:  bs,
 	}
 	for i := range w.txBufs {
@@ -531,12 +538,54 @@ func (w *worker) TxBuffer() []byte { return w.txBufs[w.txN] }
 // packet to the batch, sending the batch when it is full or the
 // destination changes.
 func (w *worker) Transmit(n int, av *qp.AddrVector) error {
+	ep, err := w.route(av)
+	if err != nil {
+		return err
+	}
+	pkt := w.txBufs[w.txN][:n]
+	wire.Flow{Src: ep.Local, Dst: ep.Remote}.Seal(pkt)
+	w.txOut[w.txN] = pkt
+	w.txG[w.txN] = transport.Gather{pkt}
+	w.added()
+	return nil
+}
+
+// TransmitPayload implements qp.PayloadEnv: with a Conn that sends in
+// pieces, the payload leaves from the registered memory itself (the kernel
+// copies it once, as it copies the headers); the region reference is
+// released when the batch has been sent. Otherwise the payload is copied
+// behind the headers and sent like Transmit.
+func (w *worker) TransmitPayload(hdrLen int, payload []byte, reg mr.Region, n int, av *qp.AddrVector) error {
+	if w.e.gs == nil {
+		copy(w.txBufs[w.txN][hdrLen:], payload)
+		reg.Release()
+		return w.Transmit(n, av)
+	}
+	ep, err := w.route(av)
+	if err != nil {
+		reg.Release()
+		return err
+	}
+	buf := w.txBufs[w.txN]
+	trailer := buf[hdrLen : n-len(payload)] // pad, then the ICRC slot
+	clear(trailer)
+	wire.Flow{Src: ep.Local, Dst: ep.Remote}.SealGather(buf[:hdrLen], payload, trailer)
+	w.txG[w.txN] = transport.Gather{buf[:hdrLen], payload, trailer}
+	w.txRegs[w.txN] = reg
+	w.added()
+	return nil
+}
+
+// route resolves av to the batch's endpoint, flushing the batch first
+// when the destination changes (the packet being built moves to the
+// front of the next batch).
+func (w *worker) route(av *qp.AddrVector) (transport.Endpoint, error) {
 	e := w.e
 	local := e.gid(av.SGIDIndex)
 	remote := av.DGID.Unmap()
 	if !local.IsValid() || !remote.IsValid() || local.Is4() != remote.Is4() {
 		e.ctr.SendErr.Add(1)
-		return qp.ErrBadAV
+		return transport.Endpoint{}, qp.ErrBadAV
 	}
 	dport := av.DestPort
 	if dport == 0 {
@@ -552,15 +601,16 @@ func (w *worker) Transmit(n int, av *qp.AddrVector) error {
 		w.flush()
 		w.txBufs[0], w.txBufs[k] = w.txBufs[k], w.txBufs[0]
 	}
-	pkt := w.txBufs[w.txN][:n]
-	wire.Flow{Src: ep.Local, Dst: ep.Remote}.Seal(pkt)
-	w.txOut[w.txN] = pkt
-	w.txN++
 	w.txEP = ep
+	return ep, nil
+}
+
+// added counts the packet just put in the batch, sending a full batch.
+func (w *worker) added() {
+	w.txN++
 	if w.txN == w.txSize {
 		w.flush()
 	}
-	return nil
 }
 
 // clockNow is the engine clock, read at most once per stretch of work.
@@ -577,7 +627,17 @@ func (w *worker) flush() {
 	if w.txN == 0 {
 		return
 	}
-	if err := w.e.conn.Send(w.txOut[:w.txN], w.txEP); err != nil {
+	var err error
+	if w.e.gs != nil {
+		err = w.e.gs.SendGather(w.txG[:w.txN], w.txEP)
+		for i := range w.txN {
+			w.txRegs[i].Release() // a no-op for packets without a region
+			w.txG[i] = transport.Gather{}
+		}
+	} else {
+		err = w.e.conn.Send(w.txOut[:w.txN], w.txEP)
+	}
+	if err != nil {
 		w.e.ctr.SendErr.Add(uint64(w.txN))
 		w.e.log.Debug("roce: send failed", "err", err, "n", w.txN)
 	}
