@@ -339,3 +339,28 @@ func TestSQDConfigHookIsCalled(t *testing.T) {
 	require.True(t, a.EnSQDAsyncNotify)
 	require.False(t, a.SQDraining)
 }
+
+// A WQE that fails during the drain takes the QP to ERR (QP fatal): the
+// drain ends there, without an SQ-drained event.
+func TestSQDFatalErrorEndsDrainWithoutEvent(t *testing.T) {
+	l := newLink(t, RC, 7, 7)
+	w := watchDrain(t, l.a)
+	fatal := 0
+	l.a.q.onErr = func(*QP) { fatal++ }
+	l.post(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{l.a.sge(0, 16)},
+		RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey() ^ 0xFF00})
+	req := l.a.env.take()
+	toSQD(t, l, l.a, true)
+	require.True(t, draining(l.a))
+	l.deliver(l.b, l.a, req...)
+	nak := l.b.env.take()
+	require.Len(t, nak, 1)
+	l.deliver(l.a, l.b, nak...)
+	require.Equal(t, Err, l.a.q.State())
+	require.Equal(t, 1, fatal)
+	require.Zero(t, w.events)
+	require.False(t, draining(l.a))
+	wcs := poll(t, l.a.scq)
+	require.Len(t, wcs, 1)
+	require.Equal(t, WCRemAccessErr, wcs[0].Status)
+}
