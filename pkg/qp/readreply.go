@@ -199,11 +199,23 @@ func (q *QP) sendReadReply(env Env, budget int) int {
 			c.active = false // cannot happen: TxBuffer holds MaxPacketLen
 			break
 		}
-		copy(buf[po:po+n], data[off:off+n])
 		// A response that cannot leave is as good as lost on the wire:
 		// the requester asks again (a Modify refuses paths that could
 		// never be sent on, so this does not repeat forever).
-		env.Transmit(size, &q.attr.AV)
+		if pe, ok := env.(PayloadEnv); ok && n > 0 {
+			// The payload leaves from the region in place, under a
+			// reference of its own that the Env releases after the send.
+			r, err := q.mem.LookupQP(c.rkey, mr.RKey, q.pd, q.num, c.va, uint64(n), mr.RemoteRead)
+			if err != nil {
+				c.active = false
+				q.nakError(env, c.reqPSN, wire.NAKRemoteAccess, WCRemAccessErr)
+				break
+			}
+			_ = pe.TransmitPayload(po, r.Bytes(), r, size, &q.attr.AV)
+		} else {
+			copy(buf[po:po+n], data[off:off+n])
+			_ = env.Transmit(size, &q.attr.AV)
+		}
 		q.ctr.SentPkts.Add(1)
 		budget--
 		off += n

@@ -69,7 +69,7 @@ func newGatherSide(t *testing.T, net *transport.MemNetwork, addr string) (*side,
 func TestPayloadSentInPlace(t *testing.T) {
 	mn := transport.NewMemNetwork()
 	a, ga := newGatherSide(t, mn, "10.0.0.1")
-	b, _ := newGatherSide(t, mn, "10.0.0.2")
+	b, gb := newGatherSide(t, mn, "10.0.0.2")
 	connect(t, a, b, qp.MTU1024, 14)
 
 	m, err := mr.MapAnonymous(16 << 10)
@@ -116,6 +116,25 @@ func TestPayloadSentInPlace(t *testing.T) {
 	for _, p := range payloads {
 		require.True(t, within(p, src), "an in-place payload aliases the source region")
 	}
+
+	// READ responses leave from the responder's region in place too:
+	// 3000 bytes at MTU 1024 are 3 responses, all in place.
+	for i := range 3000 {
+		dst[i] = byte(i * 3)
+	}
+	_, err = a.e.PostSend(a.q, []qp.SendWR{{ID: 4, Opcode: qp.WRRDMARead, Flags: qp.Signaled,
+		SGL: []qp.SGE{{Addr: amr.IOVA() + 12288, Length: 3000, LKey: amr.LKey()}}, RemoteAddr: bmr.IOVA(), RKey: bmr.RKey()}})
+	require.NoError(t, err)
+	wc := waitWC(t, a.scq)
+	require.Equal(t, qp.WCSuccess, wc.Status, wc.Status.String())
+	require.Equal(t, dst[:3000], src[12288:12288+3000])
+	gb.mu.Lock()
+	require.Equal(t, 3, gb.inPlace, "READ responses sent in place")
+	for _, p := range gb.payloads {
+		require.True(t, within(p, dst), "a READ response payload aliases the responder's region")
+	}
+	gb.mu.Unlock()
+
 	require.NoError(t, amr.Dereg())
 	require.NoError(t, m.Close(), "every region reference the sends took was released")
 }
