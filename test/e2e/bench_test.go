@@ -30,7 +30,11 @@ import (
 //	udp-MB/s, udp-ns/rtt   the baseline
 //	ratio           RDMA / baseline (bandwidth: goal >= 0.8; latency: goal <= 1.3)
 //	ratio-4pkt      SEND latency / a baseline that also moves 4 datagrams
-//	                per round trip (RC's ACKs): the engine's own overhead
+//	                per round trip (RC's ACKs)
+//	ratio-4pkt-handoff  the same with a goroutine hand-off per side and round
+//	                trip in the baseline (the receiving goroutine wakes the
+//	                one that answers, as the engine wakes an application
+//	                waiting on its CQ): the engine's own overhead
 //	allocs/pkt      heap allocations per RoCE packet sent or received
 //	retries         completer_retry_err of both ends during the run: go-back-N
 //	                restarts after a lost packet (socket buffer overflow),
@@ -304,6 +308,16 @@ const (
 // answered, once all arrived, by one Send of datagrams of the lengths in
 // pong; it returns ns per round trip and process CPU ns per round trip.
 func udpRTT(b *testing.B, n int, ping, pong []int) (float64, float64) {
+	return udpRTTWith(b, n, ping, pong, false)
+}
+
+// udpRTTWith is udpRTT; with handoff, each side's receiving goroutine
+// hands what it received to a second goroutine, which sends the answer
+// (B) or takes the next turn (A), as an RDMA application waiting on a CQ
+// is woken by the engine's receive goroutine. That costs the Go scheduler
+// a wake-up per side and round trip, which no design in which the
+// application's goroutine does not receive itself avoids.
+func udpRTTWith(b *testing.B, n int, ping, pong []int, handoff bool) (float64, float64) {
 	a, c := openPair(b)
 	defer a.Close()
 	defer c.Close()
@@ -314,7 +328,16 @@ func udpRTT(b *testing.B, n int, ping, pong []int) (float64, float64) {
 		}
 		return d
 	}
+	toA := a.LocalAddrs()[0]
+	answer := make(chan struct{}, 1) // B: receiver -> answering goroutine
 	go func() {
+		out := dgrams(pong)
+		for range answer {
+			_ = c.Send(out, transport.Endpoint{Remote: toA})
+		}
+	}()
+	go func() {
+		defer close(answer)
 		bufs, sizes, eps := rxSlots(4, 256)
 		out := dgrams(pong)
 		got := 0
@@ -324,11 +347,45 @@ func udpRTT(b *testing.B, n int, ping, pong []int) (float64, float64) {
 				return
 			}
 			for got += k; got >= len(ping); got -= len(ping) {
-				_ = c.Send(out, transport.Endpoint{Remote: eps[0].Remote})
+				if handoff {
+					answer <- struct{}{}
+				} else {
+					_ = c.Send(out, transport.Endpoint{Remote: eps[0].Remote})
+				}
 			}
 		}
 	}()
 	bufs, sizes, eps := rxSlots(4, 256)
+	receivePong := func() {
+		for got := 0; got < len(pong); {
+			k, err := a.Receive(bufs, sizes, eps)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got += k
+		}
+	}
+	turn := make(chan struct{}) // A: receiver -> the goroutine that sends
+	stopA := make(chan struct{})
+	defer close(stopA)
+	if handoff {
+		go func() {
+			for {
+				for got := 0; got < len(pong); {
+					k, err := a.Receive(bufs, sizes, eps)
+					if err != nil {
+						return
+					}
+					got += k
+				}
+				select {
+				case turn <- struct{}{}:
+				case <-stopA:
+					return
+				}
+			}
+		}()
+	}
 	out := dgrams(ping)
 	dst := c.LocalAddrs()[0]
 	start, cpu0 := time.Now(), processCPU()
@@ -336,12 +393,10 @@ func udpRTT(b *testing.B, n int, ping, pong []int) (float64, float64) {
 		if err := a.Send(out, transport.Endpoint{Remote: dst}); err != nil {
 			b.Fatal(err)
 		}
-		for got := 0; got < len(pong); {
-			k, err := a.Receive(bufs, sizes, eps)
-			if err != nil {
-				b.Fatal(err)
-			}
-			got += k
+		if handoff {
+			<-turn
+		} else {
+			receivePong()
 		}
 	}
 	el, cpu := time.Since(start), processCPU()-cpu0
@@ -359,6 +414,7 @@ func BenchmarkSendLatency8(b *testing.B) {
 	// with its ACK of the other's.
 	pair := []int{ackLen, sendOnly8Len}
 	base4, _ := udpRTT(b, max(b.N, 100), pair, pair)
+	base4h, _ := udpRTTWith(b, max(b.N, 100), pair, pair, true)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
 	a, bq := na.createQP(o), nb.createQP(o)
@@ -421,6 +477,7 @@ func BenchmarkSendLatency8(b *testing.B) {
 	b.ReportMetric(rt/base, "ratio")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/baseCPU, "cpu-ratio")
 	b.ReportMetric(rt/base4, "ratio-4pkt")
+	b.ReportMetric(rt/base4h, "ratio-4pkt-handoff")
 	b.ReportMetric(apk, "allocs/pkt")
 }
 
