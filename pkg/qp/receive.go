@@ -25,7 +25,7 @@ const (
 	DropPKey                 // P_Key mismatch
 	DropQKey                 // Q_Key mismatch (UD)
 	DropICRC                 // invariant CRC mismatch
-	DropOverrun              // engine queue full
+	DropOverrun              // receive queue full: dropped by the socket buffer or an in-memory queue before the engine saw it
 	numDropReasons
 )
 

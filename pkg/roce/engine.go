@@ -398,13 +398,25 @@ func (e *Engine) kick(q *qp.QP) {
 func (e *Engine) Counters() map[string]uint64 {
 	m := e.ctr.Snapshot()
 	for i := 1; i < qp.NumDropReasons; i++ {
-		m[qp.DropReason(i).String()] = e.drops[i].Load()
+		m[qp.DropReason(i).String()] = e.Drops(qp.DropReason(i))
 	}
 	return m
 }
 
-// Drops returns the drop counter for one reason.
-func (e *Engine) Drops(r qp.DropReason) uint64 { return e.drops[r].Load() }
+// Drops returns the drop counter for one reason. Overruns happen before
+// the engine sees a packet: the receive loop waits for a worker with a
+// full inbox rather than drop, so the kernel's socket buffer (or an
+// in-memory queue) overflows instead, and the Conn counts that.
+func (e *Engine) Drops(r qp.DropReason) uint64 {
+	n := e.drops[r].Load()
+	if r == qp.DropOverrun {
+		if sr, ok := e.conn.(transport.StatsReporter); ok {
+			st := sr.Stats()
+			n += st.DropRcvbuf + st.DropQueueFull
+		}
+	}
+	return n
+}
 
 func (e *Engine) drop(r qp.DropReason) { e.drops[r].Add(1) }
 

@@ -241,3 +241,24 @@ func TestQPNAllocationWraps(t *testing.T) {
 	require.NoError(t, err, "QP1 by explicit request")
 	require.Equal(t, uint32(1), q1.Num())
 }
+
+// statsConn reports fixed transport counters.
+type statsConn struct {
+	transport.Conn
+	st transport.Stats
+}
+
+func (s statsConn) Stats() transport.Stats { return s.st }
+
+// TestOverrunCountsTransportDrops: datagrams the socket buffer or an
+// in-memory queue dropped before the engine saw them are drop_overrun.
+func TestOverrunCountsTransportDrops(t *testing.T) {
+	c, err := transport.NewMemNetwork().Listen(netip.MustParseAddrPort("10.0.0.1:4791"))
+	require.NoError(t, err)
+	e, err := New(Config{Conn: statsConn{Conn: c, st: transport.Stats{DropRcvbuf: 5, DropQueueFull: 2, DropOversize: 9}}})
+	require.NoError(t, err)
+	defer e.Close()
+	require.Equal(t, uint64(7), e.Drops(qp.DropOverrun))
+	require.Equal(t, uint64(7), e.Counters()["drop_overrun"])
+	require.Zero(t, e.Counters()["drop_length"])
+}

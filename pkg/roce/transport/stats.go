@@ -11,6 +11,7 @@ type Stats struct {
 	ReceivedBytes   uint64 // their UDP payload bytes
 	DropOversize    uint64 // received datagrams longer than the caller's buffer or the receive slot
 	DropQueueFull   uint64 // MemNetwork: receiver queue full (like a full socket buffer)
+	DropRcvbuf      uint64 // UDP on Linux: datagrams the kernel dropped because the socket's receive buffer was full (SO_RXQ_OVFL; learnt from the next datagram received)
 	DropNoRoute     uint64 // MemNetwork: nobody listens on the destination
 	GSOSends        uint64 // messages sent with UDP_SEGMENT (each carries several datagrams)
 	GROReceives     uint64 // coalesced receives split by the UDP_GRO segment size
@@ -27,7 +28,7 @@ type counters struct {
 	sentPackets, sentBytes         atomic.Uint64
 	receivedPackets, receivedBytes atomic.Uint64
 	dropOversize, dropQueueFull    atomic.Uint64
-	dropNoRoute                    atomic.Uint64
+	dropNoRoute, dropRcvbuf        atomic.Uint64
 	gsoSends, groReceives          atomic.Uint64
 }
 
@@ -39,6 +40,7 @@ func (c *counters) snapshot() Stats {
 		ReceivedBytes:   c.receivedBytes.Load(),
 		DropOversize:    c.dropOversize.Load(),
 		DropQueueFull:   c.dropQueueFull.Load(),
+		DropRcvbuf:      c.dropRcvbuf.Load(),
 		DropNoRoute:     c.dropNoRoute.Load(),
 		GSOSends:        c.gsoSends.Load(),
 		GROReceives:     c.groReceives.Load(),

@@ -77,6 +77,7 @@ type udpSocket struct {
 	is6    bool
 	free   chan *rxBatch // capacity MaxLentBatches, so recycling never blocks
 	made   int           // batches allocated; only the socket's reader touches it
+	ovfl   uint32        // the kernel's drop count last seen (SO_RXQ_OVFL); the reader's
 	slotSz int
 	sys    sockSys // platform state: raw conn, tx structures, offload flags
 }

@@ -161,6 +161,9 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 		}
 		rbuf, _ = unix.GetsockoptInt(f, unix.SOL_SOCKET, unix.SO_RCVBUF)
 		sbuf, _ = unix.GetsockoptInt(f, unix.SOL_SOCKET, unix.SO_SNDBUF)
+		// Best effort: the kernel then stamps every datagram with the
+		// socket's count of datagrams dropped for a full receive buffer.
+		_ = unix.SetsockoptInt(f, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
 		if wantGRO {
 			s.sys.gro = unix.SetsockoptInt(f, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
 		}
@@ -289,6 +292,8 @@ func (s *udpSocket) parseCmsgs(m *rxMsg, oob []byte) {
 			m.local = netip.AddrFrom16([16]byte(data[0:16])).Unmap()
 		case h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
 			m.segSize = int(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
+			s.noteOverflow(binary.NativeEndian.Uint32(data))
 		}
 		next := unix.CmsgSpace(l - unix.CmsgLen(0))
 		if next > len(oob) {
@@ -548,5 +553,14 @@ func (y *sockSys) send(fd uintptr) bool {
 			y.txN, y.txErr = 0, e
 			return true
 		}
+	}
+}
+
+// noteOverflow folds the kernel's drop counter of this socket (a 32-bit
+// running count, SO_RXQ_OVFL) into the Conn's DropRcvbuf.
+func (s *udpSocket) noteOverflow(count uint32) {
+	if d := count - s.ovfl; d != 0 && d < 1<<31 {
+		s.ovfl = count
+		s.conn.stats.dropRcvbuf.Add(uint64(d))
 	}
 }
