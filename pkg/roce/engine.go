@@ -67,8 +67,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Mem is the memory table; nil creates one.
 	Mem *mr.Table
-	// OnEvent receives asynchronous events (QP fatal); may be nil. It is
-	// called from a worker goroutine and must not block.
+	// OnEvent receives asynchronous events (QP fatal, SQ drained); may be
+	// nil. It is called from the QP's worker while it owns the QP's shard
+	// (sometimes from inside ModifyQP), so it must not block and must not
+	// call the engine's waiting verbs (CreateQP, ModifyQP, QueryQP,
+	// DestroyQP): hand the event to another goroutine, as pkg/ib does.
 	OnEvent func(Event)
 }
 
