@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package interop is the harness that checks rxed against real Linux rdma_rxe peers: it boots
 // Debian guests with rdma_rxe under qemu inside a private network namespace and runs the standard
 // tools (ibv_*_pingpong, perftest) against rxed's equivalents, cell by cell, in both directions.

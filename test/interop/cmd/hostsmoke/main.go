@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command hostsmoke checks the interop namespace plumbing before any rxed cell runs: it plays
 // the server half of ibv_rc_pingpong's TCP exchange on the host side of the bridge (pretending
 // to own QPN 0x000123), then waits for the guest kernel's RC SEND packets to that QP on UDP

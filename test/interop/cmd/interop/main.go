@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command interop runs the rxed <-> rdma_rxe interop matrix (see test/interop/README.md):
 // builds or reuses the guest image, creates the rxedlab network namespace, boots the rxe
 // guest(s), checks the plumbing with hostsmoke, runs every cell in both directions, writes
