@@ -6,8 +6,9 @@ import (
 
 // PayloadEnv is an Env that can send a packet whose payload stays where it
 // lies in registered memory (scatter/gather I/O), saving the copy next to
-// the headers. The requester uses it when a packet's payload lies in one
-// SGE; otherwise, and for inline data, it copies as for a plain Env.
+// the headers. The RC requester uses it when a packet's payload lies in
+// one SGE, and the responder for READ responses; otherwise, and for
+// inline data, they copy as for a plain Env.
 type PayloadEnv interface {
 	Env
 	// TransmitPayload sends the packet whose headers were built in the
@@ -25,7 +26,12 @@ type PayloadEnv interface {
 // reports false when the local key check fails (nothing sent), else the
 // Env's verdict.
 func (q *QP) transmitPayload(env Env, w *wqe, buf []byte, off, from, payload, n int, av *AddrVector) (bool, error) {
-	if pe, ok := env.(PayloadEnv); ok && w.wr.Flags&Inline == 0 {
+	// Only RC: its WRs complete once the peer acknowledged the data, so
+	// the memory is not the application's again before the packet left.
+	// UC and UD complete a WR as soon as its last packet is handed over,
+	// possibly before the batch holding it is sent, and the application
+	// may then reuse the buffer: their payloads are copied.
+	if pe, ok := env.(PayloadEnv); ok && q.typ == RC && w.wr.Flags&Inline == 0 {
 		if s, at, ok := w.sgeFor(from, payload); ok {
 			reg, err := q.mem.Lookup(s.LKey, mr.LKey, q.pd, s.Addr+uint64(at), uint64(payload), 0)
 			if err != nil {

@@ -42,6 +42,11 @@ func (g *gatherConn) SendGather(dgrams []transport.Gather, ep transport.Endpoint
 
 func newGatherSide(t *testing.T, net *transport.MemNetwork, addr string) (*side, *gatherConn) {
 	t.Helper()
+	return newGatherSideType(t, net, addr, qp.RC)
+}
+
+func newGatherSideType(t *testing.T, net *transport.MemNetwork, addr string, typ qp.Type) (*side, *gatherConn) {
+	t.Helper()
 	a := netip.MustParseAddr(addr)
 	c, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
 	require.NoError(t, err)
@@ -55,7 +60,7 @@ func newGatherSide(t *testing.T, net *transport.MemNetwork, addr string) (*side,
 	require.NoError(t, err)
 	rcq, err := qp.NewCQ(256)
 	require.NoError(t, err)
-	q, err := e.CreateQP(qp.Config{Type: qp.RC, PD: pd, SendCQ: scq, RecvCQ: rcq,
+	q, err := e.CreateQP(qp.Config{Type: typ, PD: pd, SendCQ: scq, RecvCQ: rcq,
 		Cap: qp.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
 	require.NoError(t, err)
 	return &side{e: e, pd: pd, scq: scq, rcq: rcq, q: q, addr: a}, gc
@@ -144,4 +149,55 @@ func within(p, buf []byte) bool {
 	lo := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	at := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
 	return at >= lo && at+uintptr(len(p)) <= lo+uintptr(len(buf))
+}
+
+// TestPayloadCopiedForUCAndUD: UC and UD complete a WR once its packets
+// are handed to the engine, possibly before the batch is sent, so their
+// payloads are copied, never sent from the application's buffer.
+func TestPayloadCopiedForUCAndUD(t *testing.T) {
+	for _, typ := range []qp.Type{qp.UC, qp.UD} {
+		t.Run(typ.String(), func(t *testing.T) {
+			mn := transport.NewMemNetwork()
+			a, ga := newGatherSideType(t, mn, "10.0.0.1", typ)
+			b, _ := newGatherSideType(t, mn, "10.0.0.2", typ)
+			amr, src := regMR(t, a, 4096)
+			bmr, dst := regMR(t, b, 4096)
+			for i := range src {
+				src[i] = byte(i)
+			}
+			wr := qp.SendWR{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled,
+				SGL: []qp.SGE{{Addr: amr.IOVA(), Length: 1000, LKey: amr.LKey()}}}
+			if typ == qp.UD {
+				udReady(t, a)
+				udReady(t, b)
+				wr.RemoteQPN, wr.RemoteQKey, wr.AV = b.q.Num(), 0x1234, qp.AddrVector{DGID: b.addr}
+			} else {
+				connect(t, a, b, qp.MTU1024, 14)
+			}
+			_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: 9, SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 4096, LKey: bmr.LKey()}}}})
+			require.NoError(t, err)
+			_, err = a.e.PostSend(a.q, []qp.SendWR{wr})
+			require.NoError(t, err)
+			require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status)
+			require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
+			off := 0
+			if typ == qp.UD {
+				off = 40 // the GRH a UD receive buffer starts with
+			}
+			require.Equal(t, src[:1000], dst[off:off+1000])
+			ga.mu.Lock()
+			defer ga.mu.Unlock()
+			require.Zero(t, ga.inPlace, "%v payloads are copied", typ)
+			require.Positive(t, ga.whole)
+		})
+	}
+}
+
+// udReady moves a UD QP to RTS with Q_Key 0x1234.
+func udReady(t *testing.T, s *side) {
+	t.Helper()
+	require.NoError(t, s.e.ModifyQP(s.q, &qp.Attr{State: qp.Init, PortNum: 1, QKey: 0x1234},
+		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey))
+	require.NoError(t, s.e.ModifyQP(s.q, &qp.Attr{State: qp.RTR}, qp.AttrState))
+	require.NoError(t, s.e.ModifyQP(s.q, &qp.Attr{State: qp.RTS, SQPSN: 1}, qp.AttrState|qp.AttrSQPSN))
 }
