@@ -92,18 +92,11 @@ type Daemon struct {
 	metricsDone chan struct{}
 }
 
-type discard struct{}
-
-func (discard) Enabled(context.Context, slog.Level) bool  { return false }
-func (discard) Handle(context.Context, slog.Record) error { return nil }
-func (d discard) WithAttrs([]slog.Attr) slog.Handler      { return d }
-func (d discard) WithGroup(string) slog.Handler           { return d }
-
 // New maps and registers the exports, opens the engine and the listeners.
 // Every error is one line naming the problem; nothing stays open on error.
 func New(cfg Config) (*Daemon, error) {
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(discard{})
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.QPTimeout == 0 {
 		cfg.QPTimeout = 14
