@@ -39,17 +39,10 @@ func (o *Options) timeout() time.Duration {
 
 func (o *Options) logger() *slog.Logger {
 	if o == nil || o.Logger == nil {
-		return slog.New(discardHandler{})
+		return slog.New(slog.DiscardHandler)
 	}
 	return o.Logger
 }
-
-type discardHandler struct{}
-
-func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false }
-func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
-func (d discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return d }
-func (d discardHandler) WithGroup(string) slog.Handler           { return d }
 
 // stream wraps one TCP connection with per-step deadlines, context
 // cancellation and errors that name the peer and the step.
