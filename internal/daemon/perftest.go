@@ -110,12 +110,8 @@ func (d *Daemon) perftestSession(ctx context.Context, sess *oob.Session) (err er
 	}
 	log.Info("perftest client done", "size", rep.Size, "iterations", rep.Iters,
 		"bw_avg_MBps", fmt.Sprintf("%.2f", rep.BWAvg), "msg_rate_Mpps", fmt.Sprintf("%.6f", rep.MsgRateAvg))
-	for _, e := range d.exports {
-		if e == d.target {
-			if err := e.Mapping.Sync(); err != nil {
-				log.Warn("msync after session failed", "export", e.Spec.Name, "err", err)
-			}
-		}
+	if err := d.target.Mapping.Sync(); err != nil {
+		log.Warn("msync after session failed", "export", d.target.Spec.Name, "err", err)
 	}
 	return nil
 }
