@@ -52,11 +52,11 @@ func (t *Table) invalidateMW(pd *PD, qpn uint32, key uint32) error {
 	switch {
 	case ws == nil || ws.rkey != key:
 		return wrapf(ErrInvalidKey, "rkey %#x is not the window's current key", key)
-	case ws.typ == MWType1:
+	case w.typ == MWType1:
 		return wrapf(ErrBadState, "type 1 window %#x cannot be invalidated", key)
 	case !ws.valid:
 		return wrapf(ErrInvalidated, "window %#x is not bound", key)
-	case ws.pd != pd:
+	case w.pd != pd:
 		return wrapf(ErrPDMismatch, "window %#x is in another pd", key)
 	case ws.qpn != qpn:
 		return wrapf(ErrBadQP, "window %#x is bound to QP %#x, not %#x", key, ws.qpn, qpn)
@@ -64,7 +64,7 @@ func (t *Table) invalidateMW(pd *PD, qpn uint32, key uint32) error {
 	if ws.mr != nil {
 		ws.mr.numMW--
 	}
-	w.st.Store(&mwState{rkey: ws.rkey, pd: ws.pd, typ: ws.typ, qpn: NoQP})
+	w.st.Store(&mwState{rkey: ws.rkey, qpn: NoQP})
 	return nil
 }
 
@@ -87,13 +87,13 @@ func (t *Table) DetachQP(qpn uint32) int {
 				continue
 			}
 			ws := w.st.Load()
-			if ws == nil || ws.typ != MWType2 || !ws.valid || ws.qpn != qpn {
+			if ws == nil || w.typ != MWType2 || !ws.valid || ws.qpn != qpn {
 				continue
 			}
 			if ws.mr != nil {
 				ws.mr.numMW--
 			}
-			w.st.Store(&mwState{rkey: ws.rkey, pd: ws.pd, typ: ws.typ, qpn: NoQP})
+			w.st.Store(&mwState{rkey: ws.rkey, qpn: NoQP})
 			n++
 		}
 	}

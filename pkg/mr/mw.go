@@ -38,11 +38,10 @@ type MW struct {
 	dead  bool                    // t.mu
 }
 
-// mwState is one immutable version of a window.
+// mwState is one immutable version of a window (its type and PD are the
+// window's, which never change).
 type mwState struct {
 	rkey   uint32
-	pd     *PD
-	typ    MWType
 	valid  bool // rxe's RXE_MW_STATE_VALID (type 1 always; type 2 once bound)
 	qpn    uint32
 	mr     *MR // nil when unbound
@@ -73,7 +72,7 @@ func (t *Table) AllocMW(pd *PD, typ MWType) (*MW, error) {
 	}
 	sl.lastKey = int16(part)
 	w := &MW{t: t, index: idx, typ: typ, pd: pd}
-	w.st.Store(&mwState{rkey: MakeKey(idx, part), pd: pd, typ: typ, valid: typ == MWType1, qpn: NoQP})
+	w.st.Store(&mwState{rkey: MakeKey(idx, part), valid: typ == MWType1, qpn: NoQP})
 	sl.p.Store(w)
 	pd.users++
 	return w, nil
@@ -220,8 +219,6 @@ func (t *Table) BindMW(pd *PD, qpn uint32, b Bind) (uint32, error) {
 	}
 	ns := &mwState{
 		rkey:   b.MWKey&^0xff | b.NewKey&0xff,
-		pd:     w.pd,
-		typ:    w.typ,
 		valid:  true,
 		qpn:    NoQP,
 		addr:   b.Addr,
@@ -264,11 +261,11 @@ func (t *Table) lookupMW(key uint32, pd *PD, qpn uint32, va, length uint64, need
 	switch {
 	case ws == nil || ws.rkey != key:
 		return Region{}, ErrInvalidKey
-	case ws.typ == MWType2 && ws.valid && ws.qpn != qpn:
+	case w.typ == MWType2 && ws.valid && ws.qpn != qpn:
 		return Region{}, ErrInvalidKey
 	case !ws.valid || ws.length == 0 || ws.mr == nil:
 		return Region{}, ErrInvalidated
-	case ws.pd != pd:
+	case w.pd != pd:
 		return Region{}, ErrPDMismatch
 	case !ws.access.Has(need):
 		return Region{}, ErrAccess
