@@ -61,11 +61,17 @@ func (t *Table) invalidateMW(pd *PD, qpn uint32, key uint32) error {
 	case ws.qpn != qpn:
 		return wrapf(ErrBadQP, "window %#x is bound to QP %#x, not %#x", key, ws.qpn, qpn)
 	}
+	w.invalidate(ws)
+	return nil
+}
+
+// invalidate returns a bound type 2 window, at version ws, to the free
+// state: its rkey stays, it no longer counts against its region. t.mu held.
+func (w *MW) invalidate(ws *mwState) {
 	if ws.mr != nil {
 		ws.mr.numMW--
 	}
 	w.st.Store(&mwState{rkey: ws.rkey, qpn: NoQP})
-	return nil
 }
 
 // DetachQP invalidates every type 2 window bound through QP number qpn and
@@ -90,10 +96,7 @@ func (t *Table) DetachQP(qpn uint32) int {
 			if ws == nil || w.typ != MWType2 || !ws.valid || ws.qpn != qpn {
 				continue
 			}
-			if ws.mr != nil {
-				ws.mr.numMW--
-			}
-			w.st.Store(&mwState{rkey: ws.rkey, qpn: NoQP})
+			w.invalidate(ws)
 			n++
 		}
 	}
