@@ -13,19 +13,13 @@ func (t *Table) AllocFastMR(pd *PD, maxLen int) (*MR, error) {
 	if err := t.checkPD(pd); err != nil {
 		return nil, err
 	}
-	idx, sl, err := t.mrs.alloc()
+	key, sl, err := t.mrs.allocKey(t)
 	if err != nil {
 		return nil, err
 	}
-	part, err := t.newKeyPart(int(sl.lastKey))
-	if err != nil {
-		t.mrs.free(idx)
-		return nil, err
-	}
-	sl.lastKey = int16(part)
-	st := &mrState{key: MakeKey(idx, part), pd: pd}
+	st := &mrState{key: key, pd: pd}
 	st.refs.Store(1)
-	m := &MR{t: t, index: idx, fast: true, maxLn: maxLen}
+	m := &MR{t: t, index: KeyIndex(key), fast: true, maxLn: maxLen}
 	m.st.Store(st)
 	sl.p.Store(m)
 	pd.users++

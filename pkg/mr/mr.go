@@ -117,20 +117,13 @@ func (t *Table) RegMR(pd *PD, buf []byte, access Access, opts ...RegOption) (*MR
 		t.debug("reg_mr rejected", "err", err)
 		return nil, err
 	}
-	idx, sl, err := t.mrs.alloc()
+	key, sl, err := t.mrs.allocKey(t)
 	if err != nil {
 		st.dropMapping()
 		return nil, err
 	}
-	part, err := t.newKeyPart(int(sl.lastKey))
-	if err != nil {
-		t.mrs.free(idx)
-		st.dropMapping()
-		return nil, err
-	}
-	sl.lastKey = int16(part)
-	st.key = MakeKey(idx, part)
-	m := &MR{t: t, index: idx}
+	st.key = key
+	m := &MR{t: t, index: KeyIndex(key)}
 	m.st.Store(st)
 	sl.p.Store(m)
 	pd.users++
@@ -331,14 +324,11 @@ func (m *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access Access, opts ...
 	if err != nil {
 		return err
 	}
-	sl := t.mrs.slotOf(m.index)
-	part, err := t.newKeyPart(int(sl.lastKey))
+	st.key, err = t.mrs.slotOf(m.index).newKey(t, m.index)
 	if err != nil {
 		st.dropMapping()
 		return err
 	}
-	sl.lastKey = int16(part)
-	st.key = MakeKey(m.index, part)
 	if newPD != old.pd {
 		old.pd.users--
 		newPD.users++

@@ -61,18 +61,12 @@ func (t *Table) AllocMW(pd *PD, typ MWType) (*MW, error) {
 	if err := t.checkPD(pd); err != nil {
 		return nil, err
 	}
-	idx, sl, err := t.mws.alloc()
+	key, sl, err := t.mws.allocKey(t)
 	if err != nil {
 		return nil, err
 	}
-	part, err := t.newKeyPart(int(sl.lastKey))
-	if err != nil {
-		t.mws.free(idx)
-		return nil, err
-	}
-	sl.lastKey = int16(part)
-	w := &MW{t: t, index: idx, typ: typ, pd: pd}
-	w.st.Store(&mwState{rkey: MakeKey(idx, part), valid: typ == MWType1, qpn: NoQP})
+	w := &MW{t: t, index: KeyIndex(key), typ: typ, pd: pd}
+	w.st.Store(&mwState{rkey: key, valid: typ == MWType1, qpn: NoQP})
 	sl.p.Store(w)
 	pd.users++
 	return w, nil

@@ -174,6 +174,32 @@ func (s *slots[T]) alloc() (uint32, *slot[T], error) {
 	return 0, nil, wrapf(ErrNoResources, "no free index")
 }
 
+// allocKey reserves the next free index and draws its key. t.mu held.
+func (s *slots[T]) allocKey(t *Table) (uint32, *slot[T], error) {
+	idx, sl, err := s.alloc()
+	if err != nil {
+		return 0, nil, err
+	}
+	key, err := sl.newKey(t, idx)
+	if err != nil {
+		s.free(idx)
+		return 0, nil, err
+	}
+	return key, sl, nil
+}
+
+// newKey returns a key of index idx, the index of sl, whose key part
+// differs from the last one handed out for it, and records that part.
+// t.mu held.
+func (sl *slot[T]) newKey(t *Table, idx uint32) (uint32, error) {
+	part, err := t.newKeyPart(int(sl.lastKey))
+	if err != nil {
+		return 0, err
+	}
+	sl.lastKey = int16(part)
+	return MakeKey(idx, part), nil
+}
+
 // slotOf returns the slot of an allocated index.
 func (s *slots[T]) slotOf(idx uint32) *slot[T] {
 	pos := idx - s.min
