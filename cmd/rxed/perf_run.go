@@ -87,29 +87,27 @@ func (r *perfRun) run(ctx context.Context, sess *oob.Session, local oob.Key, clo
 	return verr
 }
 
-// waitWC waits for completions with the stall timeout.
-func (r *perfRun) waitWC(ctx context.Context, wcs []ib.WC, what string) (int, error) {
+// waitWC waits for completions with the stall timeout. what describes the
+// wait for an error; it is only called then, so that the measured loops
+// do not format a message per poll.
+func (r *perfRun) waitWC(ctx context.Context, wcs []ib.WC, what func() string) (int, error) {
 	wctx, cancel := context.WithTimeout(ctx, r.o.ef.timeout)
 	defer cancel()
 	n, err := r.cq.WaitPoll(wctx, wcs)
 	if err != nil {
-		return 0, fmt.Errorf("no completion within %v while %s (peer gone?)", r.o.ef.timeout, what)
+		return 0, fmt.Errorf("no completion within %v while %s (peer gone?)", r.o.ef.timeout, what())
 	}
 	for _, wc := range wcs[:n] {
 		if wc.Status != ib.WCSuccess {
-			return 0, fmt.Errorf("completion with error %s (wr_id %d, QP %#x) while %s", wc.Status, wc.ID, wc.QPNum, what)
+			return 0, fmt.Errorf("completion with error %s (wr_id %d, QP %#x) while %s", wc.Status, wc.ID, wc.QPNum, what())
 		}
 	}
 	return n, nil
 }
 
-func (r *perfRun) qpByNum(n uint32) *perfQP {
-	for _, q := range r.qps {
-		if q.qp.Num() == n {
-			return q
-		}
-	}
-	return nil
+// qpByNum returns the index of the QP numbered n, or -1.
+func (r *perfRun) qpByNum(n uint32) int {
+	return slices.IndexFunc(r.qps, func(q *perfQP) bool { return q.qp.Num() == n })
 }
 
 // bwQP is the per-QP state of a bandwidth run.
@@ -197,18 +195,19 @@ func (r *perfRun) runBW(ctx context.Context, size int) (oob.BWReport, error) {
 		if !active && (stopping || o.duration == 0) {
 			break
 		}
-		n, err := r.waitWC(ctx, wcs, fmt.Sprintf("running %s (%d of %d done)", o.test, total, o.iters*uint64(len(r.qps))))
+		n, err := r.waitWC(ctx, wcs, func() string {
+			return fmt.Sprintf("running %s (%d of %d done)", o.test, total, o.iters*uint64(len(r.qps)))
+		})
 		if err != nil {
 			return oob.BWReport{}, err
 		}
 		at := time.Since(start)
 		for _, wc := range wcs[:n] {
-			q := r.qpByNum(wc.QPNum)
-			if q == nil {
+			i := r.qpByNum(wc.QPNum)
+			if i < 0 {
 				return oob.BWReport{}, fmt.Errorf("completion for unknown QP %#x", wc.QPNum)
 			}
-			i := slices.Index(r.qps, q)
-			s := &st[i]
+			q, s := r.qps[i], &st[i]
 			for s.done <= wc.ID && len(s.pending) > 0 {
 				seq := s.done
 				completed[s.pending[0]] = at
@@ -374,7 +373,7 @@ func (r *perfRun) runSendServer(ctx context.Context) (oob.BWReport, error) {
 	var start time.Time
 	perQP := map[uint32]uint64{}
 	for got < want {
-		n, err := r.waitWC(ctx, wcs, fmt.Sprintf("receiving %s messages (%d of %d)", o.test, got, want))
+		n, err := r.waitWC(ctx, wcs, func() string { return fmt.Sprintf("receiving %s messages (%d of %d)", o.test, got, want) })
 		if err != nil {
 			return oob.BWReport{}, err
 		}
@@ -385,10 +384,11 @@ func (r *perfRun) runSendServer(ctx context.Context) (oob.BWReport, error) {
 			if !wc.Opcode.IsRecv() {
 				continue
 			}
-			q := r.qpByNum(wc.QPNum)
-			if q == nil {
+			i := r.qpByNum(wc.QPNum)
+			if i < 0 {
 				return oob.BWReport{}, fmt.Errorf("completion for unknown QP %#x", wc.QPNum)
 			}
+			q := r.qps[i]
 			if err := r.checkRecv(q, wc, perQP[wc.QPNum]); err != nil {
 				return oob.BWReport{}, err
 			}
@@ -464,7 +464,7 @@ func (r *perfRun) latRequests(ctx context.Context) ([]time.Duration, error) {
 		if err := q.qp.PostSend(r.sendWR(q, seq, int(o.size), true)); err != nil {
 			return nil, fmt.Errorf("posting request %d: %v", seq, err)
 		}
-		if _, err := r.waitWC(ctx, wcs, fmt.Sprintf("waiting for request %d of %s", seq, o.test)); err != nil {
+		if _, err := r.waitWC(ctx, wcs, func() string { return fmt.Sprintf("waiting for request %d of %s", seq, o.test) }); err != nil {
 			return nil, err
 		}
 		samples = append(samples, time.Since(t0))
@@ -511,7 +511,7 @@ func (r *perfRun) latPingPong(ctx context.Context, byWrite bool) ([]time.Duratio
 	rcnt, scnt := 0, 0
 	received := 0 // receive completions seen (send test)
 	var t0 time.Time
-	drain := func(what string, needRecv bool) error {
+	drain := func(what func() string, needRecv bool) error {
 		for sendBusy || (needRecv && received <= rcnt) {
 			n, err := r.waitWC(ctx, wcs, what)
 			if err != nil {
@@ -537,7 +537,7 @@ func (r *perfRun) latPingPong(ctx context.Context, byWrite bool) ([]time.Duratio
 	target := r.buf[q.target : q.target+size]
 	for scnt < iters || rcnt < iters {
 		if rcnt < iters && !(scnt == 0 && latSendsFirst(byWrite, r.server())) {
-			what := fmt.Sprintf("waiting for message %d of %s", rcnt+1, o.test)
+			what := func() string { return fmt.Sprintf("waiting for message %d of %s", rcnt+1, o.test) }
 			if byWrite {
 				if err := r.pollByte(ctx, target, size-1, byte(rcnt+1), what); err != nil {
 					return nil, err
@@ -556,7 +556,7 @@ func (r *perfRun) latPingPong(ctx context.Context, byWrite bool) ([]time.Duratio
 			}
 		}
 		if scnt < iters {
-			if err := drain("waiting for our previous send", false); err != nil {
+			if err := drain(func() string { return "waiting for our previous send" }, false); err != nil {
 				return nil, err
 			}
 			if byWrite {
@@ -570,7 +570,7 @@ func (r *perfRun) latPingPong(ctx context.Context, byWrite bool) ([]time.Duratio
 			scnt++
 		}
 	}
-	if err := drain("waiting for the last send", false); err != nil {
+	if err := drain(func() string { return "waiting for the last send" }, false); err != nil {
 		return nil, err
 	}
 	if len(samples) < 3 {
@@ -582,7 +582,7 @@ func (r *perfRun) latPingPong(ctx context.Context, byWrite bool) ([]time.Duratio
 // pollByte spins until b[i] == want, like perftest's volatile poll of the
 // last byte of the buffer. The buffer is mmap'd memory the engine writes
 // to; the aligned word is read atomically.
-func (r *perfRun) pollByte(ctx context.Context, b []byte, i int, want byte, what string) error {
+func (r *perfRun) pollByte(ctx context.Context, b []byte, i int, want byte, what func() string) error {
 	deadline := time.Now().Add(r.o.ef.timeout)
 	for spins := 0; ; spins++ {
 		if atomicLoadByte(b, i) == want {
@@ -592,7 +592,7 @@ func (r *perfRun) pollByte(ctx context.Context, b []byte, i int, want byte, what
 			runtime.Gosched()
 			if spins&4095 == 4095 {
 				if time.Now().After(deadline) {
-					return fmt.Errorf("no data within %v while %s (peer gone?)", r.o.ef.timeout, what)
+					return fmt.Errorf("no data within %v while %s (peer gone?)", r.o.ef.timeout, what())
 				}
 				if err := ctx.Err(); err != nil {
 					return err
