@@ -20,9 +20,9 @@ import (
 // packets interleaved), and an atomic is executed only after the READ
 // before it has read the memory.
 //
-// Memory: nothing is held between calls. Each call looks the rkey up
-// again for what remains of the reply and releases the region before it
-// returns, as rxe re-checks the rkey for every packet after the first
+// Memory: nothing is held between packets. Each response looks the rkey
+// up again for its own bytes and releases the region once it is sent (or
+// copied), as rxe re-checks the rkey for every packet after the first
 // (rxe_recheck_mr). A region deregistered or invalidated mid-reply thus
 // ends the reply with a remote access NAK and moves the QP to ERR, as in
 // rxe; a paused reply never pins a region (or a file mapping under it);
@@ -164,22 +164,18 @@ func (q *QP) finishReplies(env Env) {
 // progress and returns the budget left.
 func (q *QP) sendReadReply(env Env, budget int) int {
 	c := &q.resp.reply
-	var reg mr.Region
-	if c.resid > 0 {
-		var err error
-		reg, err = q.mem.LookupQP(c.rkey, mr.RKey, q.pd, q.num, c.va, uint64(c.resid), mr.RemoteRead)
-		if err != nil {
-			// rxe_recheck_mr failed: RESPST_ERR_RKEY_VIOLATION, class C.
-			c.active = false
-			q.nakError(env, c.reqPSN, wire.NAKRemoteAccess, WCRemAccessErr)
-			return budget
-		}
-	}
-	data := reg.Bytes()
-	off := 0
+	pe, inPlace := env.(PayloadEnv)
 	for budget > 0 && c.active {
 		n := min(c.resid, q.mtu)
 		last := c.resid <= q.mtu
+		// rxe_recheck_mr: the rkey is looked up again for every packet; a
+		// failure is RESPST_ERR_RKEY_VIOLATION, class C.
+		reg, err := q.mem.LookupQP(c.rkey, mr.RKey, q.pd, q.num, c.va, uint64(n), mr.RemoteRead)
+		if err != nil {
+			c.active = false
+			q.nakError(env, c.reqPSN, wire.NAKRemoteAccess, WCRemAccessErr)
+			break
+		}
 		var op wire.Opcode
 		switch {
 		case c.opening && last:
@@ -196,29 +192,24 @@ func (q *QP) sendReadReply(env Env, budget int) int {
 		buf := env.TxBuffer()
 		po, size, err := h.EncodeHeaders(buf, n)
 		if err != nil {
+			reg.Release()
 			c.active = false // cannot happen: TxBuffer holds MaxPacketLen
 			break
 		}
 		// A response that cannot leave is as good as lost on the wire:
 		// the requester asks again (a Modify refuses paths that could
 		// never be sent on, so this does not repeat forever).
-		if pe, ok := env.(PayloadEnv); ok && n > 0 {
-			// The payload leaves from the region in place, under a
-			// reference of its own that the Env releases after the send.
-			r, err := q.mem.LookupQP(c.rkey, mr.RKey, q.pd, q.num, c.va, uint64(n), mr.RemoteRead)
-			if err != nil {
-				c.active = false
-				q.nakError(env, c.reqPSN, wire.NAKRemoteAccess, WCRemAccessErr)
-				break
-			}
-			_ = pe.TransmitPayload(po, r.Bytes(), r, size, &q.attr.AV)
+		if inPlace && n > 0 {
+			// The payload leaves from the region in place; the Env takes
+			// the reference over and releases it after the send.
+			_ = pe.TransmitPayload(po, reg.Bytes(), reg, size, &q.attr.AV)
 		} else {
-			copy(buf[po:po+n], data[off:off+n])
+			copy(buf[po:po+n], reg.Bytes())
+			reg.Release()
 			_ = env.Transmit(size, &q.attr.AV)
 		}
 		q.ctr.SentPkts.Add(1)
 		budget--
-		off += n
 		c.va += uint64(n)
 		c.resid -= n
 		c.psn = c.psn.Next()
@@ -227,6 +218,5 @@ func (q *QP) sendReadReply(env Env, budget int) int {
 			c.active = false
 		}
 	}
-	reg.Release()
 	return budget
 }
