@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rxed/rxed/internal/daemon"
+	"github.com/rxed/rxed/pkg/oob"
 )
 
 func init() {
@@ -95,7 +96,7 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	if err := o.ef.check(); err != nil {
 		return bad("%v", err)
 	}
-	if o.mtu != 0 && mtuValid(o.mtu) == 0 {
+	if o.mtu != 0 && oob.MTUEnum(o.mtu) == 0 {
 		return bad("-m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	}
 	if o.qpTimeout > 31 {
@@ -167,15 +168,6 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func mtuValid(bytes int) int {
-	for e := 1; e <= 5; e++ {
-		if 1<<(7+e) == bytes {
-			return e
-		}
-	}
-	return 0
-}
-
 func runServe(args []string, stdout, stderr io.Writer) int {
 	o, code, ok := parseServe(args, stderr)
 	if !ok {
@@ -204,25 +196,18 @@ func serve(ctx context.Context, o *serveOpts, logOut io.Writer, ready func(*daem
 		h = slog.NewJSONHandler(logOut, hopts)
 	}
 	log := slog.New(h)
-	cfg := daemon.Config{Addrs: o.ef.addrs, Port: uint16(o.ef.port), MetricsAddr: o.metrics, Exports: o.exports,
-		PerftestExport: o.perftestExp, GIDIndex: o.gidx, MTU: mtuValid(o.mtu), QPTimeout: uint8(o.qpTimeout),
+	dc, pcapFile, err := o.ef.deviceConfig(log)
+	if err != nil {
+		return err
+	}
+	if pcapFile != nil {
+		defer pcapFile.Close()
+	}
+	cfg := daemon.Config{Addrs: dc.Addrs, Port: dc.Port, Fault: dc.Fault, Pcap: dc.Pcap, MetricsAddr: o.metrics, Exports: o.exports,
+		PerftestExport: o.perftestExp, GIDIndex: o.gidx, MTU: oob.MTUEnum(o.mtu), QPTimeout: uint8(o.qpTimeout),
 		StepTimeout: o.ef.timeout, ShutdownGrace: o.grace, MaxSessions: o.maxSessions, Logger: log}
 	if o.ef.oobPort != 0 {
 		cfg.OOBAddr = oobAddress("", o.ef.oobPort)
-	}
-	if o.ef.faulty() {
-		fc := o.ef.faultCfg
-		cfg.Fault = &fc
-	}
-	var pcapFile *os.File
-	if o.ef.pcap != "" {
-		f, err := os.Create(o.ef.pcap)
-		if err != nil {
-			return fmt.Errorf("--pcap: %v", err)
-		}
-		pcapFile = f
-		defer pcapFile.Close()
-		cfg.Pcap = f
 	}
 	d, err := daemon.New(cfg)
 	if err != nil {

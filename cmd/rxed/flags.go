@@ -97,11 +97,6 @@ func (e *engineFlags) check() error {
 	return nil
 }
 
-func (e *engineFlags) faulty() bool {
-	c := e.faultCfg
-	return c.Loss != 0 || c.Dup != 0 || c.Reorder != 0 || c.Corrupt != 0 || c.Delay != 0 || c.Jitter != 0
-}
-
 // logger returns the command's logger: warnings and errors to stderr,
 // debug too with -v.
 func (e *engineFlags) logger(stderr io.Writer) *slog.Logger {
@@ -119,31 +114,38 @@ type engine struct {
 	flags    *engineFlags
 }
 
-// open opens the device the flags describe.
-func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
-	en := &engine{flags: e}
+// deviceConfig is the device configuration the flags describe. With
+// --pcap it creates the capture file, which the caller closes.
+func (e *engineFlags) deviceConfig(log *slog.Logger) (ib.Config, *os.File, error) {
 	cfg := ib.Config{Addrs: e.addrs, Port: uint16(e.port), Logger: log, ActiveMTU: e.activeMTU}
-	if e.faulty() {
-		fc := e.faultCfg
+	if fc := e.faultCfg; fc.Loss != 0 || fc.Dup != 0 || fc.Reorder != 0 || fc.Corrupt != 0 || fc.Delay != 0 || fc.Jitter != 0 {
 		cfg.Fault = &fc
 	}
-	if e.pcap != "" {
-		f, err := os.Create(e.pcap)
-		if err != nil {
-			return nil, fmt.Errorf("--pcap: %v", err)
-		}
-		en.pcapFile = f
-		cfg.Pcap = f
+	if e.pcap == "" {
+		return cfg, nil, nil
+	}
+	f, err := os.Create(e.pcap)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("--pcap: %v", err)
+	}
+	cfg.Pcap = f
+	return cfg, f, nil
+}
+
+// open opens the device the flags describe.
+func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
+	cfg, pcapFile, err := e.deviceConfig(log)
+	if err != nil {
+		return nil, err
 	}
 	dev, err := ib.OpenDevice(cfg)
 	if err != nil {
-		if en.pcapFile != nil {
-			en.pcapFile.Close()
+		if pcapFile != nil {
+			pcapFile.Close()
 		}
 		return nil, fmt.Errorf("opening the RoCE engine on %s udp/%d: %v", e.addrs.String(), e.port, err)
 	}
-	en.dev = dev
-	return en, nil
+	return &engine{dev: dev, pcapFile: pcapFile, flags: e}, nil
 }
 
 // close stops the engine, then writes --counters-out and closes the pcap.
