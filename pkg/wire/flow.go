@@ -36,18 +36,20 @@ const (
 )
 
 // headers builds the IP and UDP headers Linux sends for pkt (the whole UDP
-// payload). Only unmasked fields matter to the ICRC.
-func (f Flow) headers(ip *[40]byte, udp *[8]byte, pktLen int) []byte {
+// payload). Only unmasked fields matter to the ICRC. The IP header is 20
+// bytes long exactly when the flow is IPv4.
+func (f Flow) headers(ip *ipHeaderBuf, udp *[8]byte, pktLen int) []byte {
 	binary.BigEndian.PutUint16(udp[0:], f.Src.Port())
 	binary.BigEndian.PutUint16(udp[2:], f.Dst.Port())
 	binary.BigEndian.PutUint16(udp[4:], uint16(8+pktLen))
-	if f.IsIPv4() {
+	src, dst := f.Src.Addr().Unmap(), f.Dst.Addr().Unmap()
+	if src.Is4() && dst.Is4() {
 		ip[0] = 0x45
 		binary.BigEndian.PutUint16(ip[2:], uint16(20+8+pktLen))
 		binary.BigEndian.PutUint16(ip[6:], ipv4FlagDF)
 		ip[8] = 64
 		ip[9] = ipv4ProtoUDP
-		s, d := f.Src.Addr().Unmap().As4(), f.Dst.Addr().Unmap().As4()
+		s, d := src.As4(), dst.As4()
 		copy(ip[12:16], s[:])
 		copy(ip[16:20], d[:])
 		return ip[:20]
@@ -56,7 +58,7 @@ func (f Flow) headers(ip *[40]byte, udp *[8]byte, pktLen int) []byte {
 	binary.BigEndian.PutUint16(ip[4:], uint16(8+pktLen))
 	ip[6] = ipv4ProtoUDP
 	ip[7] = 64
-	s, d := f.Src.Addr().As16(), f.Dst.Addr().As16()
+	s, d := src.As16(), dst.As16()
 	copy(ip[8:24], s[:])
 	copy(ip[24:40], d[:])
 	return ip[:40]
@@ -130,7 +132,7 @@ func (f Flow) Verify(pkt []byte) (Verdict, uint16) {
 	if delta == 0 {
 		return ICRCOK, 0
 	}
-	if !f.IsIPv4() {
+	if len(h) != 20 { // IPv6: every covered field is known
 		return ICRCBad, 0
 	}
 	// Bytes covered after the ID field: the rest of the IPv4 header (14),
