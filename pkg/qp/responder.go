@@ -94,20 +94,16 @@ func (r *responder) findResource(psn PSN) *resource {
 
 // sendAck sends an ACK or NAK with the given syndrome for psn.
 func (q *QP) sendAck(env Env, syn wire.Syndrome, psn PSN) {
-	h := wire.Headers{Opcode: wire.RCAck, PKey: DefaultPKey, DestQP: q.attr.DestQPN,
-		PSN: uint32(psn), Syndrome: syn, MSN: q.resp.msn}
-	buf := env.TxBuffer()
-	_, n, err := h.EncodeHeaders(buf, 0)
-	if err != nil {
-		return
-	}
-	env.Transmit(n, &q.attr.AV)
-	q.ctr.SentPkts.Add(1)
+	q.sendResponse(env, wire.Headers{Opcode: wire.RCAck, Syndrome: syn}, psn)
 }
 
 func (q *QP) sendAtomicAck(env Env, psn PSN, orig uint64) {
-	h := wire.Headers{Opcode: wire.RCAtomicAck, PKey: DefaultPKey, DestQP: q.attr.DestQPN,
-		PSN: uint32(psn), Syndrome: wire.ACKSyndrome(0x1F), MSN: q.resp.msn, OrigData: orig}
+	q.sendResponse(env, wire.Headers{Opcode: wire.RCAtomicAck, Syndrome: ackUnlimited, OrigData: orig}, psn)
+}
+
+// sendResponse completes h (no payload) as a response to psn and sends it.
+func (q *QP) sendResponse(env Env, h wire.Headers, psn PSN) {
+	h.PKey, h.DestQP, h.PSN, h.MSN = DefaultPKey, q.attr.DestQPN, uint32(psn), q.resp.msn
 	buf := env.TxBuffer()
 	_, n, err := h.EncodeHeaders(buf, 0)
 	if err != nil {
@@ -562,12 +558,19 @@ func (q *QP) executeAtomic(env Env, p *wire.Packet, psn PSN) {
 		orig = mr.FetchAdd(reg.Bytes(), a.SwapAdd())
 	}
 	reg.Release()
-	res := q.resp.newResource()
-	res.kind, res.firstPSN, res.lastPSN, res.orig = resAtomic, psn, psn, orig
-	q.resp.msn = (q.resp.msn + 1) & 0xFFFFFF
+	q.acceptSingle(psn, orig)
 	q.sendAtomicAck(env, psn, orig)
-	q.resp.psn = psn.Next()
-	q.resp.opcode = -1
+}
+
+// acceptSingle records an executed atomic, FLUSH or ATOMIC_WRITE (one
+// packet at psn, orig the atomic's original value) as a resource for a
+// duplicate, counts it in the MSN and expects the next PSN.
+func (q *QP) acceptSingle(psn PSN, orig uint64) {
+	r := &q.resp
+	*r.newResource() = resource{kind: resAtomic, firstPSN: psn, lastPSN: psn, orig: orig}
+	r.msn = (r.msn + 1) & 0xFFFFFF
+	r.psn = psn.Next()
+	r.opcode = -1
 }
 
 // executeFlush checks the target and answers with an ACK (the memory is
@@ -588,11 +591,7 @@ func (q *QP) executeFlush(env Env, p *wire.Packet, psn PSN) {
 		_ = reg.Persist()
 	}
 	reg.Release()
-	res := q.resp.newResource()
-	res.kind, res.firstPSN, res.lastPSN = resAtomic, psn, psn
-	q.resp.msn = (q.resp.msn + 1) & 0xFFFFFF
-	q.resp.psn = psn.Next()
-	q.resp.opcode = -1
+	q.acceptSingle(psn, 0)
 	q.sendAck(env, ackUnlimited, psn)
 }
 
@@ -609,11 +608,7 @@ func (q *QP) executeAtomicWrite(env Env, p *wire.Packet, psn PSN) {
 	}
 	mr.AtomicStore(reg.Bytes(), binary.NativeEndian.Uint64(p.Payload))
 	reg.Release()
-	res := q.resp.newResource()
-	res.kind, res.firstPSN, res.lastPSN = resAtomic, psn, psn
-	q.resp.msn = (q.resp.msn + 1) & 0xFFFFFF
-	q.resp.psn = psn.Next()
-	q.resp.opcode = -1
+	q.acceptSingle(psn, 0)
 	q.sendAck(env, ackUnlimited, psn)
 }
 
