@@ -11,24 +11,26 @@ import (
 	"github.com/rxed/rxed/pkg/wire/wirepcap"
 )
 
-// jsonSkipped is the -json line of a frame that is not RoCEv2.
-type jsonSkipped struct {
+// jsonFrame holds the keys every -json line starts with.
+type jsonFrame struct {
 	Frame   int     `json:"frame"`
 	Time    string  `json:"time"`
 	RelTime float64 `json:"rel_time"`
 	Len     int     `json:"len"`
-	Skipped bool    `json:"skipped"`
-	Reason  string  `json:"reason"`
+}
+
+// jsonSkipped is the -json line of a frame that is not RoCEv2.
+type jsonSkipped struct {
+	jsonFrame
+	Skipped bool   `json:"skipped"`
+	Reason  string `json:"reason"`
 }
 
 // jsonPacket is the -json line of a RoCEv2 frame. opcode, opcode_name,
 // dqpn and psn are null when the packet is shorter than a BTH. Header objects use the key names of
 // the conformance corpus (Scapy's field names).
 type jsonPacket struct {
-	Frame   int     `json:"frame"`
-	Time    string  `json:"time"`
-	RelTime float64 `json:"rel_time"`
-	Len     int     `json:"len"`
+	jsonFrame
 
 	Src       string   `json:"src"`
 	Dst       string   `json:"dst"`
@@ -134,7 +136,7 @@ func ptr[T any](v T) *T { return &v }
 
 func writeJSON(sb *strings.Builder, rec *record, opt Options) error {
 	fr := rec.frame
-	j := jsonPacket{
+	head := jsonFrame{
 		Frame:   fr.Number,
 		Time:    fr.Time.UTC().Format(time.RFC3339Nano),
 		RelTime: rec.rel.Seconds(),
@@ -143,8 +145,9 @@ func writeJSON(sb *strings.Builder, rec *record, opt Options) error {
 	enc := json.NewEncoder(sb)
 	enc.SetEscapeHTML(false)
 	if rec.skip != "" {
-		return enc.Encode(&jsonSkipped{j.Frame, j.Time, j.RelTime, j.Len, true, rec.skip})
+		return enc.Encode(&jsonSkipped{head, true, rec.skip})
 	}
+	j := jsonPacket{jsonFrame: head}
 	fillRoCE(&j, rec.rf, opt)
 	return enc.Encode(&j)
 }
