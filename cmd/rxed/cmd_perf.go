@@ -488,16 +488,7 @@ func (r *perfRun) setup() error {
 		if err != nil {
 			return err
 		}
-		a := &ib.QPAttr{State: ib.QPSInit, PKeyIndex: 0, PortNum: 1}
-		mask := ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort
-		if o.conn == ib.UD {
-			a.QKey = perfQKey
-			mask |= ib.AttrQKey
-		} else {
-			a.AccessFlags = qpAccess
-			mask |= ib.AttrAccessFlags
-		}
-		if err := q.qp.Modify(a, mask); err != nil {
+		if err := initQP(q.qp, o.conn, perfQKey, qpAccess); err != nil {
 			return fmt.Errorf("modifying QP %#x to INIT: %v", q.qp.Num(), err)
 		}
 		r.qps = append(r.qps, q)
@@ -525,42 +516,13 @@ func (r *perfRun) connect(remotes []oob.Key) error {
 			return errors.New("the peer sent an all-zero GID")
 		}
 		av := ib.AddrVector{DGID: dgid, SGIDIndex: uint8(o.gidx), PortNum: 1, DestPort: uint16(o.ef.port)}
-		mtu := ib.MTU(r.mtu)
-		switch o.conn {
-		case ib.UD:
-			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTR}, ib.AttrState); err != nil {
-				return err
-			}
-			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(q.psn)}, ib.AttrState|ib.AttrSQPSN); err != nil {
-				return err
-			}
-			ah, err := r.pd.CreateAH(av)
-			if err != nil {
-				return err
-			}
-			q.ah = ah
-		case ib.UC:
-			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: mtu, DestQPN: rk.QPN, RQPSN: ib.PSN(rk.PSN), AV: av},
-				ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN); err != nil {
-				return err
-			}
-			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(q.psn)}, ib.AttrState|ib.AttrSQPSN); err != nil {
-				return err
-			}
-		default:
-			// As perftest: we accept as many as we announced, and issue as
-			// many as the peer announced.
-			outReads := uint8(o.outReads)
-			remoteReads := uint8(min(max(int(rk.OutReads), 1), perfMaxOutReads))
-			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: mtu, DestQPN: rk.QPN, RQPSN: ib.PSN(rk.PSN),
-				MaxDestRdAtomic: outReads, MinRNRTimer: 12, AV: av},
-				ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer); err != nil {
-				return err
-			}
-			if err := q.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(q.psn), Timeout: uint8(o.qpTimeout), RetryCnt: 7, RNRRetry: 7,
-				MaxRdAtomic: remoteReads}, ib.AttrState|ib.AttrSQPSN|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrMaxQPRdAtomic); err != nil {
-				return err
-			}
+		// As perftest: we accept as many reads as we announced, and issue as
+		// many as the peer announced.
+		var err error
+		q.ah, err = connectQP(r.pd, q.qp, o.conn, qpPath{av: av, mtu: ib.MTU(r.mtu), destQPN: rk.QPN, rqPSN: rk.PSN, sqPSN: q.psn,
+			timeout: uint8(o.qpTimeout), maxDestRdAtom: uint8(o.outReads), maxRdAtomic: uint8(min(max(int(rk.OutReads), 1), perfMaxOutReads))})
+		if err != nil {
+			return err
 		}
 		if o.test.Verb == oob.VerbSend {
 			for s := range r.slots {

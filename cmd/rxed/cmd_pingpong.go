@@ -314,15 +314,7 @@ func (s *ppSide) setup() error {
 	if err != nil {
 		return err
 	}
-	init := &ib.QPAttr{State: ib.QPSInit, PKeyIndex: 0, PortNum: 1}
-	mask := ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort
-	if o.typ == ib.UD {
-		init.QKey = ppQKey
-		mask |= ib.AttrQKey
-	} else {
-		mask |= ib.AttrAccessFlags
-	}
-	if err := s.qp.Modify(init, mask); err != nil {
+	if err := initQP(s.qp, o.typ, ppQKey, 0); err != nil {
 		return fmt.Errorf("modifying the QP to INIT: %v", err)
 	}
 	if err := s.postRecvs(int(o.rx)); err != nil {
@@ -361,34 +353,10 @@ func (s *ppSide) connect(remote oob.PingpongDest) error {
 		return errors.New("the peer sent an all-zero GID (start it with -g)")
 	}
 	av := ib.AddrVector{DGID: dgid, SGIDIndex: uint8(o.gidx), SL: uint8(o.sl), PortNum: 1, DestPort: uint16(o.ef.port)}
-	switch o.typ {
-	case ib.UD:
-		if err := s.qp.Modify(&ib.QPAttr{State: ib.QPSRTR}, ib.AttrState); err != nil {
-			return err
-		}
-		if err := s.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(s.local.PSN)}, ib.AttrState|ib.AttrSQPSN); err != nil {
-			return err
-		}
-		ah, err := s.pd.CreateAH(av)
-		if err != nil {
-			return err
-		}
-		s.ah, s.rqpn = ah, remote.QPN
-		return nil
-	case ib.UC:
-		if err := s.qp.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: o.mtu, DestQPN: remote.QPN, RQPSN: ib.PSN(remote.PSN), AV: av},
-			ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN); err != nil {
-			return err
-		}
-		return s.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(s.local.PSN)}, ib.AttrState|ib.AttrSQPSN)
-	}
-	if err := s.qp.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: o.mtu, DestQPN: remote.QPN, RQPSN: ib.PSN(remote.PSN),
-		MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: av},
-		ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer); err != nil {
-		return err
-	}
-	return s.qp.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: ib.PSN(s.local.PSN), Timeout: uint8(o.qpTimeout), RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-		ib.AttrState|ib.AttrSQPSN|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrMaxQPRdAtomic)
+	ah, err := connectQP(s.pd, s.qp, o.typ, qpPath{av: av, mtu: o.mtu, destQPN: remote.QPN, rqPSN: remote.PSN, sqPSN: s.local.PSN,
+		timeout: uint8(o.qpTimeout), maxDestRdAtom: 1, maxRdAtomic: 1})
+	s.ah, s.rqpn = ah, remote.QPN
+	return err
 }
 
 func (s *ppSide) postSend() error {
