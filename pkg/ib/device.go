@@ -276,14 +276,17 @@ func (d *Device) QueryDevice() DeviceAttr {
 		FwVer: "0.0.0", NodeGUID: guid, SysImageGUID: guid,
 		MaxMRSize: ^uint64(0), PageSizeCap: 0xfffff000, VendorID: 0xFFFFFF,
 		MaxQP: 0x10000, MaxQPWR: int(qp.DefaultLimits.MaxQPWR), MaxSGE: int(qp.DefaultLimits.MaxSendSGE),
-		MaxSGERd: 32, MaxCQ: 0x4000, MaxCQE: 1<<15 - 1, MaxMR: 0x4000, MaxPD: 0x7ffc,
-		MaxQPRdAtom: 128, MaxQPInitRdAtom: 128, MaxResRdAtom: 0x3f000, AtomicCap: 1,
+		MaxSGERd: 32, MaxCQ: 0x4000, MaxCQE: qp.MaxCQE, MaxMR: 0x4000, MaxPD: 0x7ffc,
+		MaxQPRdAtom: int(qp.DefaultLimits.MaxQPRdAtom), MaxQPInitRdAtom: int(qp.DefaultLimits.MaxQPInitRdAtom), MaxResRdAtom: 0x3f000, AtomicCap: 1,
 		MaxMW: 0x1000, MaxSRQ: 0x4000, MaxSRQWR: qp.MaxSRQWR, MaxSRQSGE: qp.MaxSRQSGE,
 		MaxPKeys: 64, LocalCAAckDelay: 15, PhysPortCnt: 1,
-		MaxInlineData: int(qp.DefaultLimits.MaxInlineData), MaxMsgSize: 0x800000,
+		MaxInlineData: int(qp.DefaultLimits.MaxInlineData), MaxMsgSize: portMaxMsgSz,
 		MaxFastRegPageList: 512,
 	}
 }
+
+// portMaxMsgSz is the port's max_msg_sz (RXE_PORT_MAX_MSG_SZ).
+const portMaxMsgSz = 0x800000
 
 // PortState is enum ibv_port_state.
 type PortState int
@@ -312,8 +315,9 @@ func (d *Device) QueryPort(port uint8) (PortAttr, error) {
 	if port != 1 {
 		return PortAttr{}, fmt.Errorf("ib: QueryPort: no port %d", port)
 	}
-	return PortAttr{State: PortActive, MaxMTU: MTU4096, ActiveMTU: d.mtu, GIDTblLen: int(qp.DefaultLimits.GIDTableLen),
-		PKeyTblLen: 1, MaxMsgSz: 0x800000, LinkLayer: "Ethernet", ActiveSpeed: "software", UDPPort: d.port}, nil
+	l := &qp.DefaultLimits
+	return PortAttr{State: PortActive, MaxMTU: l.MaxMTU, ActiveMTU: d.mtu, GIDTblLen: l.GIDTableLen,
+		PKeyTblLen: int(l.PKeyTableLen), MaxMsgSz: portMaxMsgSz, LinkLayer: "Ethernet", ActiveSpeed: "software", UDPPort: d.port}, nil
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
