@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/rxed/rxed/pkg/wire"
 )
 
 // Dissection errors. ErrNotUDP and ErrNotRoCE mark frames that are simply
@@ -41,8 +42,9 @@ type UDPFrame struct {
 	PayloadOffset int
 }
 
-// IsRoCE reports whether the frame goes to or from UDP port 4791.
-func (f *UDPFrame) IsRoCE() bool { return f.Dst.Port() == 4791 }
+// IsRoCE reports whether the frame goes to UDP port 4791 (rdma_rxe sends
+// every packet, requests and responses alike, to that port).
+func (f *UDPFrame) IsRoCE() bool { return f.Dst.Port() == wire.UDPPort }
 
 // DissectUDP finds the IP and UDP headers of a frame of the given link type
 // (Ethernet with any number of 802.1Q/802.1ad tags, raw IP, Linux cooked

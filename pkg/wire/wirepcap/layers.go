@@ -1,7 +1,6 @@
 package wirepcap
 
 import (
-	"encoding/binary"
 	"errors"
 
 	"github.com/gopacket/gopacket"
@@ -246,7 +245,8 @@ func (*CNP) LayerType() gopacket.LayerType { return LayerTypeCNP }
 
 // Reserved returns the two reserved 64-bit words.
 func (c *CNP) Reserved() (uint64, uint64) {
-	return binary.BigEndian.Uint64(c.Contents), binary.BigEndian.Uint64(c.Contents[8:])
+	b := wire.CNPBody(c.Contents)
+	return b.Reserved1(), b.Reserved2()
 }
 
 // VerifyPacketICRC checks the ICRC of a decoded gopacket packet against its
