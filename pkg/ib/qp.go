@@ -165,16 +165,14 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 }
 
 // PostRecv posts receive work requests on the QP's own receive queue
-// (ibv_post_recv). A QP with an SRQ receives through SRQ.PostRecv.
+// (ibv_post_recv). A QP with an SRQ receives through SRQ.PostRecv;
+// posting to the QP fails with ErrQPState.
 func (q *QP) PostRecv(wrs ...RecvWR) error {
 	if q.destroyed.Load() {
 		return &PostError{Err: ErrDestroyed}
 	}
 	if err := q.pd.d.checkOpen(); err != nil {
 		return &PostError{Err: err}
-	}
-	if q.init.SRQ != nil {
-		return &PostError{Err: errors.New("ib: QP uses an SRQ; post to the SRQ")}
 	}
 	n, err := q.pd.d.eng.PostRecv(q.q, wrs)
 	if err != nil {
