@@ -72,12 +72,7 @@ func DissectUDP(lt layers.LinkType, data []byte, out *UDPFrame) error {
 		if len(data) == 0 {
 			return ErrTruncatedFrame
 		}
-		switch data[0] >> 4 {
-		case 4:
-			ethType = 0x0800
-		case 6:
-			ethType = 0x86DD
-		}
+		ethType = ipEtherType(data[0])
 	case layers.LinkTypeLinuxSLL:
 		if len(data) < 16 {
 			return ErrTruncatedFrame
@@ -92,13 +87,7 @@ func DissectUDP(lt layers.LinkType, data []byte, out *UDPFrame) error {
 		if len(data) < 5 {
 			return ErrTruncatedFrame
 		}
-		off = 4
-		switch data[4] >> 4 {
-		case 4:
-			ethType = 0x0800
-		case 6:
-			ethType = 0x86DD
-		}
+		ethType, off = ipEtherType(data[4]), 4
 	default:
 		return ErrLinkType
 	}
@@ -162,4 +151,16 @@ func DissectUDP(lt layers.LinkType, data []byte, out *UDPFrame) error {
 	out.Payload = l3[udpOff+8 : end : end]
 	out.PayloadOffset = off + udpOff + 8
 	return nil
+}
+
+// ipEtherType returns the EtherType of a raw IP packet from its first
+// byte's version nibble, or 0 for anything but IPv4 and IPv6.
+func ipEtherType(first byte) uint16 {
+	switch first >> 4 {
+	case 4:
+		return 0x0800
+	case 6:
+		return 0x86DD
+	}
+	return 0
 }
