@@ -243,19 +243,12 @@ func computeBW(size uint64, posted, completed []time.Duration, cqMod int, gbits 
 	if n == 0 {
 		return oob.BWReport{}, fmt.Errorf("no iterations completed")
 	}
-	if float64(n)*float64(n)/float64(cqMod) <= 5e7 {
-		return oob.ComputeBW(oob.BWSamples{Size: size, Posted: posted, Completed: completed, CQMod: cqMod, Gbits: gbits})
+	s := oob.BWSamples{Size: size, Posted: posted, Completed: completed, CQMod: cqMod, Gbits: gbits}
+	if float64(n)*float64(n)/float64(cqMod) > 5e7 {
+		s.NoPeak = true
+		completed[0] = slices.Max(completed) // NoPeak: Completed[0] is the end of the run
 	}
-	total := (slices.Max(completed) - posted[0]).Seconds()
-	if total <= 0 {
-		return oob.BWReport{}, fmt.Errorf("the run has no duration")
-	}
-	factor := float64(1 << 20)
-	if gbits {
-		factor = 125000000
-	}
-	return oob.BWReport{Size: size, Iters: uint64(n), BWAvg: float64(size) * float64(n) / total / factor,
-		MsgRateAvg: float64(n) / total / 1e6}, nil
+	return oob.ComputeBW(s)
 }
 
 // checkCompletion validates what a completed work request brought back.
