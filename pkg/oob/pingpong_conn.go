@@ -30,14 +30,9 @@ func DialPingpong(ctx context.Context, address string, local PingpongDest, conne
 	if err := s.readMsg(ctx, msg[:], "pingpong address", true); err != nil {
 		return PingpongDest{}, err
 	}
-	remote, err := ParsePingpongDest(msg[:])
+	remote, err := s.pingpongRemote(msg[:], connect)
 	if err != nil {
-		return PingpongDest{}, errorf(s.peer, ErrMalformed, "sent a malformed pingpong address %s: %v", quoteMsg(msg[:]), err)
-	}
-	if connect != nil {
-		if err := connect(remote); err != nil {
-			return PingpongDest{}, errorf(s.peer, ErrConnect, "connecting our QP to QPN %#06x failed: %v", remote.QPN, err)
-		}
+		return PingpongDest{}, err
 	}
 	if err := s.writeMsg(ctx, PingpongDoneMsg[:], "pingpong done"); err != nil {
 		return PingpongDest{}, err
@@ -86,14 +81,9 @@ func (l *PingpongListener) Exchange(ctx context.Context, local PingpongDest, con
 	if err := s.readMsg(ctx, in[:], "pingpong address", true); err != nil {
 		return PingpongDest{}, err
 	}
-	remote, err := ParsePingpongDest(in[:])
+	remote, err := s.pingpongRemote(in[:], connect)
 	if err != nil {
-		return PingpongDest{}, errorf(s.peer, ErrMalformed, "sent a malformed pingpong address %s: %v", quoteMsg(in[:]), err)
-	}
-	if connect != nil {
-		if err := connect(remote); err != nil {
-			return PingpongDest{}, errorf(s.peer, ErrConnect, "connecting our QP to QPN %#06x failed: %v", remote.QPN, err)
-		}
+		return PingpongDest{}, err
 	}
 	if err := s.writeMsg(ctx, msg[:], "pingpong address"); err != nil {
 		return PingpongDest{}, err
@@ -104,6 +94,21 @@ func (l *PingpongListener) Exchange(ctx context.Context, local PingpongDest, con
 	}
 	if done != PingpongDoneMsg {
 		return PingpongDest{}, errorf(s.peer, ErrMalformed, "sent %s instead of \"done\\x00\"", quoteMsg(done[:]))
+	}
+	return remote, nil
+}
+
+// pingpongRemote parses the peer's address message and calls connect (if
+// not nil) with it.
+func (s *stream) pingpongRemote(msg []byte, connect func(remote PingpongDest) error) (PingpongDest, error) {
+	remote, err := ParsePingpongDest(msg)
+	if err != nil {
+		return PingpongDest{}, errorf(s.peer, ErrMalformed, "sent a malformed pingpong address %s: %v", quoteMsg(msg), err)
+	}
+	if connect != nil {
+		if err := connect(remote); err != nil {
+			return PingpongDest{}, errorf(s.peer, ErrConnect, "connecting our QP to QPN %#06x failed: %v", remote.QPN, err)
+		}
 	}
 	return remote, nil
 }
