@@ -181,7 +181,7 @@ func fillRoCE(j *jsonPacket, rf *wirepcap.RoCEFrame, opt Options) {
 		DQPN: b.DestQP(), AckReq: b01(b.AckReq()), Resv7: b.Resv7(), PSN: b.PSN(),
 	}
 	j.Headers = append(j.Headers, "BTH")
-	if rf.ParseErr != nil && isHeaderErr(rf.ParseErr) {
+	if !headersParsed(rf.ParseErr) {
 		return
 	}
 	for _, h := range p.Info.HeaderOrder() {

@@ -37,7 +37,7 @@ func writeText(sb *strings.Builder, rec *record, opt Options) {
 		if b.PKey() != 0xffff {
 			fmt.Fprintf(sb, " PKey=0x%04x", b.PKey())
 		}
-		if rf.ParseErr == nil || !isHeaderErr(rf.ParseErr) {
+		if headersParsed(rf.ParseErr) {
 			writeKeyFields(sb, p)
 			if p.Info.Flags.Has(wire.FlagPayload) {
 				fmt.Fprintf(sb, " len=%d", len(p.Payload))
@@ -57,8 +57,9 @@ func writeText(sb *strings.Builder, rec *record, opt Options) {
 	}
 }
 
-// isHeaderErr reports whether the extension headers could not be parsed.
-func isHeaderErr(err error) bool { return err != wirepcap.ErrBadICRC }
+// headersParsed reports whether a packet with defect err (RoCEFrame.ParseErr)
+// has its extension headers parsed: it is well formed, at most its ICRC is bad.
+func headersParsed(err error) bool { return err == nil || err == wirepcap.ErrBadICRC }
 
 func writeKeyFields(sb *strings.Builder, p *wire.Packet) {
 	for _, h := range p.Info.HeaderOrder() {
@@ -133,7 +134,7 @@ func writeVerbose(sb *strings.Builder, rec *record) {
 	fmt.Fprintf(sb, "      BTH: opcode=0x%02x (%s, %s) se=%d m=%d padcount=%d tver=%d pkey=0x%04x fecn=%d becn=%d resv6=0x%02x dqpn=0x%06x ackreq=%d resv7=0x%02x psn=%d\n",
 		uint8(p.Opcode), p.Opcode, p.Info.Transport, b01(b.SE()), b01(b.M()), b.PadCount(), b.TVer(), b.PKey(),
 		b01(b.FECN()), b01(b.BECN()), b.Resv6(), b.DestQP(), b01(b.AckReq()), b.Resv7(), b.PSN())
-	if rf.ParseErr != nil && isHeaderErr(rf.ParseErr) {
+	if !headersParsed(rf.ParseErr) {
 		fmt.Fprintf(sb, "      Error: %v\n", rf.ParseErr)
 		return
 	}
