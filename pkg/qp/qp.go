@@ -242,7 +242,7 @@ func (q *QP) setState(s State) {
 
 // resetProtocol clears the requester, completer and responder.
 func (q *QP) resetProtocol() {
-	q.req = requester{opcode: -1}
+	q.req = requester{}
 	q.comp = completer{opcode: -1}
 	q.resp.reset()
 	q.retransmitAt, q.rnrAt = time.Time{}, time.Time{}

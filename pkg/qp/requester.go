@@ -15,7 +15,6 @@ type requester struct {
 	noack    int    // packets sent since the last AckReq
 	rdAtomic int    // max_rd_atomic credits in use
 	stopped  bool   // a WQE failed locally: send nothing more
-	opcode   int    // unused by the segmentation (kept for Query/debug), -1
 	// startedEnd is one past the newest WQE the requester has started
 	// (sent a packet of, or executed). It survives go-back-N, which
 	// rewinds idx: in SQD the WQEs below it are the ones to finish
@@ -219,10 +218,6 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 	case op == WRRDMARead:
 		h.Opcode = wire.RCReadRequest
 		h.VA, h.RKey, h.DMALen = wr.RemoteAddr+uint64(w.sent), wr.RKey, uint32(remaining)
-		n := pktCount(remaining, mtu)
-		w.firstPSN, w.lastPSN = q.req.psn, q.req.psn.Add(uint32(n-1))
-		q.req.psn = q.req.psn.Add(uint32(n))
-		h.AckReq, finished = true, true
 	case op.IsAtomic():
 		h.Opcode = wire.RCFetchAdd
 		h.VA, h.RKey, h.SwapAdd = wr.RemoteAddr, wr.RKey, wr.CompareAdd
@@ -230,23 +225,14 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 			h.Opcode = wire.RCCompareSwap
 			h.Compare, h.SwapAdd = wr.CompareAdd, wr.Swap
 		}
-		w.firstPSN, w.lastPSN = q.req.psn, q.req.psn
-		q.req.psn = q.req.psn.Next()
-		h.AckReq, finished = true, true
 	case op == WRFlush:
 		h.Opcode = wire.RCFlush
 		h.VA, h.RKey, h.DMALen = wr.RemoteAddr, wr.RKey, uint32(w.length)
 		h.FlushPlacement, h.FlushSelectivity = uint8(wr.CompareAdd), uint8(wr.Swap)
-		w.firstPSN, w.lastPSN = q.req.psn, q.req.psn
-		q.req.psn = q.req.psn.Next()
-		h.AckReq, finished = true, true
 	case op == WRAtomicWrite:
 		h.Opcode = wire.RCAtomicWrite
 		h.VA, h.RKey, h.DMALen = wr.RemoteAddr, wr.RKey, 8
 		payload = 8
-		w.firstPSN, w.lastPSN = q.req.psn, q.req.psn
-		q.req.psn = q.req.psn.Next()
-		h.AckReq, finished = true, true
 	default: // SEND and WRITE variants
 		if q.typ.Datagram() && w.length > mtu {
 			return false, WCLocLenErr // a UD message is one packet
@@ -281,6 +267,17 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 			h.AckReq = last || q.req.noack > MaxPktPerAck
 		}
 		h.SE = last && wr.Flags&Solicited != 0 && (op.IsSend() || op == WRRDMAWriteWithImm)
+	}
+	if w.isReadOrAtomic() {
+		// One request packet, answered by the PSNs of its responses: a
+		// READ's one per MTU of what remains, any other one.
+		n := 1
+		if wr.Opcode == WRRDMARead {
+			n = pktCount(remaining, mtu)
+		}
+		w.firstPSN, w.lastPSN = q.req.psn, q.req.psn.Add(uint32(n-1))
+		q.req.psn = q.req.psn.Add(uint32(n))
+		h.AckReq, finished = true, true
 	}
 	if h.AckReq {
 		q.req.noack = 0
