@@ -82,8 +82,7 @@ type Device struct {
 	port   uint16
 	mtu    MTU
 	events chan AsyncEvent
-	fast   fastRegistry // memory mapped for REG_MR (MapMR)
-	down   atomic.Bool  // Close was called (lock-free check for the post path)
+	down   atomic.Bool // Close was called (lock-free check for the post path)
 
 	mu     sync.Mutex
 	closed bool

@@ -69,6 +69,11 @@ var (
 	ErrInvalidArgument = errors.New("mr: invalid argument")
 	// ErrNotInMapping: a buffer said to come from a mapping lies outside it.
 	ErrNotInMapping = errors.New("mr: buffer not inside mapping")
+	// ErrNotFastMR: Map of a region that is not a fast-registration one.
+	ErrNotFastMR = errors.New("mr: not a fast-registration region")
+	// ErrMapTooBig: Map of more than the region's MaxLen bytes, or a
+	// REG_MR of more than was mapped.
+	ErrMapTooBig = errors.New("mr: buffer larger than the region's maximum length")
 )
 
 func wrapf(sentinel error, format string, args ...any) error {

@@ -29,6 +29,57 @@ func (t *Table) AllocFastMR(pd *PD, maxLen int) (*MR, error) {
 // MaxLen is the capacity of a fast-registration region (0 for others).
 func (m *MR) MaxLen() int { return m.maxLn }
 
+// Map sets the memory the next REG_MR work request of the
+// fast-registration region m registers (ib_map_mr_sg): buf, at most
+// MaxLen bytes. It fails, changing nothing, on a region that is not a
+// fast-registration one (ErrNotFastMR; ErrDeregistered after Dereg), an
+// empty buf (ErrEmptyBuffer) or one longer than MaxLen (ErrMapTooBig). It
+// does not affect a registration already executed.
+func (m *MR) Map(buf []byte) error {
+	t := m.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case m.dead:
+		return wrapf(ErrDeregistered, "mr index %#x", m.index)
+	case !m.fast:
+		return wrapf(ErrNotFastMR, "lkey %#x", m.LKey())
+	case len(buf) == 0:
+		return wrapf(ErrEmptyBuffer, "nothing to map")
+	case len(buf) > m.maxLn:
+		return wrapf(ErrMapTooBig, "%d > %d", len(buf), m.maxLn)
+	}
+	m.mapped = buf
+	return nil
+}
+
+// RegMapped executes a REG_MR work request on behalf of a QP in pd for
+// the fast-registration region whose current lkey is lkey: FastReg of
+// the first length bytes of the memory given to Map (all of it when
+// length is 0). Besides FastReg's failures it fails with ErrKeyMismatch
+// when lkey is not a region's current key, ErrBadState before Map and
+// ErrMapTooBig when length exceeds what was mapped.
+func (t *Table) RegMapped(pd *PD, lkey, key uint32, access Access, length, iova uint64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var m *MR
+	if !IsMWKey(lkey) {
+		m = t.mrs.get(KeyIndex(lkey))
+	}
+	switch {
+	case m == nil || m.LKey() != lkey:
+		return wrapf(ErrKeyMismatch, "no region with lkey %#x", lkey)
+	case m.mapped == nil:
+		return wrapf(ErrBadState, "REG_MR of region %#x before Map", lkey)
+	case length > uint64(len(m.mapped)):
+		return wrapf(ErrMapTooBig, "REG_MR of %d bytes, %d mapped", length, len(m.mapped))
+	}
+	if length == 0 {
+		length = uint64(len(m.mapped))
+	}
+	return m.fastReg(pd, key, access, m.mapped[:length], iova)
+}
+
 // FastReg executes a REG_MR work request on behalf of a QP in pd
 // (rxe_reg_fast_mr): the free region becomes valid over buf at iova with
 // access, under key, which must keep the region's index (only the key part
@@ -38,9 +89,13 @@ func (m *MR) MaxLen() int { return m.maxLn }
 // fits in MaxLen (ErrRange) and the access and range are acceptable as for
 // RegMR. The completion status of a failed REG_MR is LOC_QP_OP_ERR.
 func (m *MR) FastReg(pd *PD, key uint32, access Access, buf []byte, iova uint64) error {
-	t := m.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	m.t.mu.Lock()
+	defer m.t.mu.Unlock()
+	return m.fastReg(pd, key, access, buf, iova)
+}
+
+// fastReg is FastReg with t.mu held.
+func (m *MR) fastReg(pd *PD, key uint32, access Access, buf []byte, iova uint64) error {
 	if m.dead {
 		return wrapf(ErrDeregistered, "mr index %#x", m.index)
 	}
@@ -62,7 +117,7 @@ func (m *MR) FastReg(pd *PD, key uint32, access Access, buf []byte, iova uint64)
 		return err
 	}
 	st.key = key
-	t.mrs.slotOf(m.index).lastKey = int16(KeyPart(key))
+	m.t.mrs.slotOf(m.index).lastKey = int16(KeyPart(key))
 	m.st.Store(st)
 	old.put()
 	return nil

@@ -97,3 +97,34 @@ func TestFastRegionWithBoundWindowCannotBeInvalidated(t *testing.T) {
 	require.NoError(t, w.Dealloc())
 	require.NoError(t, tb.Invalidate(pd, NoQP, key))
 }
+
+// Map holds the memory of the next REG_MR in the region itself:
+// RegMapped registers (part of) it, and Dereg drops it.
+func TestMapAndRegMapped(t *testing.T) {
+	tb := newTestTable(t)
+	pd := mustPD(t, tb)
+	m, err := tb.AllocFastMR(pd, 64)
+	require.NoError(t, err)
+	user, err := tb.RegMR(pd, alignedBuf(8), LocalWrite)
+	require.NoError(t, err)
+	key := IncKey(m.LKey())
+
+	require.ErrorIs(t, tb.RegMapped(pd, m.LKey(), key, LocalWrite, 0, 0x1000), ErrBadState, "before Map")
+	require.ErrorIs(t, m.Map(alignedBuf(65)), ErrMapTooBig)
+	require.ErrorIs(t, m.Map(nil), ErrEmptyBuffer)
+	require.ErrorIs(t, user.Map(alignedBuf(8)), ErrNotFastMR)
+	buf := alignedBuf(64)
+	require.NoError(t, m.Map(buf))
+	require.ErrorIs(t, tb.RegMapped(pd, m.LKey(), key, LocalWrite, 65, 0x1000), ErrMapTooBig)
+	require.ErrorIs(t, tb.RegMapped(pd, key, key, LocalWrite, 0, 0x1000), ErrKeyMismatch, "not the current lkey")
+	require.False(t, m.Valid())
+
+	require.NoError(t, tb.RegMapped(pd, m.LKey(), key, LocalWrite, 16, 0x1000))
+	require.Equal(t, key, m.LKey())
+	require.Equal(t, 16, m.Len())
+	require.True(t, samePtr(buf, m.Bytes()))
+
+	require.NoError(t, m.Dereg())
+	require.Nil(t, m.mapped, "Dereg drops the mapped memory")
+	require.ErrorIs(t, m.Map(buf), ErrDeregistered)
+}

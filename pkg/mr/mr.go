@@ -16,6 +16,8 @@ type MR struct {
 	fast  bool // allocated with AllocFastMR (IB_MR_TYPE_MEM_REG)
 	maxLn int  // fast: largest buffer a REG_MR may map
 
+	mapped []byte // fast: what the next REG_MR maps (Map); t.mu
+
 	st    atomic.Pointer[mrState] // nil once deregistered
 	numMW int                     // windows bound to the region; t.mu
 	dead  bool                    // t.mu
@@ -257,6 +259,7 @@ func (m *MR) Dereg() error {
 		return wrapf(ErrMWBound, "%d windows bound to mr %#x", n, m.LKey())
 	}
 	m.dead = true
+	m.mapped = nil
 	t.mrs.free(m.index)
 	old := m.st.Swap(nil)
 	old.pd.users--
