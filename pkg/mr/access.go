@@ -1,6 +1,7 @@
 package mr
 
 import (
+	"strconv"
 	"strings"
 )
 
@@ -85,15 +86,7 @@ func (a Access) String() string {
 		if sb.Len() > 0 {
 			sb.WriteByte('|')
 		}
-		sb.WriteString("0x")
-		const hex = "0123456789abcdef"
-		var buf [8]byte
-		i := len(buf)
-		for v := uint32(rest); v != 0; v >>= 4 {
-			i--
-			buf[i] = hex[v&0xf]
-		}
-		sb.Write(buf[i:])
+		sb.WriteString("0x" + strconv.FormatUint(uint64(rest), 16))
 	}
 	return sb.String()
 }
