@@ -1,6 +1,9 @@
 package wire
 
-import "strconv"
+import (
+	"math/bits"
+	"strconv"
+)
 
 // Opcode is the BTH OpCode byte. The top three bits select the transport
 // (RC, UC, RD, UD, CNP, XRC, manufacturer), the low five bits the operation.
@@ -104,61 +107,48 @@ const (
 // Has reports whether every header in h2 is in h.
 func (h HeaderSet) Has(h2 HeaderSet) bool { return h&h2 == h2 }
 
+// hdrDesc holds the name and wire length of each HeaderSet bit, indexed by
+// the bit's position.
+var hdrDesc = [...]struct {
+	name string
+	len  int
+}{
+	{"RETH", RETHLen},
+	{"AETH", AETHLen},
+	{"AtomicETH", AtomicETHLen},
+	{"AtomicAckETH", AtomicAckETHLen},
+	{"DETH", DETHLen},
+	{"ImmDt", ImmDtLen},
+	{"IETH", IETHLen},
+	{"FETH", FETHLen},
+	{"CNP", CNPLen},
+	{"RDETH", RDETHLen},
+	{"XRCETH", XRCETHLen},
+}
+
+// bit returns the position of a single-bit set's bit, or -1 for a set of
+// zero or several headers or an unknown bit.
+func (h HeaderSet) bit() int {
+	i := bits.TrailingZeros16(uint16(h))
+	if h == 0 || h&(h-1) != 0 || i >= len(hdrDesc) {
+		return -1
+	}
+	return i
+}
+
 // Name returns the header's name as Wireshark and Scapy spell it ("RETH",
 // "ImmDt", ...). It is meant for single-bit sets.
 func (h HeaderSet) Name() string {
-	switch h {
-	case HdrRETH:
-		return "RETH"
-	case HdrAETH:
-		return "AETH"
-	case HdrAtomicETH:
-		return "AtomicETH"
-	case HdrAtomicAckETH:
-		return "AtomicAckETH"
-	case HdrDETH:
-		return "DETH"
-	case HdrImmDt:
-		return "ImmDt"
-	case HdrIETH:
-		return "IETH"
-	case HdrFETH:
-		return "FETH"
-	case HdrCNP:
-		return "CNP"
-	case HdrRDETH:
-		return "RDETH"
-	case HdrXRCETH:
-		return "XRCETH"
+	if i := h.bit(); i >= 0 {
+		return hdrDesc[i].name
 	}
 	return "HeaderSet(" + strconv.Itoa(int(h)) + ")"
 }
 
 // Len returns the wire length of a single header bit.
 func (h HeaderSet) Len() int {
-	switch h {
-	case HdrRETH:
-		return RETHLen
-	case HdrAETH:
-		return AETHLen
-	case HdrAtomicETH:
-		return AtomicETHLen
-	case HdrAtomicAckETH:
-		return AtomicAckETHLen
-	case HdrDETH:
-		return DETHLen
-	case HdrImmDt:
-		return ImmDtLen
-	case HdrIETH:
-		return IETHLen
-	case HdrFETH:
-		return FETHLen
-	case HdrCNP:
-		return CNPLen
-	case HdrRDETH:
-		return RDETHLen
-	case HdrXRCETH:
-		return XRCETHLen
+	if i := h.bit(); i >= 0 {
+		return hdrDesc[i].len
 	}
 	return 0
 }
