@@ -498,8 +498,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 
 // sendState refuses posting sends in the states before RTS.
 func sendState(s State) error {
-	switch s {
-	case Reset, Init, RTR:
+	if !s.CanPostSend() {
 		return fmt.Errorf("%w: post send in %v", ErrQPState, s)
 	}
 	return nil
@@ -518,8 +517,8 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	if q.rqClosed {
 		return ErrDestroyed
 	}
-	if q.State() == Reset {
-		return fmt.Errorf("%w: post recv in RESET", ErrQPState)
+	if s := q.State(); !s.CanPostRecv() {
+		return fmt.Errorf("%w: post recv in %v", ErrQPState, s)
 	}
 	return q.rq.Post(wr)
 }
