@@ -56,51 +56,38 @@ func (d *Daemon) perftestSession(ctx context.Context, sess *oob.Session) (err er
 	if err != nil {
 		return err
 	}
-	newQP := func() (*perftestQP, error) {
-		q, err := d.newPerftestQP(cq)
-		if err == nil {
-			qps = append(qps, q)
-		}
-		return q, err
-	}
-	q0, err := newQP()
-	if err != nil {
-		return err
-	}
-	first, err := sess.HandShake(ctx, q0.key)
-	if err != nil {
-		return err
-	}
-	if first.RKey == 0 && first.VAddr == 0 {
-		// perftest sends no buffer address in send tests: ib_send_bw and
-		// ib_send_lat need a peer that posts receives, not an export.
-		return errors.New("the client runs a send test (its key has no buffer address); serve answers ib_write_bw, ib_read_bw and ib_atomic_bw clients (use rxed perf send for send tests)")
-	}
-	remotes := []oob.Key{first}
+	var remotes []oob.Key
 	for {
-		if len(remotes) > maxPerftestQPs {
-			return fmt.Errorf("client offered more than %d QPs", maxPerftestQPs)
-		}
-		spare, err := newQP()
+		q, err := d.newPerftestQP(cq)
 		if err != nil {
 			return err
 		}
-		k, err := sess.HandShake(ctx, spare.key)
+		qps = append(qps, q)
+		k, err := sess.HandShake(ctx, q.key)
 		if err != nil {
 			return err
 		}
-		if k == first {
+		if len(remotes) > 0 && k == remotes[0] {
 			break // the first barrier: the client has connected its QPs
+		}
+		if len(remotes) == 0 && k.RKey == 0 && k.VAddr == 0 {
+			// perftest sends no buffer address in send tests: ib_send_bw and
+			// ib_send_lat need a peer that posts receives, not an export.
+			return errors.New("the client runs a send test (its key has no buffer address); serve answers ib_write_bw, ib_read_bw and ib_atomic_bw clients (use rxed perf send for send tests)")
+		}
+		if len(remotes) == maxPerftestQPs {
+			return fmt.Errorf("client offered more than %d QPs", maxPerftestQPs)
 		}
 		remotes = append(remotes, k)
 	}
+	q0 := qps[0]
 	for i, rk := range remotes {
 		if err := d.connectPerftestQP(qps[i], rk, neg.MTU); err != nil {
 			return fmt.Errorf("connecting QP %#x to the client's QP %#x: %v", qps[i].qp.Num(), rk.QPN, err)
 		}
 	}
 	log.Info("perftest client connected", "version", neg.RemoteVersion, "qps", len(remotes),
-		"mtu", oob.MTUBytes(neg.MTU), "export", d.target.Spec.Name, "client_out_reads", first.OutReads)
+		"mtu", oob.MTUBytes(neg.MTU), "export", d.target.Spec.Name, "client_out_reads", remotes[0].OutReads)
 	if _, err := sess.HandShake(ctx, q0.key); err != nil {
 		return err
 	}
