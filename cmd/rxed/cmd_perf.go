@@ -330,13 +330,9 @@ func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error
 			ln.Close()
 			return err
 		}
-		actx := ctx
-		if o.wait > 0 {
-			var cancel context.CancelFunc
-			actx, cancel = context.WithTimeout(ctx, o.wait)
-			defer cancel()
-		}
+		actx, cancel := withWait(ctx, o.wait)
 		sess, err = ln.Accept(actx)
+		cancel()
 		ln.Close()
 		if err != nil {
 			return err

@@ -222,13 +222,9 @@ func pingpong(ctx context.Context, o *pingpongOpts, stdout, stderr io.Writer) (e
 	if o.server != "" {
 		remote, err = oob.DialPingpong(ctx, oobAddress(o.server, o.ef.oobPort), s.local, s.connect, oopts)
 	} else {
-		actx := ctx
-		if o.wait > 0 {
-			var cancel context.CancelFunc
-			actx, cancel = context.WithTimeout(ctx, o.wait)
-			defer cancel()
-		}
+		actx, cancel := withWait(ctx, o.wait)
 		remote, err = ln.Exchange(actx, s.local, s.connect)
+		cancel()
 	}
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -221,6 +222,15 @@ func fail(stderr io.Writer, name string, err error) int {
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
 	fmt.Fprintf(stderr, "rxed %s: %s\n", name, msg)
 	return 1
+}
+
+// withWait bounds a server's wait for its client by --wait (0: as long as
+// ctx allows).
+func withWait(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	if wait <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, wait)
 }
 
 // closeEngineAndMemory stops the engine first (so nothing touches the
