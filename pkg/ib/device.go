@@ -27,7 +27,6 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 
 	"github.com/rxed/rxed/pkg/mr"
@@ -83,9 +82,6 @@ type Device struct {
 	mtu    MTU
 	events chan AsyncEvent
 	down   atomic.Bool // Close was called (lock-free check for the post path)
-
-	mu     sync.Mutex
-	closed bool
 }
 
 // OpenDevice opens a device as configured.
@@ -161,14 +157,9 @@ func OpenDevice(cfg Config) (*Device, error) {
 
 // Close stops the engine and releases the transport (ibv_close_device).
 func (d *Device) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	if d.down.Swap(true) {
 		return nil
 	}
-	d.closed = true
-	d.down.Store(true)
-	d.mu.Unlock()
 	return d.eng.Close()
 }
 
