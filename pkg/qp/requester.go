@@ -369,11 +369,3 @@ func (q *QP) scatter(sgl []SGE, src []byte, off int) (ok bool) {
 	}
 	return len(src) == 0
 }
-
-func sglLen(sgl []SGE) int {
-	n := 0
-	for i := range sgl {
-		n += int(sgl[i].Length)
-	}
-	return n
-}

@@ -18,6 +18,7 @@ type responder struct {
 	recv      RecvWR // receive WR the current SEND (or WRITE_IMM) fills
 	recvValid bool
 	recvOff   int
+	recvLen   int // recv.Len()
 
 	va     uint64 // WRITE in progress: next address
 	rkey   uint32
@@ -262,6 +263,7 @@ func (q *QP) takeRecv() bool {
 	if ok {
 		r.recvValid = true
 		r.recvOff = 0
+		r.recvLen = int(r.recv.Len())
 	}
 	return ok
 }
@@ -322,7 +324,7 @@ func (q *QP) executeSend(env Env, p *wire.Packet, ri *RecvInfo, psn PSN, start b
 			}
 		}
 	}
-	if r.recvOff+len(p.Payload) > sglLen(r.recv.SGL) {
+	if r.recvOff+len(p.Payload) > r.recvLen {
 		q.recvLengthError(env, psn)
 		return
 	}
@@ -425,7 +427,7 @@ func (q *QP) writeGRH(ri *RecvInfo, udpPayload int) bool {
 		copy(grh[8:24], s[:])
 		copy(grh[24:40], d[:])
 	}
-	if sglLen(q.resp.recv.SGL) < len(grh) || !q.scatter(q.resp.recv.SGL, grh[:], 0) {
+	if q.resp.recvLen < len(grh) || !q.scatter(q.resp.recv.SGL, grh[:], 0) {
 		return false
 	}
 	q.resp.recvOff = len(grh)
