@@ -331,12 +331,14 @@ func udpRTTWith(b *testing.B, n int, ping, pong []int, handoff bool) (float64, f
 	}
 	toA := a.LocalAddrs()[0]
 	answer := make(chan struct{}, 1) // B: receiver -> answering goroutine
-	go func() {
-		out := dgrams(pong)
-		for range answer {
-			_ = c.Send(out, transport.Endpoint{Remote: toA})
-		}
-	}()
+	if handoff {
+		go func() {
+			out := dgrams(pong)
+			for range answer {
+				_ = c.Send(out, transport.Endpoint{Remote: toA})
+			}
+		}()
+	}
 	go func() {
 		defer close(answer)
 		bufs, sizes, eps := rxSlots(4, 256)

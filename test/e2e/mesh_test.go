@@ -27,6 +27,9 @@ import (
 // one SRQ; every engine sends UD datagrams to every other; one extra pair
 // moves 16 MiB with a WRITE and a READ. Every byte is compared with the
 // model the test computed, and every completion's fields are checked.
+// meshTimeout is the mesh QPs' local ACK timeout: 4.096 us x 2^16 = 268 ms.
+const meshTimeout = 16
+
 func TestMesh(t *testing.T) {
 	for _, tr := range []struct {
 		name string
@@ -153,7 +156,11 @@ func runMesh(t *testing.T, n int, udp bool) {
 				}
 				p := &meshPair{name: fmt.Sprintf("%s %d->%d %v", kind, i, j, mtu), rc: rc, mtu: mtu,
 					a: na.createMeshQP(typ, nil), b: nb.createMeshQP(typ, bsrq), seed: 1000 * (pairIdx + 1)}
-				o := qpOpts{typ: typ, mtu: mtu, rnrRetry: 7}
+				// Up to 113 QP pairs of 8 engines on 2 CPUs (under -race) can
+				// keep a response waiting past perftest's 67 ms timeout;
+				// 268 ms (16) keeps such spurious retransmissions from
+				// exhausting retry_cnt. The mesh loses nothing itself.
+				o := qpOpts{typ: typ, mtu: mtu, rnrRetry: 7, timeout: meshTimeout}
 				connectQPs(t, na.node, p.a.qp, nb.node, p.b.qp, o)
 				for _, s := range sizesFor(mtu, pairIdx/2) {
 					if rc {
@@ -248,7 +255,7 @@ func runMesh(t *testing.T, n int, udp bool) {
 
 	// The 16 MiB pair: engine 0 to engine 1 at MTU 4096.
 	bigA, bigB := nodes[0].createMeshQP(ib.RC, nil), nodes[1].createMeshQP(ib.RC, nil)
-	connectQPs(t, nodes[0].node, bigA.qp, nodes[1].node, bigB.qp, qpOpts{mtu: ib.MTU4096})
+	connectQPs(t, nodes[0].node, bigA.qp, nodes[1].node, bigB.qp, qpOpts{mtu: ib.MTU4096, timeout: meshTimeout})
 	bigSrc, bigTgt := nodes[0].take(meshBig), nodes[1].take(meshBig)
 	setup := time.Since(start)
 
