@@ -44,6 +44,38 @@ func replayPeer(c net.Conn, events []tcpEvent, asClient bool) error {
 	return nil
 }
 
+// replayClient dials address and replays the client side of events on the
+// connection; the channel gets replayPeer's result.
+func replayClient(address string, events []tcpEvent) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		conn, err := net.Dial("tcp", address)
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- replayPeer(conn, events, true)
+	}()
+	return done
+}
+
+// replayServer listens on a free loopback port and replays the server side
+// of events to the first connection; the channel gets replayPeer's result.
+func replayServer(t *testing.T, events []tcpEvent) (net.Listener, <-chan error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- replayPeer(conn, events, false)
+	}()
+	return ln, done
+}
+
 // TestReplayPerftest runs our server against the recorded client stream and
 // our client against the recorded server stream of every perftest capture.
 // Given the recorded side's own values, ours must send byte-identical data.
@@ -87,15 +119,7 @@ func TestReplayPerftest(t *testing.T) {
 			ln, err := ListenPerftest("127.0.0.1:0", cfg)
 			require.NoError(t, err)
 			defer ln.Close()
-			done := make(chan error, 1)
-			go func() {
-				conn, err := net.Dial("tcp", ln.Addr().String())
-				if err != nil {
-					done <- err
-					return
-				}
-				done <- replayPeer(conn, st.Events, true)
-			}()
+			done := replayClient(ln.Addr().String(), st.Events)
 			s, err := ln.Accept(ctx)
 			require.NoError(t, err)
 			require.Equal(t, Server, s.Role())
@@ -103,18 +127,8 @@ func TestReplayPerftest(t *testing.T) {
 			require.NoError(t, <-done)
 		})
 		t.Run(c.name+"/our_client", func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
+			ln, done := replayServer(t, st.Events)
 			defer ln.Close()
-			done := make(chan error, 1)
-			go func() {
-				conn, err := ln.Accept()
-				if err != nil {
-					done <- err
-					return
-				}
-				done <- replayPeer(conn, st.Events, false)
-			}()
 			s, err := DialPerftest(ctx, ln.Addr().String(), cfg)
 			require.NoError(t, err)
 			require.Equal(t, Client, s.Role())
@@ -146,15 +160,7 @@ func TestReplayPingpong(t *testing.T) {
 			ln, err := ListenPingpong("127.0.0.1:0", opts)
 			require.NoError(t, err)
 			defer ln.Close()
-			done := make(chan error, 1)
-			go func() {
-				conn, err := net.Dial("tcp", ln.Addr().String())
-				if err != nil {
-					done <- err
-					return
-				}
-				done <- replayPeer(conn, st.Events, true)
-			}()
+			done := replayClient(ln.Addr().String(), st.Events)
 			got, err := ln.Exchange(ctx, server, func(r PingpongDest) error {
 				require.Equal(t, client, r)
 				return nil
@@ -164,18 +170,8 @@ func TestReplayPingpong(t *testing.T) {
 			require.NoError(t, <-done)
 		})
 		t.Run(c.name+"/our_client", func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
+			ln, done := replayServer(t, st.Events)
 			defer ln.Close()
-			done := make(chan error, 1)
-			go func() {
-				conn, err := ln.Accept()
-				if err != nil {
-					done <- err
-					return
-				}
-				done <- replayPeer(conn, st.Events, false)
-			}()
 			got, err := DialPingpong(ctx, ln.Addr().String(), client, nil, opts)
 			require.NoError(t, err)
 			require.Equal(t, server, got)
