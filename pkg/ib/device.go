@@ -75,8 +75,6 @@ type Config struct {
 // Device is an opened RoCE device (struct ibv_context).
 type Device struct {
 	eng    *roce.Engine
-	conn   transport.Conn
-	pcap   *transport.PcapRecorder
 	gids   []netip.Addr
 	port   uint16
 	mtu    MTU
@@ -129,10 +127,8 @@ func OpenDevice(cfg Config) (*Device, error) {
 			conn.Close()
 			return nil, fmt.Errorf("ib: OpenDevice: %w", err)
 		}
-		d.pcap = rec
 		conn = rec
 	}
-	d.conn = conn
 	gids := cfg.Addrs
 	if len(gids) == 0 {
 		for _, ap := range conn.LocalAddrs() {
