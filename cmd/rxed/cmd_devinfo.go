@@ -4,10 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"strings"
 
 	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/oob"
 )
 
 func init() {
@@ -107,18 +107,9 @@ func writeDevinfo(w io.Writer, dev *ib.Device, udpPort uint16, verbose bool) {
 		fmt.Fprintf(&b, "\t\t\tmax_msg_sz:\t\t0x%x\n\t\t\tgid_tbl_len:\t\t%d\n\t\t\tpkey_tbl_len:\t\t%d\n", p.MaxMsgSz, p.GIDTblLen, p.PKeyTblLen)
 	}
 	for i, g := range dev.GIDs() {
-		fmt.Fprintf(&b, "\t\t\tGID[%3d]:\t\t%s, RoCE v2\n", i, gidText(g))
+		fmt.Fprintf(&b, "\t\t\tGID[%3d]:\t\t%s, RoCE v2\n", i, oob.FormatGID(g.As16()))
 	}
 	_, _ = io.WriteString(w, b.String())
-}
-
-// gidText prints an IPv4-mapped GID the way ibv_devinfo does
-// (::ffff:a.b.c.d) and other GIDs in plain IPv6 form.
-func gidText(g netip.Addr) string {
-	if g.Is4In6() || g.Is4() {
-		return "::ffff:" + g.Unmap().String()
-	}
-	return g.String()
 }
 
 func atomicCap(c int) string {
