@@ -3,6 +3,7 @@ package qp
 import (
 	"net/netip"
 	"sync"
+	"sync/atomic"
 )
 
 // wqeState is where a send WQE is in its life, as rxe's wqe_state.
@@ -38,8 +39,9 @@ func (w *wqe) isReadOrAtomic() bool {
 }
 
 // sendQueue is a bounded ring of WQEs. Producers (PostSend) append under
-// mu; the owner goroutine works on [head, tail) and retires from head,
-// also under mu, so a slot is never reused while the owner reads it. mu
+// mu and publish the slot by storing tail, which the owner goroutine
+// loads without the lock; the owner works on [head, tail) and retires
+// from head under mu, so a slot is never reused while the owner reads it. mu
 // also orders posts against a reset and Close: PostSend checks the QP
 // state and appends in one critical section, and the move to RESET
 // empties the ring and changes the state in one, so no WR slips into a
@@ -47,9 +49,9 @@ func (w *wqe) isReadOrAtomic() bool {
 type sendQueue struct {
 	mu     sync.Mutex
 	ring   []wqe
-	head   uint64 // oldest WQE not yet completed (owner only writes)
-	tail   uint64 // next slot to fill (producer only writes)
-	closed bool   // the QP was destroyed: refuse posts
+	head   uint64        // oldest WQE not yet completed (owner only writes)
+	tail   atomic.Uint64 // next slot to fill (producers store it under mu)
+	closed bool          // the QP was destroyed: refuse posts
 }
 
 // Per-slot preallocation bounds: enough for the common case (a few SGEs,
@@ -87,10 +89,11 @@ func (s *sendQueue) at(i uint64) *wqe { return &s.ring[i%uint64(len(s.ring))] }
 
 // pushLocked appends a copy of wr; s.mu must be held.
 func (s *sendQueue) pushLocked(wr *SendWR) error {
-	if s.tail-s.head == uint64(len(s.ring)) {
+	tail := s.tail.Load()
+	if tail-s.head == uint64(len(s.ring)) {
 		return ErrSendFull
 	}
-	w := s.at(s.tail)
+	w := s.at(tail)
 	sgl, inl := w.sgl[:0], w.inline[:0]
 	// Copy field by field: storing wr's slice headers in the ring, even
 	// briefly, would make every caller's SGE list escape to the heap.
@@ -115,7 +118,7 @@ func (s *sendQueue) pushLocked(wr *SendWR) error {
 	w.length = int(wr.Len())
 	w.sent, w.recvd = 0, 0
 	w.hasRdAtomic = false
-	s.tail++
+	s.tail.Store(tail + 1) // after the slot is written: publishes it
 	return nil
 }
 
@@ -133,12 +136,7 @@ func cloneAddr(a netip.Addr) netip.Addr {
 }
 
 // published returns the producer index; WQEs before it are visible.
-func (s *sendQueue) published() uint64 {
-	s.mu.Lock()
-	t := s.tail
-	s.mu.Unlock()
-	return t
-}
+func (s *sendQueue) published() uint64 { return s.tail.Load() }
 
 // retire advances head past one WQE.
 func (s *sendQueue) retire() {
@@ -148,11 +146,11 @@ func (s *sendQueue) retire() {
 }
 
 // clearLocked discards every WQE (the move to RESET); s.mu must be held.
-func (s *sendQueue) clearLocked() { s.head = s.tail }
+func (s *sendQueue) clearLocked() { s.head = s.tail.Load() }
 
 // Outstanding returns the number of WQEs posted and not yet completed.
 func (s *sendQueue) Outstanding() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return int(s.tail - s.head)
+	return int(s.tail.Load() - s.head)
 }
