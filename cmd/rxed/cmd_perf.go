@@ -268,6 +268,7 @@ type perfQP struct {
 	src, target, recv int
 	srcLen            int
 	remote            oob.Key
+	sge               [1]ib.SGE // the SGL of every WR sendWR builds
 }
 
 // perfRun is one side of a perf run.

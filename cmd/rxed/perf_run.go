@@ -125,16 +125,15 @@ func (r *perfRun) sendWR(q *perfQP, seq uint64, size int, signaled bool) ib.Send
 	if signaled {
 		wr.Flags = ib.SendSignaled
 	}
-	src := r.mr.IOVA() + uint64(q.src)
+	src, length := r.mr.IOVA()+uint64(q.src), uint32(size)
 	switch o.test.Verb {
 	case oob.VerbWrite:
 		wr.Opcode = ib.WRRDMAWrite
-		wr.SGL = []ib.SGE{{Addr: src, Length: uint32(size), LKey: r.mr.LKey()}}
 	case oob.VerbRead:
 		wr.Opcode = ib.WRRDMARead
-		wr.SGL = []ib.SGE{{Addr: src + (seq%2)*uint64(size), Length: uint32(size), LKey: r.mr.LKey()}}
+		src += (seq % 2) * uint64(size)
 	case oob.VerbAtomic:
-		wr.SGL = []ib.SGE{{Addr: src + (seq%uint64(o.txDepth))*8, Length: 8, LKey: r.mr.LKey()}}
+		src, length = src+(seq%uint64(o.txDepth))*8, 8
 		if o.atomicType == "CMP_AND_SWAP" {
 			wr.Opcode, wr.CompareAdd, wr.Swap = ib.WRAtomicCmpAndSwp, 0, perfSwapValue
 		} else {
@@ -142,11 +141,14 @@ func (r *perfRun) sendWR(q *perfQP, seq uint64, size int, signaled bool) ib.Send
 		}
 	case oob.VerbSend:
 		wr.Opcode = ib.WRSend
-		wr.SGL = []ib.SGE{{Addr: src, Length: uint32(size), LKey: r.mr.LKey()}}
 		if o.conn == ib.UD {
 			ib.UDSend(&wr, q.ah, q.remote.QPN, perfQKey)
 		}
 	}
+	// PostSend copies the SGL, so every WR of q can use q.sge: no
+	// allocation per WR.
+	q.sge[0] = ib.SGE{Addr: src, Length: length, LKey: r.mr.LKey()}
+	wr.SGL = q.sge[:]
 	return wr
 }
 
