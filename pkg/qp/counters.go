@@ -40,25 +40,17 @@ var CounterNames = []string{
 
 // Snapshot returns every counter by name (see CounterNames).
 func (c *Counters) Snapshot() map[string]uint64 {
-	return map[string]uint64{
-		"sent_pkts":              c.SentPkts.Load(),
-		"rcvd_pkts":              c.RcvdPkts.Load(),
-		"duplicate_request":      c.DuplicateRequest.Load(),
-		"out_of_seq_request":     c.OutOfSeqRequest.Load(),
-		"rcvd_rnr_err":           c.RcvdRNRErr.Load(),
-		"send_rnr_err":           c.SendRNRErr.Load(),
-		"rcvd_seq_err":           c.RcvdSeqErr.Load(),
-		"ack_deferred":           c.AckDeferred.Load(),
-		"retry_exceeded_err":     c.RetryExceededErr.Load(),
-		"retry_rnr_exceeded_err": c.RetryRNRExceededErr.Load(),
-		"completer_retry_err":    c.CompleterRetryErr.Load(),
-		"send_err":               c.SendErr.Load(),
-		"link_downed":            c.LinkDowned.Load(),
-		"rdma_sends":             c.RDMASends.Load(),
-		"rdma_recvs":             c.RDMARecvs.Load(),
-		"cnp_rcvd":               c.CNPRcvd.Load(),
-		"retransmit_timeouts":    c.RetransmitTimeouts.Load(),
-		"implied_naks":           c.ImpliedNAKs.Load(),
-		"replayed_responses":     c.ResponderResourceHit.Load(),
+	// In CounterNames order.
+	fields := [...]*atomic.Uint64{
+		&c.SentPkts, &c.RcvdPkts, &c.DuplicateRequest, &c.OutOfSeqRequest,
+		&c.RcvdRNRErr, &c.SendRNRErr, &c.RcvdSeqErr, &c.AckDeferred,
+		&c.RetryExceededErr, &c.RetryRNRExceededErr, &c.CompleterRetryErr,
+		&c.SendErr, &c.LinkDowned, &c.RDMASends, &c.RDMARecvs,
+		&c.CNPRcvd, &c.RetransmitTimeouts, &c.ImpliedNAKs, &c.ResponderResourceHit,
 	}
+	m := make(map[string]uint64, len(fields))
+	for i, f := range fields {
+		m[CounterNames[i]] = f.Load()
+	}
+	return m
 }
