@@ -36,32 +36,98 @@ const (
 )
 
 // headers builds the IP and UDP headers Linux sends for pkt (the whole UDP
-// payload). Only unmasked fields matter to the ICRC. The IP header is 20
-// bytes long exactly when the flow is IPv4.
+// payload). Only unmasked fields matter to the ICRC, so the IPv4 header
+// checksum (masked) is left 0. The IP header is 20 bytes long exactly when
+// the flow is IPv4.
 func (f Flow) headers(ip *ipHeaderBuf, udp *[8]byte, pktLen int) []byte {
-	binary.BigEndian.PutUint16(udp[0:], f.Src.Port())
-	binary.BigEndian.PutUint16(udp[2:], f.Dst.Port())
-	binary.BigEndian.PutUint16(udp[4:], uint16(8+pktLen))
+	f.putUDP(udp[:], pktLen)
+	return ip[:f.putIP(ip[:], 8+pktLen)]
+}
+
+// putIP writes the IP header of a datagram of udpLen bytes (UDP header
+// included) into b, which must be zero, without the IPv4 header checksum,
+// and returns its length.
+func (f Flow) putIP(b []byte, udpLen int) int {
 	src, dst := f.Src.Addr().Unmap(), f.Dst.Addr().Unmap()
 	if src.Is4() && dst.Is4() {
-		ip[0] = 0x45
-		binary.BigEndian.PutUint16(ip[2:], uint16(20+8+pktLen))
-		binary.BigEndian.PutUint16(ip[6:], ipv4FlagDF)
-		ip[8] = 64
-		ip[9] = ipv4ProtoUDP
+		b = b[:20]
+		b[0] = 0x45
+		binary.BigEndian.PutUint16(b[2:], uint16(20+udpLen))
+		binary.BigEndian.PutUint16(b[6:], ipv4FlagDF)
+		b[8] = 64
+		b[9] = ipv4ProtoUDP
 		s, d := src.As4(), dst.As4()
-		copy(ip[12:16], s[:])
-		copy(ip[16:20], d[:])
-		return ip[:20]
+		copy(b[12:16], s[:])
+		copy(b[16:20], d[:])
+		return 20
 	}
-	ip[0] = 0x60
-	binary.BigEndian.PutUint16(ip[4:], uint16(8+pktLen))
-	ip[6] = ipv4ProtoUDP
-	ip[7] = 64
+	b = b[:40]
+	b[0] = 0x60
+	binary.BigEndian.PutUint16(b[4:], uint16(udpLen))
+	b[6] = ipv4ProtoUDP
+	b[7] = 64
 	s, d := src.As16(), dst.As16()
-	copy(ip[8:24], s[:])
-	copy(ip[24:40], d[:])
-	return ip[:40]
+	copy(b[8:24], s[:])
+	copy(b[24:40], d[:])
+	return 40
+}
+
+// putUDP writes the UDP header for a payload of payloadLen bytes, checksum
+// 0 as rdma_rxe sends (the ICRC masks it).
+func (f Flow) putUDP(b []byte, payloadLen int) {
+	binary.BigEndian.PutUint16(b[0:], f.Src.Port())
+	binary.BigEndian.PutUint16(b[2:], f.Dst.Port())
+	binary.BigEndian.PutUint16(b[4:], uint16(8+payloadLen))
+	b[6], b[7] = 0, 0
+}
+
+// PutIPHeader writes into b the IP header Linux sends for a UDP datagram
+// of udpLen bytes (UDP header included) on flow f (see Seal: IPv4 TOS 0,
+// ID 0, DF, TTL 64, with its header checksum; IPv6 traffic class and flow
+// label 0, hop limit 64) and returns its length: 20 for an IPv4 flow, 40
+// otherwise. b must hold 40 bytes for IPv6. It is the header the ICRC of
+// Seal covers, for whoever needs it whole: a pcap writer, a UD GRH.
+func (f Flow) PutIPHeader(b []byte, udpLen int) int {
+	if f.IsIPv4() {
+		clear(b[:20])
+	} else {
+		clear(b[:40])
+	}
+	n := f.putIP(b, udpLen)
+	if n == 20 {
+		binary.BigEndian.PutUint16(b[10:], IPv4Checksum(b[:20]))
+	}
+	return n
+}
+
+// PutHeaders writes the IP header (PutIPHeader) and the UDP header
+// (checksum 0) of a datagram carrying payloadLen bytes on flow f, and
+// returns the IP header's length; the UDP header follows it.
+func (f Flow) PutHeaders(b []byte, payloadLen int) int {
+	n := f.PutIPHeader(b, 8+payloadLen)
+	f.putUDP(b[n:], payloadLen)
+	return n
+}
+
+// SetIPv4ID replaces the Identification of the IPv4 header ip (20 bytes)
+// and fixes its checksum.
+func SetIPv4ID(ip []byte, id uint16) {
+	binary.BigEndian.PutUint16(ip[4:], id)
+	ip[10], ip[11] = 0, 0
+	binary.BigEndian.PutUint16(ip[10:], IPv4Checksum(ip[:20]))
+}
+
+// IPv4Checksum is the Internet checksum of an IPv4 header h (0 for a
+// header whose checksum field is right).
+func IPv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(h[i])<<8 | uint32(h[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
 }
 
 // ipHeaderBuf is big enough for both header kinds; the IPv6 one needs 40.

@@ -238,3 +238,39 @@ func TestSealGatherMatchesSeal(t *testing.T) {
 	flows[0].SealGather(make([]byte, BTHLen), nil, tr[:3])
 	require.Equal(t, []byte{1, 2, 3, 4}, tr)
 }
+
+// TestPutHeadersAreTheSealedOnes: the headers PutHeaders writes (IPv4 with
+// its checksum, IPv6, UDP) are the ones Seal's ICRC covers, and SetIPv4ID
+// keeps the IPv4 checksum right.
+func TestPutHeadersAreTheSealedOnes(t *testing.T) {
+	for _, f := range []Flow{
+		{Src: netip.MustParseAddrPort("10.0.0.1:49152"), Dst: netip.MustParseAddrPort("10.0.0.2:4791")},
+		{Src: netip.MustParseAddrPort("[::ffff:10.0.0.1]:49152"), Dst: netip.MustParseAddrPort("10.0.0.2:4791")},
+		{Src: netip.MustParseAddrPort("[fd00::1]:49152"), Dst: netip.MustParseAddrPort("[fd00::2]:4791")},
+	} {
+		pkt := make([]byte, BTHLen+100+ICRCLen)
+		for i := range pkt {
+			pkt[i] = byte(i * 7)
+		}
+		f.Seal(pkt)
+		var h [48]byte
+		for i := range h {
+			h[i] = 0xAA // PutHeaders must not depend on what was there
+		}
+		n := f.PutHeaders(h[:], len(pkt))
+		want := map[bool]int{true: 20, false: 40}[f.IsIPv4()]
+		require.Equal(t, want, n, "%v", f)
+		require.Equal(t, binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]), ICRC(h[:n], h[n:n+8], pkt[:len(pkt)-ICRCLen]), "%v", f)
+		require.Equal(t, uint16(8+len(pkt)), binary.BigEndian.Uint16(h[n+4:]), "UDP length")
+		require.Zero(t, binary.BigEndian.Uint16(h[n+6:]), "UDP checksum 0, as rxe sends")
+		if n == 20 {
+			require.Zero(t, IPv4Checksum(h[:20]), "IPv4 header checksum verifies")
+			SetIPv4ID(h[:20], 0xBEEF)
+			require.Equal(t, uint16(0xBEEF), binary.BigEndian.Uint16(h[4:]))
+			require.Zero(t, IPv4Checksum(h[:20]))
+			v, id := f.Verify(pkt)
+			require.Equal(t, ICRCOK, v)
+			require.Zero(t, id)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/pkg/wire"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -126,7 +127,7 @@ func TestKernelSendsPredictableIPv4Header(t *testing.T) {
 		require.Equal(t, lo1.AsSlice(), ip[12:16])
 		require.Equal(t, lo2.AsSlice(), ip[16:20])
 		var want [20]byte
-		putIPv4Header(want[:], lo1, lo2, 8+size)
+		wire.Flow{Src: netip.AddrPortFrom(lo1, 0), Dst: netip.AddrPortFrom(lo2, 0)}.PutIPHeader(want[:], 8+size)
 		require.Equal(t, want[:], ip[:20], "reconstructed header (incl. checksum) equals the kernel's")
 		udp := ip[20:28]
 		require.Equal(t, a.LocalAddrs()[0].Port(), binary.BigEndian.Uint16(udp[0:2]))
@@ -150,7 +151,7 @@ func TestKernelSendsPredictableIPv6Header(t *testing.T) {
 	receiveN(t, b, 1, MaxDatagramSize)
 	ip := capt.next(t, p)[14:]
 	var want [40]byte
-	putIPv6Header(want[:], lo6, lo6, 8+len(p))
+	wire.Flow{Src: netip.AddrPortFrom(lo6, 0), Dst: netip.AddrPortFrom(lo6, 0)}.PutIPHeader(want[:], 8+len(p))
 	require.Equal(t, byte(0x60), ip[0]&0xf0, "version")
 	require.Equal(t, byte(0), (ip[0]&0x0f)<<4|ip[1]>>4, "traffic class")
 	require.Equal(t, want[4:8], ip[4:8], "payload length, next header, hop limit 64")

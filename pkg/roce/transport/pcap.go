@@ -149,23 +149,19 @@ func (r *PcapRecorder) record(data []byte, src, dst netip.AddrPort, received boo
 	putMAC(f[0:6], d)
 	putMAC(f[6:12], s)
 	off := ethHeaderLen
+	et := layers.EthernetTypeIPv6
 	if s.Is4() {
-		binary.BigEndian.PutUint16(f[12:], uint16(layers.EthernetTypeIPv4))
-		putIPv4Header(f[off:], s, d, udpHeaderLen+len(data))
-		if received && !r.keep0 {
-			fl := wire.Flow{Src: netip.AddrPortFrom(s, src.Port()), Dst: netip.AddrPortFrom(d, dst.Port())}
-			if v, id := fl.Verify(data); v == wire.ICRCOK && id != 0 {
-				setIPv4ID(f[off:], id)
-			}
-		}
-		off += ipv4HeaderLen
-	} else {
-		binary.BigEndian.PutUint16(f[12:], uint16(layers.EthernetTypeIPv6))
-		putIPv6Header(f[off:], s, d, udpHeaderLen+len(data))
-		off += ipv6HeaderLen
+		et = layers.EthernetTypeIPv4
 	}
-	putUDPHeader(f[off:], src.Port(), dst.Port(), len(data))
-	off += udpHeaderLen
+	binary.BigEndian.PutUint16(f[12:], uint16(et))
+	fl := wire.Flow{Src: netip.AddrPortFrom(s, src.Port()), Dst: netip.AddrPortFrom(d, dst.Port())}
+	ipLen := fl.PutHeaders(f[off:], len(data))
+	if s.Is4() && received && !r.keep0 {
+		if v, id := fl.Verify(data); v == wire.ICRCOK && id != 0 {
+			wire.SetIPv4ID(f[off:], id)
+		}
+	}
+	off += ipLen + udpHeaderLen
 	off += copy(f[off:], data)
 	ci := gopacket.CaptureInfo{Timestamp: r.clock(), CaptureLength: off, Length: off}
 	if err := r.w.WritePacket(ci, f[:off]); err != nil {

@@ -140,7 +140,7 @@ func TestPcapRecorderFrames(t *testing.T) {
 						require.Equal(t, uint16(0), f.ip4.Id)
 						require.Equal(t, layers.IPv4DontFragment, f.ip4.Flags)
 						require.Equal(t, uint8(64), f.ip4.TTL)
-						require.Equal(t, ipv4Checksum(f.ip4.Contents), uint16(0), "header checksum verifies")
+						require.Equal(t, wire.IPv4Checksum(f.ip4.Contents), uint16(0), "header checksum verifies")
 					} else {
 						require.NotNil(t, f.ip6)
 						require.Equal(t, tc.src.Addr().AsSlice(), []byte(f.ip6.SrcIP))
@@ -167,12 +167,10 @@ func TestPcapRecorderSolvesRxeIPv4ID(t *testing.T) {
 	require.NoError(t, err)
 
 	p := rocePacket(7, 100)
-	var ip [20]byte
-	putIPv4Header(ip[:], src.Addr(), dst.Addr(), 8+len(p))
-	setIPv4ID(ip[:], 0x2f1c)
-	var udp [8]byte
-	putUDPHeader(udp[:], src.Port(), dst.Port(), len(p))
-	binary.LittleEndian.PutUint32(p[len(p)-4:], wire.ICRC(ip[:], udp[:], p[:len(p)-4]))
+	var hdrs [28]byte
+	wire.Flow{Src: src, Dst: dst}.PutHeaders(hdrs[:], len(p))
+	wire.SetIPv4ID(hdrs[:20], 0x2f1c)
+	binary.LittleEndian.PutUint32(p[len(p)-4:], wire.ICRC(hdrs[:20], hdrs[20:], p[:len(p)-4]))
 	bad := append([]byte(nil), p...)
 	bad[20] ^= 1 // corrupt: the ID cannot be solved, frame keeps ID 0
 
@@ -182,7 +180,7 @@ func TestPcapRecorderSolvesRxeIPv4ID(t *testing.T) {
 	require.Len(t, frames, 2)
 	require.Equal(t, uint16(0x2f1c), frames[0].ip4.Id)
 	require.Equal(t, wire.ICRCOK, icrcOK(frames[0]))
-	require.Equal(t, uint16(0), ipv4Checksum(frames[0].ip4.Contents))
+	require.Equal(t, uint16(0), wire.IPv4Checksum(frames[0].ip4.Contents))
 	require.Equal(t, uint16(0), frames[1].ip4.Id)
 	require.Equal(t, wire.ICRCBad, icrcOK(frames[1]))
 
