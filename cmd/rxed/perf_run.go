@@ -91,11 +91,16 @@ func (r *perfRun) run(ctx context.Context, sess *oob.Session, local oob.Key, clo
 // wait for an error; it is only called then, so that the measured loops
 // do not format a message per poll.
 func (r *perfRun) waitWC(ctx context.Context, wcs []ib.WC, what func() string) (int, error) {
-	wctx, cancel := context.WithTimeout(ctx, r.o.ef.timeout)
-	defer cancel()
-	n, err := r.cq.WaitPoll(wctx, wcs)
-	if err != nil {
-		return 0, fmt.Errorf("no completion within %v while %s (peer gone?)", r.o.ef.timeout, what())
+	// Completions already there need no timer: poll before arming one.
+	n := r.cq.Poll(wcs)
+	if n == 0 {
+		wctx, cancel := context.WithTimeout(ctx, r.o.ef.timeout)
+		var err error
+		n, err = r.cq.WaitPoll(wctx, wcs)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("no completion within %v while %s (peer gone?)", r.o.ef.timeout, what())
+		}
 	}
 	for _, wc := range wcs[:n] {
 		if wc.Status != ib.WCSuccess {
