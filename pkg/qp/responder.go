@@ -438,18 +438,22 @@ func (q *QP) executeWrite(env Env, p *wire.Packet, psn PSN, start bool) {
 	r := &q.resp
 	fl := p.Info.Flags
 	end := fl&(wire.FlagLast|wire.FlagOnly) != 0
+	// whole is the first packet's check of the whole target, used for the
+	// copy when the packet carries all of it (a one-packet WRITE).
+	var whole mr.Region
+	defer whole.Release()
 	if start {
 		r.va, r.rkey, r.length = p.RETH.VA(), p.RETH.RKey(), int(p.RETH.DMALen())
 		r.resid = r.length
 		if r.resid > 0 {
 			// Check the whole target once so a bad WRITE leaves memory
 			// untouched (rxe check_rkey on the first packet).
-			reg, err := q.mem.LookupQP(r.rkey, mr.RKey, q.pd, q.num, r.va, uint64(r.resid), mr.RemoteWrite)
+			var err error
+			whole, err = q.mem.LookupQP(r.rkey, mr.RKey, q.pd, q.num, r.va, uint64(r.resid), mr.RemoteWrite)
 			if err != nil {
 				q.rkeyError(env, psn, err)
 				return
 			}
-			reg.Release()
 		}
 	}
 	n := len(p.Payload)
@@ -464,13 +468,17 @@ func (q *QP) executeWrite(env Env, p *wire.Packet, psn PSN, start bool) {
 		return
 	}
 	if n > 0 {
-		reg, err := q.mem.LookupQP(r.rkey, mr.RKey, q.pd, q.num, r.va, uint64(n), mr.RemoteWrite)
-		if err != nil {
-			q.rkeyError(env, psn, err)
-			return
+		if whole.Len() == n {
+			copy(whole.Bytes(), p.Payload)
+		} else {
+			reg, err := q.mem.LookupQP(r.rkey, mr.RKey, q.pd, q.num, r.va, uint64(n), mr.RemoteWrite)
+			if err != nil {
+				q.rkeyError(env, psn, err)
+				return
+			}
+			copy(reg.Bytes(), p.Payload)
+			reg.Release()
 		}
-		copy(reg.Bytes(), p.Payload)
-		reg.Release()
 		r.va += uint64(n)
 		r.resid -= n
 	}
