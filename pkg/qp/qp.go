@@ -459,7 +459,6 @@ func (q *QP) flush() {
 			q.rcq.Push(WC{ID: q.rxWR.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.num})
 		}
 	}
-	q.resp.recvValid = false
 }
 
 // Deadline returns the earliest armed timer, or the zero time.

@@ -61,7 +61,6 @@ func (r *responder) reset() {
 	res, held := r.res, r.held
 	*r = responder{opcode: -1, res: res, held: held}
 	clear(r.res)
-	r.resNext = 0
 }
 
 func (r *responder) resizeResources(n int) {
