@@ -397,34 +397,12 @@ func (q *QP) udRecvError(st WCStatus) {
 // writeGRH fills the first 40 bytes of a UD receive buffer with the GRH,
 // or for IPv4 with 20 zero bytes and the IPv4 header, as rxe does.
 func (q *QP) writeGRH(ri *RecvInfo, udpPayload int) bool {
-	var grh [40]byte
-	src, dst := ri.Src.Addr(), ri.Dst.Addr()
-	if src.Unmap().Is4() && dst.Unmap().Is4() {
-		ip := grh[20:]
-		ip[0] = 0x45
-		binary.BigEndian.PutUint16(ip[2:], uint16(20+8+udpPayload))
-		binary.BigEndian.PutUint16(ip[6:], 0x4000)
-		ip[8] = 64
-		ip[9] = 17
-		s, d := src.Unmap().As4(), dst.Unmap().As4()
-		copy(ip[12:16], s[:])
-		copy(ip[16:20], d[:])
-		var sum uint32
-		for i := 0; i < 20; i += 2 {
-			sum += uint32(binary.BigEndian.Uint16(ip[i:]))
-		}
-		for sum > 0xFFFF {
-			sum = sum&0xFFFF + sum>>16
-		}
-		binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	var grh [40]byte // the headers Linux sent, which the ICRC covered
+	fl := wire.Flow{Src: ri.Src, Dst: ri.Dst}
+	if fl.IsIPv4() {
+		fl.PutIPHeader(grh[20:], 8+udpPayload)
 	} else {
-		grh[0] = 0x60
-		binary.BigEndian.PutUint16(grh[4:], uint16(8+udpPayload))
-		grh[6] = 17
-		grh[7] = 64
-		s, d := src.As16(), dst.As16()
-		copy(grh[8:24], s[:])
-		copy(grh[24:40], d[:])
+		fl.PutIPHeader(grh[:], 8+udpPayload)
 	}
 	if q.resp.recvLen < len(grh) || !q.scatter(q.resp.recv.SGL, grh[:], 0) {
 		return false
