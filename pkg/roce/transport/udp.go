@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 )
 
 // DefaultSocketBufferBytes is the SO_RCVBUF/SO_SNDBUF size OpenUDP asks for.
@@ -76,7 +77,7 @@ type udpSocket struct {
 	local  netip.AddrPort
 	is6    bool
 	free   chan *rxBatch // capacity MaxLentBatches, so recycling never blocks
-	made   int           // batches allocated; only the socket's reader touches it
+	made   atomic.Int32  // batches allocated
 	ovfl   uint32        // the kernel's drop count last seen (SO_RXQ_OVFL); the reader's
 	slotSz int
 	sys    sockSys // platform state: raw conn, tx structures, offload flags
@@ -94,11 +95,15 @@ type udpConn struct {
 	once   sync.Once
 	wg     sync.WaitGroup
 
-	rxMu   sync.Mutex // serialises Receive; guards cur and the cursor
-	direct *udpSocket // the only socket, read by Receive itself (no reader goroutine)
-	cur    *rxBatch
-	curMsg int // index of the message being copied out
-	curOff int // byte offset of the next datagram inside it
+	rxMu      sync.Mutex  // serialises Receive; guards cur and the cursor
+	waitMu    sync.Mutex  // serialises ReceiveLentLocked's waits (it waits without rxMu)
+	lockMu    sync.Locker // ReceiveLentLocked's caller's lock, under waitMu
+	holdFn    func() bool // holdForRead, bound once
+	releaseFn func()      // releaseRead, bound once
+	direct    *udpSocket  // the only socket, read by Receive itself (no reader goroutine)
+	cur       *rxBatch
+	curMsg    int // index of the message being copied out
+	curOff    int // byte offset of the next datagram inside it
 }
 
 // OpenUDP opens one unconnected UDP socket per address in cfg.Addrs and
@@ -167,6 +172,7 @@ func OpenUDP(cfg UDPConfig) (Conn, error) {
 		// reader goroutine (one wake-up less per datagram burst, which is
 		// most of a round trip's overhead on loopback).
 		c.direct = c.socks[0]
+		c.holdFn, c.releaseFn = c.holdForRead, c.releaseRead
 		return c, nil
 	}
 	for _, s := range c.socks {
@@ -208,17 +214,9 @@ func (s *udpSocket) readLoop() {
 
 // getBatch returns a free batch, allocating one while fewer than
 // MaxLentBatches exist, else waiting for one to be released; nil once the
-// Conn is closed. Only the socket's reader calls it.
+// Conn is closed.
 func (s *udpSocket) getBatch() *rxBatch {
-	select {
-	case b := <-s.free:
-		return b
-	default:
-	}
-	if s.made < MaxLentBatches {
-		s.made++
-		b := newRxBatch(s, s.conn.batchSize)
-		b.lease.home = b
+	if b := s.tryGetBatch(); b != nil {
 		return b
 	}
 	select {
@@ -227,6 +225,22 @@ func (s *udpSocket) getBatch() *rxBatch {
 	case <-s.conn.closed:
 		return nil
 	}
+}
+
+// tryGetBatch is getBatch without the wait: nil when every batch is lent.
+func (s *udpSocket) tryGetBatch() *rxBatch {
+	select {
+	case b := <-s.free:
+		return b
+	default:
+	}
+	if s.made.Add(1) <= MaxLentBatches {
+		b := newRxBatch(s, s.conn.batchSize)
+		b.lease.home = b
+		return b
+	}
+	s.made.Add(-1)
+	return nil
 }
 
 func (c *udpConn) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
@@ -306,8 +320,7 @@ func (c *udpConn) fill() error {
 			return err
 		}
 	}
-	b.lease.open()
-	c.cur, c.curMsg, c.curOff = b, 0, 0
+	c.open(b, b.n)
 	return nil
 }
 

@@ -60,11 +60,21 @@ type sockSys struct {
 	gso atomic.Bool // cleared at run time if the kernel or device refuses GSO
 	gro bool
 
-	// Receive side, used only by the socket's reader goroutine.
-	rxHdrs []mmsghdr
-	rxN    int
-	rxErr  error
-	recvFn func(uintptr) bool
+	// Receive side, used by one receiver at a time: the socket's reader
+	// goroutine, or (one socket, no reader) whoever holds the Conn's
+	// receive lock.
+	rxHdrs   []mmsghdr
+	rxN      int
+	rxErr    error
+	recvFn   func(uintptr) bool
+	hookedFn func(uintptr) bool // recvHooked, bound once
+	pollFn   func(uintptr)      // recvPolled, bound once
+	hookHdrs []mmsghdr          // readBatchHooked's batch
+	hold     func() bool        // readBatchHooked's locks
+	release  func()
+	held     bool // the last hooked attempt returned holding the locks
+	skipped  bool // ... without taking datagrams (hold said no)
+	polled   bool // the last poll took datagrams
 
 	// Send side, under txMu.
 	txMu    sync.Mutex
@@ -181,6 +191,8 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 		s.slotSz = groSlotSize
 	}
 	s.sys.recvFn = s.sys.recv
+	s.sys.hookedFn = s.sys.recvHooked
+	s.sys.pollFn = s.sys.recvPolled
 	s.sys.sendFn = s.sys.send
 	n := cfg.BatchSize
 	s.sys.txHdrs = make([]mmsghdr, n)
@@ -223,6 +235,61 @@ func newRxBatch(s *udpSocket, batchSize int) *rxBatch {
 // readBatch blocks until the socket has data, then receives as many messages
 // as are queued (up to the batch's slots) and parses them into b.msgs.
 func (s *udpSocket) readBatch(b *rxBatch) (int, error) {
+	s.prepareRead(b)
+	if err := s.sys.rc.Read(s.sys.recvFn); err != nil {
+		return 0, err
+	}
+	return s.finishRead(b)
+}
+
+// readBatchHooked is readBatch for a socket that pollers read too: each
+// attempt to take datagrams from the kernel first calls hold, which takes
+// the locks that order the socket's receivers and reports whether to go
+// on (false: return 0 with the locks held, something else is to be handed
+// out first); an attempt that finds nothing calls release before it waits.
+// held reports whether the locks are held on return (always, unless err
+// comes from waiting: the socket was closed).
+func (s *udpSocket) readBatchHooked(b *rxBatch, hold func() bool, release func()) (n int, held bool, err error) {
+	s.resetSlots(b)
+	y := &s.sys
+	y.hold, y.release, y.held = hold, release, false
+	y.hookHdrs = b.sys.hdrs // rxHdrs is the pollers' too: set under the locks
+	err = y.rc.Read(y.hookedFn)
+	y.hold, y.release, y.hookHdrs = nil, nil, nil
+	if err != nil || !y.held {
+		return 0, false, err
+	}
+	if y.skipped {
+		return 0, true, nil
+	}
+	n, err = s.finishRead(b)
+	return n, true, err
+}
+
+// pollBatch receives into b what the kernel has queued, without waiting:
+// 0 when nothing is. The caller serialises it with the socket's other
+// receivers.
+func (s *udpSocket) pollBatch(b *rxBatch) (int, error) {
+	s.prepareRead(b)
+	y := &s.sys
+	y.polled = false
+	if err := y.rc.Control(y.pollFn); err != nil {
+		return 0, err
+	}
+	if !y.polled {
+		return 0, nil
+	}
+	return s.finishRead(b)
+}
+
+// prepareRead points the receive call at b's slots, reset for the kernel.
+func (s *udpSocket) prepareRead(b *rxBatch) {
+	s.resetSlots(b)
+	s.sys.rxHdrs = b.sys.hdrs
+}
+
+// resetSlots readies b's slots for the kernel.
+func (s *udpSocket) resetSlots(b *rxBatch) {
 	y := &b.sys
 	for i := range y.hdrs {
 		h := &y.hdrs[i].hdr
@@ -231,10 +298,11 @@ func (s *udpSocket) readBatch(b *rxBatch) (int, error) {
 		h.Flags = 0
 		y.hdrs[i].len = 0
 	}
-	s.sys.rxHdrs = y.hdrs
-	if err := s.sys.rc.Read(s.sys.recvFn); err != nil {
-		return 0, err
-	}
+}
+
+// finishRead parses what the receive call put into b.
+func (s *udpSocket) finishRead(b *rxBatch) (int, error) {
+	y := &b.sys
 	if s.sys.rxErr != nil {
 		return 0, os.NewSyscallError("recvmmsg", s.sys.rxErr)
 	}
@@ -254,6 +322,24 @@ func (s *udpSocket) readBatch(b *rxBatch) (int, error) {
 	}
 	return n, nil
 }
+
+// recvHooked is readBatchHooked's attempt (see there).
+func (y *sockSys) recvHooked(fd uintptr) bool {
+	if !y.hold() {
+		y.held, y.skipped = true, true
+		return true
+	}
+	y.rxHdrs = y.hookHdrs
+	if y.recv(fd) {
+		y.held, y.skipped = true, false
+		return true
+	}
+	y.release()
+	return false
+}
+
+// recvPolled is pollBatch's attempt.
+func (y *sockSys) recvPolled(fd uintptr) { y.polled = y.recv(fd) }
 
 func (y *sockSys) recv(fd uintptr) bool {
 	for {
@@ -564,3 +650,7 @@ func (s *udpSocket) noteOverflow(count uint32) {
 		s.conn.stats.dropRcvbuf.Add(uint64(d))
 	}
 }
+
+// canPollSockets: a Linux socket can be read without waiting (recvmmsg
+// with MSG_DONTWAIT).
+const canPollSockets = true

@@ -62,6 +62,23 @@ func (s *udpSocket) readBatch(b *rxBatch) (int, error) {
 	return 1, nil
 }
 
+// readBatchHooked holds the locks across the blocking read: elsewhere the
+// socket is not polled (pollBatch finds nothing), so nobody waits for them.
+func (s *udpSocket) readBatchHooked(b *rxBatch, hold func() bool, release func()) (int, bool, error) {
+	if !hold() {
+		return 0, true, nil
+	}
+	n, err := s.readBatch(b)
+	if err != nil {
+		release()
+		return 0, false, err
+	}
+	return n, true, nil
+}
+
+// pollBatch finds nothing: a net.UDPConn cannot be read without waiting.
+func (s *udpSocket) pollBatch(*rxBatch) (int, error) { return 0, nil }
+
 // writeBatch sends bufs, or dgrams (joined in a scratch buffer), one
 // datagram per system call.
 func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, _ netip.Addr) error {
@@ -84,3 +101,6 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 	}
 	return nil
 }
+
+// canPollSockets: a net.UDPConn cannot be read without waiting.
+const canPollSockets = false

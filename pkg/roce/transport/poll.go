@@ -1,0 +1,158 @@
+package transport
+
+import (
+	"errors"
+	"net"
+	"sync"
+)
+
+// Poller is a Lender that can also be read without waiting, so that a
+// goroutine spinning on a completion queue can receive and handle packets
+// itself instead of waiting for the goroutine blocked in a receive call
+// to be woken, run and hand them over: on loopback those wake-ups are
+// most of a round trip. RDMA applications that want low latency poll.
+//
+// Arrival order across receivers: ReceiveLentLocked waits without any
+// lock, and takes the caller's mu before it takes datagrams from the
+// kernel, returning with mu held. A caller that calls PollLent only under
+// the same mu, and handles what it got before it lets go of mu, sees the
+// datagrams in the order they arrived, whoever received them.
+type Poller interface {
+	Lender
+	// PollLent is ReceiveLent that never waits: it returns 0 at once when
+	// nothing is queued, when every receive batch is lent out, or when
+	// another call is taking datagrams at this moment. It only finds
+	// datagrams on a Conn that CanPoll.
+	PollLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (n int, err error)
+	// ReceiveLentLocked is ReceiveLent for a Conn that is also polled: it
+	// returns with mu locked when n > 0 and unlocked on error.
+	ReceiveLentLocked(pkts [][]byte, eps []Endpoint, leases []*Lease, mu sync.Locker) (n int, err error)
+	// CanPoll reports whether PollLent can find datagrams: on Linux, a
+	// Conn of one socket (with more, per-socket reader goroutines
+	// receive, and PollLent would only take their batches out of order
+	// with ReceiveLentLocked's, so it finds nothing).
+	CanPoll() bool
+}
+
+// CanPoll implements Poller.
+func (c *udpConn) CanPoll() bool { return c.direct != nil && canPollSockets }
+
+// PollLent implements Poller.
+func (c *udpConn) PollLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int, error) {
+	if len(eps) < len(pkts) || len(leases) < len(pkts) {
+		return 0, errShortLend
+	}
+	s := c.direct
+	if len(pkts) == 0 || s == nil || !c.rxMu.TryLock() {
+		return 0, nil
+	}
+	defer c.rxMu.Unlock()
+	if c.isClosed() {
+		return 0, errClosed
+	}
+	if c.cur == nil {
+		b := s.tryGetBatch()
+		if b == nil {
+			return 0, nil
+		}
+		n, err := s.pollBatch(b)
+		if n == 0 || err != nil {
+			s.free <- b
+			return 0, closedErr(err)
+		}
+		c.open(b, n)
+	}
+	return c.lend(pkts, eps, leases), nil
+}
+
+// ReceiveLentLocked implements Poller.
+func (c *udpConn) ReceiveLentLocked(pkts [][]byte, eps []Endpoint, leases []*Lease, mu sync.Locker) (int, error) {
+	if len(eps) < len(pkts) || len(leases) < len(pkts) {
+		return 0, errShortLend
+	}
+	s := c.direct
+	if s == nil || len(pkts) == 0 {
+		// Per-socket readers: nothing polls, so holding mu across the
+		// wait costs nobody anything.
+		mu.Lock()
+		n, err := c.ReceiveLent(pkts, eps, leases)
+		if err != nil {
+			mu.Unlock()
+		}
+		return n, err
+	}
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	c.lockMu = mu
+	defer func() { c.lockMu = nil }()
+	for {
+		b := s.getBatch()
+		if b == nil {
+			return 0, errClosed
+		}
+		n, held, err := s.readBatchHooked(b, c.holdFn, c.releaseFn)
+		if !held {
+			s.free <- b
+			return 0, closedErr(err)
+		}
+		// mu and rxMu are held.
+		if err != nil || n == 0 {
+			s.free <- b
+			if err == nil && c.isClosed() {
+				err = errClosed
+			}
+			if err != nil {
+				c.releaseRead()
+				return 0, err
+			}
+		} else {
+			c.open(b, n)
+		}
+		if c.cur != nil {
+			if n := c.lend(pkts, eps, leases); n > 0 {
+				c.rxMu.Unlock()
+				return n, nil
+			}
+		}
+		c.releaseRead()
+	}
+}
+
+// holdForRead takes ReceiveLentLocked's locks before datagrams are taken
+// from the kernel; it says no when a poller left datagrams to hand out
+// first, or the Conn is closed.
+func (c *udpConn) holdForRead() bool {
+	c.lockMu.Lock()
+	c.rxMu.Lock()
+	return c.cur == nil && !c.isClosed()
+}
+
+func (c *udpConn) releaseRead() {
+	c.rxMu.Unlock()
+	c.lockMu.Unlock()
+}
+
+// open makes b, just filled with n messages, the batch being handed out.
+// Called under rxMu.
+func (c *udpConn) open(b *rxBatch, n int) {
+	b.n = n
+	b.lease.open()
+	c.cur, c.curMsg, c.curOff = b, 0, 0
+}
+
+func (c *udpConn) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// closedErr reports a read on a closed socket as errClosed.
+func closedErr(err error) error {
+	if err != nil && errors.Is(err, net.ErrClosed) {
+		return errClosed
+	}
+	return err
+}
