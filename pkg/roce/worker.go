@@ -109,6 +109,18 @@ type worker struct {
 	txN    int
 	txEP   transport.Endpoint
 	txSize int
+	// txResp is the index of the batch's first response (ACK, READ
+	// response), or -1; txMixed: a request was added after it.
+	txResp  int
+	txMixed bool
+	txTmp   txScratch // for requestsFirst
+}
+
+// txScratch holds a batch's entries while requestsFirst reorders them.
+type txScratch struct {
+	bufs, out [][]byte
+	g         []transport.Gather
+	regs      []mr.Region
 }
 
 func newWorker(e *Engine, idx int) *worker {
@@ -129,6 +141,9 @@ func newWorker(e *Engine, idx int) *worker {
 		txG:     make([]transport.Gather, bs),
 		txRegs:  make([]mr.Region, bs),
 		txSize:  bs,
+		txResp:  -1,
+		txTmp: txScratch{bufs: make([][]byte, bs), out: make([][]byte, bs),
+			g: make([]transport.Gather, bs), regs: make([]mr.Region, bs)},
 	}
 	for i := range w.txBufs {
 		w.txBufs[i] = make([]byte, qp.MaxPacketLen)
@@ -612,6 +627,13 @@ func (w *worker) route(av *qp.AddrVector) (transport.Endpoint, error) {
 
 // added counts the packet just put in the batch, sending a full batch.
 func (w *worker) added() {
+	if wire.Opcode(w.txBufs[w.txN][0]).Info().Flags.Has(wire.FlagResponse) {
+		if w.txResp < 0 {
+			w.txResp = w.txN
+		}
+	} else if w.txResp >= 0 {
+		w.txMixed = true
+	}
 	w.txN++
 	if w.txN == w.txSize {
 		w.flush()
@@ -632,6 +654,10 @@ func (w *worker) flush() {
 	if w.txN == 0 {
 		return
 	}
+	if w.txMixed {
+		w.requestsFirst()
+	}
+	w.txResp, w.txMixed = -1, false
 	var err error
 	if w.e.gs != nil {
 		err = w.e.gs.SendGather(w.txG[:w.txN], w.txEP)
@@ -647,6 +673,47 @@ func (w *worker) flush() {
 		w.e.log.Debug("roce: send failed", "err", err, "n", w.txN)
 	}
 	w.txN = 0
+}
+
+// requestsFirst moves the batch's requests ahead of its responses,
+// keeping the order within each (a QP's responses must stay in PSN order,
+// and so must its requests; IBA orders nothing between the two
+// directions). The typical batch is an ACK and the answer the application
+// posted in the answer window: sent as [answer, ACK] the two are one UDP
+// GSO message (a shorter datagram may end a run), which crosses the
+// kernel once instead of twice; on loopback that is nearly half the cost
+// of a SEND round trip.
+func (w *worker) requestsFirst() {
+	t := &w.txTmp
+	n := w.txN
+	gather := w.e.gs != nil
+	k := 0
+	for pass := 0; pass < 2; pass++ {
+		wantResp := pass == 1
+		for i := range n {
+			if wire.Opcode(w.txBufs[i][0]).Info().Flags.Has(wire.FlagResponse) != wantResp {
+				continue
+			}
+			t.bufs[k], t.regs[k] = w.txBufs[i], w.txRegs[i]
+			if gather {
+				t.g[k] = w.txG[i]
+			} else {
+				t.out[k] = w.txOut[i]
+			}
+			k++
+		}
+	}
+	copy(w.txBufs, t.bufs[:n])
+	copy(w.txRegs, t.regs[:n])
+	clear(t.bufs[:n])
+	clear(t.regs[:n])
+	if gather {
+		copy(w.txG, t.g[:n])
+		clear(t.g[:n])
+	} else {
+		copy(w.txOut, t.out[:n])
+		clear(t.out[:n])
+	}
 }
 
 // localOps executes LOCAL_INV and BIND_MW with the engine's memory table.
