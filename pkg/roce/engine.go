@@ -107,6 +107,9 @@ type Engine struct {
 	nextQPN atomic.Uint32
 
 	lender    transport.Lender
+	poller    transport.Poller       // nil unless the Conn can be polled
+	rxMu      sync.Mutex             // whoever receives and dispatches: receive loop or a poller
+	rx        *rxBatch               // under rxMu
 	gs        transport.GatherSender // nil: the Conn sends whole datagrams only
 	inlineAll bool                   // see inlineProcs
 
@@ -162,12 +165,16 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.nextQPN.Store(FirstQPN - 1)
 	e.lender = transport.Lend(cfg.Conn)
+	if p, ok := cfg.Conn.(transport.Poller); ok && p.CanPoll() {
+		e.poller = p
+	}
 	e.gs, _ = cfg.Conn.(transport.GatherSender)
 	e.inlineAll = runtime.GOMAXPROCS(0) <= inlineProcs
 	for i := 0; i < n; i++ {
 		w := newWorker(e, i)
 		e.workers = append(e.workers, w)
 	}
+	e.rx = e.newRxBatch()
 	for _, w := range e.workers {
 		e.wg.Add(1)
 		go w.loop()
@@ -431,19 +438,46 @@ func (e *Engine) remoteInvalidate(q *qp.QP, rkey uint32) qp.WCStatus {
 	return qp.WCSuccess
 }
 
-// receiveLoop reads batches and dispatches packets by destination QPN.
-func (e *Engine) receiveLoop() {
-	defer e.wg.Done()
+// rxBatch is the receive side's scratch: the datagrams of one batch, lent
+// by the Conn, and the shards taken to handle them inline. It is used
+// under Engine.rxMu (by the receive loop or by a poller).
+type rxBatch struct {
+	pkts   [][]byte
+	eps    []transport.Endpoint
+	leases []*transport.Lease
+	held   []bool // shards owned for the batch
+}
+
+func (e *Engine) newRxBatch() *rxBatch {
 	bs := e.conn.BatchSize()
 	if bs <= 0 {
 		bs = transport.DefaultBatchSize
 	}
-	pkts := make([][]byte, bs)
-	eps := make([]transport.Endpoint, bs)
-	leases := make([]*transport.Lease, bs)
-	held := make([]bool, len(e.workers)) // shards this goroutine owns for the batch
+	return &rxBatch{
+		pkts:   make([][]byte, bs),
+		eps:    make([]transport.Endpoint, bs),
+		leases: make([]*transport.Lease, bs),
+		held:   make([]bool, len(e.workers)),
+	}
+}
+
+// receiveLoop waits for batches and dispatches packets by destination QPN.
+func (e *Engine) receiveLoop() {
+	defer e.wg.Done()
+	rx := e.rx
 	for {
-		n, err := e.lender.ReceiveLent(pkts, eps, leases)
+		var n int
+		var err error
+		if e.poller != nil {
+			// Returns holding rxMu: pollers (Progress) take no newer
+			// packets before these are dispatched.
+			n, err = e.poller.ReceiveLentLocked(rx.pkts, rx.eps, rx.leases, &e.rxMu)
+		} else {
+			n, err = e.lender.ReceiveLent(rx.pkts, rx.eps, rx.leases)
+			if err == nil {
+				e.rxMu.Lock()
+			}
+		}
 		if err != nil {
 			select {
 			case <-e.closed:
@@ -455,54 +489,125 @@ func (e *Engine) receiveLoop() {
 			}
 			return
 		}
-		// A short batch (the latency path: a request, or an ACK and an
-		// answer) is handled right here for every idle worker, one
-		// goroutine hand-off less per packet; each held shard is flushed
-		// once at the end, so what the batch provokes leaves together.
-		// Anything else queues behind what its worker already has,
-		// preserving arrival order (a worker with queued events is never
-		// taken over). Long batches go to the workers, which then work in
-		// parallel with this loop's next system call.
-		inline := n <= inlineBatch || e.inlineAll
-		recvs := e.ctr.RDMARecvs.Load()
-		anyHeld := false
-		for i := 0; i < n; i++ {
-			pkt, lease := pkts[i], leases[i]
-			pkts[i], leases[i] = nil, nil // the worker owns them now
-			if len(pkt) < wire.BTHLen+wire.ICRCLen {
-				e.drop(qp.DropLength)
-				lease.Release()
-				continue
-			}
-			w := e.workerFor(wire.BTH(pkt[:wire.BTHLen]).DestQP())
-			if inline && (held[w.idx] || w.tryAcquire(true)) {
-				held[w.idx], anyHeld = true, true
-				w.handlePacket(pkt, &eps[i])
-				lease.Release()
-				continue
-			}
-			// A worker with a full inbox makes this loop wait: the
-			// kernel socket buffer (DefaultSocketBufferBytes) absorbs
-			// the backlog, much larger than an inbox. Dropping here
-			// instead would lose UC messages on an uncongested
-			// loopback whenever a worker falls behind for a moment.
-			if !w.enqueue(event{kind: evPacket, pkt: pkt, ep: eps[i], lease: lease}) {
-				lease.Release()
-				e.releaseHeld(held, recvs)
-				return
-			}
+		anyHeld, ok := e.dispatch(n, false)
+		e.rxMu.Unlock()
+		if !ok {
+			return
 		}
-		if anyHeld {
-			e.releaseHeld(held, recvs)
-			if n <= inlineBatch {
-				// Let a goroutine this batch woke (an application
-				// waiting for the completion) run before this loop's
-				// next receive call, which on an idle socket is a
-				// system call that finds nothing: the answer then
-				// leaves a system call earlier.
-				runtime.Gosched()
-			}
+		if anyHeld && n <= inlineBatch {
+			// Let a goroutine this batch woke (an application waiting
+			// for the completion) run before this loop's next receive
+			// call, which on an idle socket is a system call that finds
+			// nothing: the answer then leaves a system call earlier.
+			runtime.Gosched()
 		}
+	}
+}
+
+// Progress receives what the Conn has queued now and handles it in the
+// calling goroutine, without waiting; it returns the number of packets
+// taken. An application that spins on a completion queue (ib.CQ.Poll
+// calls it when the queue is empty) thus receives its own packets: no
+// wake-up of the receive goroutine and no hand-off back, which is most of
+// a round trip on loopback. It returns 0 at once when the Conn cannot be
+// polled (see transport.Poller; in-memory Conns and Conns of several
+// sockets cannot), or when another goroutine is receiving.
+func (e *Engine) Progress() int {
+	if e.poller == nil || !e.rxMu.TryLock() {
+		return 0
+	}
+	defer e.rxMu.Unlock()
+	rx := e.rx
+	n, err := e.poller.PollLent(rx.pkts, rx.eps, rx.leases)
+	if n == 0 || err != nil {
+		return 0 // errors are the receive loop's to report
+	}
+	e.dispatch(n, true)
+	return n
+}
+
+// dispatch hands the n packets in e.rx to their workers, or handles them
+// right here for idle workers. Called under rxMu. It reports whether it
+// handled any inline, and false in ok when the engine stopped.
+//
+// A short batch (the latency path: a request, or an ACK and an answer)
+// is handled inline for every idle worker, one goroutine hand-off less
+// per packet; each held shard is flushed once at the end, so what the
+// batch provokes leaves together. Anything else queues behind what its
+// worker already has, preserving arrival order (a worker with queued
+// events is never taken over). Long batches go to the workers, which then
+// work in parallel with this loop's next system call. A poller (polled)
+// handles everything it can inline: it spins on a CPU of its own and
+// gains nothing by waking a worker.
+func (e *Engine) dispatch(n int, polled bool) (anyHeld, ok bool) {
+	rx := e.rx
+	inline := n <= inlineBatch || e.inlineAll || polled
+	recvs := e.ctr.RDMARecvs.Load()
+	for i := 0; i < n; i++ {
+		pkt, lease := rx.pkts[i], rx.leases[i]
+		rx.pkts[i], rx.leases[i] = nil, nil // the worker owns them now
+		if len(pkt) < wire.BTHLen+wire.ICRCLen {
+			e.drop(qp.DropLength)
+			lease.Release()
+			continue
+		}
+		w := e.workerFor(wire.BTH(pkt[:wire.BTHLen]).DestQP())
+		if inline && (rx.held[w.idx] || w.tryAcquire(true)) {
+			rx.held[w.idx], anyHeld = true, true
+			w.handlePacket(pkt, &rx.eps[i])
+			lease.Release()
+			continue
+		}
+		// A worker with a full inbox makes this loop wait: the kernel
+		// socket buffer (DefaultSocketBufferBytes) absorbs the backlog,
+		// much larger than an inbox. Dropping here instead would lose UC
+		// messages on an uncongested loopback whenever a worker falls
+		// behind for a moment.
+		if !w.enqueue(event{kind: evPacket, pkt: pkt, ep: rx.eps[i], lease: lease}) {
+			lease.Release()
+			for j := i + 1; j < n; j++ {
+				rx.leases[j].Release()
+				rx.pkts[j], rx.leases[j] = nil, nil
+			}
+			e.releaseHeld(recvs)
+			return anyHeld, false
+		}
+	}
+	if anyHeld {
+		if polled {
+			e.releasePolled(recvs)
+		} else {
+			e.releaseHeld(recvs)
+		}
+	}
+	return anyHeld, true
+}
+
+// releasePolled lets go of the shards a poller took. The poller is
+// (typically) the application the batch's receive completions are for,
+// and it answers after Poll returns: a batch holding ACKs for received
+// messages is left unsent for that answer to join (as the answer window
+// does for an application woken by the receive goroutine), and the
+// worker is woken to send it if nobody else does first. Whoever owns the
+// shard next sends it: the application's post, the next poller, or the
+// worker goroutine.
+func (e *Engine) releasePolled(recvs uint64) {
+	defer clear(e.rx.held)
+	answered := e.ctr.RDMARecvs.Load() != recvs
+	for i, h := range e.rx.held {
+		if !h {
+			continue
+		}
+		w := e.workers[i]
+		if !answered || w.txN == 0 {
+			w.releaseInline(e.ctr.RDMARecvs.Load())
+			continue
+		}
+		w.settle()
+		w.inline = false
+		w.rearm()
+		w.own.Unlock()
+		w.offer(event{kind: evWake})
 	}
 }
 
@@ -518,11 +623,11 @@ const inlineBatch = 4
 // WRITE stream handled inline).
 const inlineProcs = 2
 
-// releaseHeld lets go of the shards the receive loop took for a batch.
-func (e *Engine) releaseHeld(held []bool, recvs uint64) {
-	for i, h := range held {
+// releaseHeld lets go of the shards taken for a batch.
+func (e *Engine) releaseHeld(recvs uint64) {
+	for i, h := range e.rx.held {
 		if h {
-			held[i] = false
+			e.rx.held[i] = false
 			e.workers[i].releaseInline(recvs)
 		}
 	}

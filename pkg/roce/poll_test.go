@@ -1,0 +1,269 @@
+package roce
+
+import (
+	"bytes"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/internal/polltest"
+	"github.com/rxed/rxed/pkg/mr"
+	"github.com/rxed/rxed/pkg/qp"
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/rxed/rxed/pkg/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// recordConn records every datagram sent, in order, whole or gathered.
+type recordConn struct {
+	mu    sync.Mutex
+	sent  [][]byte
+	calls int
+}
+
+func (r *recordConn) Receive([][]byte, []int, []transport.Endpoint) (int, error) {
+	return 0, net.ErrClosed
+}
+func (r *recordConn) BatchSize() int { return 64 }
+func (r *recordConn) LocalAddrs() []netip.AddrPort {
+	return []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:4791")}
+}
+func (r *recordConn) Close() error { return nil }
+func (r *recordConn) Send(bufs [][]byte, _ transport.Endpoint) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	for _, b := range bufs {
+		r.sent = append(r.sent, bytes.Clone(b))
+	}
+	return nil
+}
+func (r *recordConn) SendGather(dgrams []transport.Gather, _ transport.Endpoint) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	for _, d := range dgrams {
+		r.sent = append(r.sent, bytes.Join(d[:], nil))
+	}
+	return nil
+}
+
+// TestFlushSendsRequestsBeforeResponses: a batch that mixes responses
+// and requests leaves with the requests first, each kind in its own
+// order, whole or gathered; a batch that does not mix keeps its order.
+func TestFlushSendsRequestsBeforeResponses(t *testing.T) {
+	for _, gather := range []bool{false, true} {
+		rc := &recordConn{}
+		a := netip.MustParseAddr("127.0.0.1")
+		e := &Engine{conn: rc, clock: SystemClock{}, log: slog.New(slog.DiscardHandler),
+			gids: []netip.Addr{a}, ports: map[netip.Addr]uint16{a: transport.RoCEv2Port}}
+		if gather {
+			e.gs = rc
+		}
+		w := newWorker(e, 0)
+		av := &qp.AddrVector{DGID: netip.MustParseAddr("127.0.0.2")}
+		send := func(op wire.Opcode, tag byte) {
+			const n = wire.BTHLen + 8 + wire.ICRCLen
+			buf := w.TxBuffer()
+			clear(buf[:n])
+			buf[0] = byte(op)
+			buf[wire.BTHLen] = tag
+			if gather && op == wire.RCSendOnly {
+				// A payload sent in place (no region: nothing to release).
+				require.NoError(t, w.TransmitPayload(wire.BTHLen, []byte{tag, 0, 0, 0, 0, 0, 0, 0}, mr.Region{}, n, av))
+				return
+			}
+			require.NoError(t, w.Transmit(n, av))
+		}
+		tags := func() []byte {
+			var out []byte
+			for _, p := range rc.sent {
+				out = append(out, p[wire.BTHLen])
+			}
+			rc.sent = nil
+			return out
+		}
+		send(wire.RCAck, 0)
+		send(wire.RCSendOnly, 1)
+		send(wire.RCReadResponseOnly, 2)
+		send(wire.RCAck, 3)
+		send(wire.RCWriteOnly, 4)
+		send(wire.RCAtomicAck, 5)
+		send(wire.RCSendOnly, 6)
+		w.flush()
+		require.Equal(t, []byte{1, 4, 6, 0, 2, 3, 5}, tags(), "gather=%v", gather)
+		require.Equal(t, 1, rc.calls, "one batch, one send")
+
+		send(wire.RCSendOnly, 7) // already in order: untouched
+		send(wire.RCAck, 8)
+		w.flush()
+		require.Equal(t, []byte{7, 8}, tags())
+		send(wire.RCAck, 9)
+		send(wire.RCAck, 10)
+		w.flush()
+		require.Equal(t, []byte{9, 10}, tags())
+		send(wire.RCAck, 11) // a batch reordered before must not leave state behind
+		w.flush()
+		send(wire.RCSendOnly, 12)
+		w.flush()
+		require.Equal(t, []byte{11, 12}, tags())
+		// The sealed ICRC still matches each packet after the move.
+		send(wire.RCAck, 13)
+		send(wire.RCSendOnly, 14)
+		w.flush()
+		flow := wire.Flow{Src: netip.AddrPortFrom(a, transport.RoCEv2Port), Dst: netip.AddrPortFrom(av.DGID, transport.RoCEv2Port)}
+		for _, p := range rc.sent {
+			v, _ := flow.Verify(p)
+			require.Equal(t, wire.ICRCOK, v)
+		}
+		require.Equal(t, []byte{14, 13}, tags())
+	}
+}
+
+// newUDPSide is newSide over a loopback UDP socket (ephemeral port);
+// pollOnly makes Progress its only receiver.
+func newUDPSide(t *testing.T, addr string, pollOnly bool) *side {
+	t.Helper()
+	a := netip.MustParseAddr(addr)
+	uc, err := transport.OpenUDP(transport.UDPConfig{Addrs: []netip.Addr{a}})
+	require.NoError(t, err)
+	c := uc
+	if pollOnly {
+		c, err = polltest.Only(uc)
+		require.NoError(t, err)
+	}
+	e, err := New(Config{Conn: c, Workers: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	pd, err := e.Memory().AllocPD()
+	require.NoError(t, err)
+	scq, err := qp.NewCQ(4096)
+	require.NoError(t, err)
+	rcq, err := qp.NewCQ(4096)
+	require.NoError(t, err)
+	q, err := e.CreateQP(qp.Config{Type: qp.RC, PD: pd, SendCQ: scq, RecvCQ: rcq,
+		Cap: qp.Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}})
+	require.NoError(t, err)
+	return &side{e: e, pd: pd, scq: scq, rcq: rcq, q: q, addr: a}
+}
+
+// connectUDP is connect for sides on ephemeral ports.
+func connectUDP(t *testing.T, a, b *side) {
+	t.Helper()
+	for _, p := range [][2]*side{{a, b}, {b, a}} {
+		l, r := p[0], p[1]
+		require.NoError(t, l.e.ModifyQP(l.q, &qp.Attr{State: qp.Init, PortNum: 1, AccessFlags: allRemote},
+			qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags))
+		require.NoError(t, l.e.ModifyQP(l.q, &qp.Attr{State: qp.RTR,
+			AV:      qp.AddrVector{DGID: r.addr, DestPort: r.e.Port(r.addr)},
+			PathMTU: qp.MTU1024, DestQPN: r.q.Num(), RQPSN: 100, MaxDestRdAtomic: 16, MinRNRTimer: 1},
+			qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer))
+		require.NoError(t, l.e.ModifyQP(l.q, &qp.Attr{State: qp.RTS, SQPSN: 100, Timeout: 14,
+			RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+			qp.AttrState|qp.AttrSQPSN|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|qp.AttrMaxQPRdAtomic))
+	}
+}
+
+// pollWC spins on cq, driving e's progress, as ib.CQ.Poll does.
+func pollWC(t *testing.T, e *Engine, cq *qp.CQ) (qp.WC, int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var wc [1]qp.WC
+	took := 0
+	for cq.Poll(wc[:]) == 0 {
+		took += e.Progress()
+		if time.Now().After(deadline) {
+			t.Fatalf("no completion within 10s (Progress took %d packets)", took)
+		}
+		runtime.Gosched()
+	}
+	return wc[0], took
+}
+
+// TestProgressReceivesForAPoller: on an engine whose receive goroutine
+// gets nothing, Progress alone receives: SENDs complete at the polling
+// side, its ACKs reach the sender although the poller never posts an
+// answer (the worker sends what the poller left in the batch), and a
+// ping-pong where the poller answers every message delivers each one
+// once, intact.
+func TestProgressReceivesForAPoller(t *testing.T) {
+	a := newUDPSide(t, "127.0.0.1", false)
+	b := newUDPSide(t, "127.0.0.1", true)
+	connectUDP(t, a, b)
+	amr, abuf := regMR(t, a, 4096)
+	bmr, bbuf := regMR(t, b, 4096)
+
+	const rounds = 200
+	for i := range rounds {
+		_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: uint64(i), SGL: []qp.SGE{{Addr: bmr.IOVA() + uint64(i%8)*64, Length: 64, LKey: bmr.LKey()}}}})
+		require.NoError(t, err)
+		_, err = a.e.PostRecv(a.q, []qp.RecvWR{{ID: uint64(i), SGL: []qp.SGE{{Addr: amr.IOVA() + 1024 + uint64(i%8)*64, Length: 64, LKey: amr.LKey()}}}})
+		require.NoError(t, err)
+	}
+
+	// One signalled SEND that the poller does not answer.
+	copy(abuf, "first message")
+	_, err := a.e.PostSend(a.q, []qp.SendWR{{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled,
+		SGL: []qp.SGE{{Addr: amr.IOVA(), Length: 13, LKey: amr.LKey()}}}})
+	require.NoError(t, err)
+	wc, took := pollWC(t, b.e, b.rcq)
+	require.Equal(t, qp.WCSuccess, wc.Status)
+	require.EqualValues(t, 13, wc.ByteLen)
+	require.Equal(t, "first message", string(bbuf[:13]))
+	require.Positive(t, took, "only Progress can have received it")
+	wc = waitWC(t, a.scq) // needs b's ACK, which nobody but b's worker sends
+	require.Equal(t, qp.WCSuccess, wc.Status)
+	require.EqualValues(t, 1, wc.ID)
+
+	// Ping-pong: a sends i, b's poller answers with 1000+i.
+	for i := 1; i < rounds; i++ {
+		msg := []byte{byte(i), byte(i >> 8), 'p', 'i', 'n', 'g'}
+		_, err := a.e.PostSend(a.q, []qp.SendWR{{ID: uint64(i), Opcode: qp.WRSend, Flags: qp.Inline, Inline: msg}})
+		require.NoError(t, err)
+		wc, _ := pollWC(t, b.e, b.rcq)
+		require.Equal(t, qp.WCSuccess, wc.Status)
+		require.EqualValues(t, i, wc.ID, "receives complete in order")
+		off := (i % 8) * 64
+		require.Equal(t, msg, bbuf[off:off+len(msg)])
+		ans := []byte{byte(i), byte(i >> 8), 'p', 'o', 'n', 'g'}
+		_, err = b.e.PostSend(b.q, []qp.SendWR{{ID: uint64(i), Opcode: qp.WRSend, Flags: qp.Inline, Inline: ans}})
+		require.NoError(t, err)
+		wc = waitWC(t, a.rcq)
+		require.Equal(t, qp.WCSuccess, wc.Status)
+		require.EqualValues(t, i-1, wc.ID)
+		off = 1024 + ((i-1)%8)*64
+		require.Equal(t, ans, abuf[off:off+len(ans)])
+	}
+	// Every packet each side sent arrives (a's last ACK only when b
+	// polls again), and nothing else does.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.e.Progress()
+		ca, cb := a.e.Counters(), b.e.Counters()
+		if ca["sent_pkts"] == cb["rcvd_pkts"] && cb["sent_pkts"] == ca["rcvd_pkts"] {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "a sent %d, b received %d; b sent %d, a received %d",
+			ca["sent_pkts"], cb["rcvd_pkts"], cb["sent_pkts"], ca["rcvd_pkts"])
+		runtime.Gosched()
+	}
+	ca, cb := a.e.Counters(), b.e.Counters()
+	require.EqualValues(t, 2*rounds-1, ca["sent_pkts"], "a's SENDs and its ACKs of b's answers")
+	for r := qp.DropReason(1); int(r) < qp.NumDropReasons; r++ {
+		require.Zero(t, b.e.Drops(r), "drops for %v", r)
+	}
+	require.Zero(t, ca["completer_retry_err"]+cb["completer_retry_err"], "no retransmission was needed")
+}
+
+// TestProgressNeedsAPollableConn: an engine over an in-memory Conn
+// receives in its own goroutine only; Progress finds nothing to do.
+func TestProgressNeedsAPollableConn(t *testing.T) {
+	net := transport.NewMemNetwork()
+	s := newSide(t, net, "10.0.0.1", qp.RC)
+	require.Zero(t, s.e.Progress())
+	require.Nil(t, s.e.poller)
+}
