@@ -27,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/rxed/rxed/pkg/mr"
@@ -366,4 +367,24 @@ func (s cqSink) Push(wc qp.WC) error {
 		s.cq.d.post(AsyncEvent{Type: EventCQErr, CQ: s.cq})
 	}
 	return err
+}
+
+// Poll takes up to len(wcs) completions off the queue (ibv_poll_cq) and
+// returns how many it took. When there are none it first receives and
+// handles what the device's socket has queued (roce.Engine.Progress) and
+// looks again: an application that spins on Poll, as a busy-polling
+// RDMA application does, receives its own packets instead of waiting for
+// the engine's receive goroutine to be woken.
+func (cq *CQ) Poll(wcs []WC) int {
+	if n := cq.CQ.Poll(wcs); n > 0 || len(wcs) == 0 {
+		return n
+	}
+	if cq.d.eng.Progress() == 0 {
+		// A goroutine spinning on Poll must not keep a worker or timer
+		// goroutine of the engine from running on a machine with few
+		// CPUs: that work is what the completion it waits for needs.
+		runtime.Gosched()
+		return 0
+	}
+	return cq.CQ.Poll(wcs)
 }
