@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,13 +25,18 @@ import (
 // request and its reply), payload read from the same rotating 2 MiB
 // source, the same number of messages in flight (benchDepth in total),
 // one Send per message, and the receiver answering each message with one
-// small datagram, as the RDMA responder's ACK. They report:
+// small datagram, as the RDMA responder's ACK. The latency benchmarks run
+// in two modes (latencyModes), each against a baseline that waits the
+// same way: poll (the application spins on ib.CQ.Poll, perftest's
+// default) and event (it sleeps in WaitPoll, perftest's -e). They report:
 //
 //	MB/s or ns/op   the RDMA figure (standard benchmark output)
 //	udp-MB/s, udp-ns/rtt   the baseline
 //	ratio           RDMA / baseline (bandwidth: goal >= 0.8; latency: goal <= 1.3)
 //	ratio-4pkt      SEND latency / a baseline that also moves 4 datagrams
-//	                per round trip (RC's ACKs)
+//	                per round trip (RC's ACKs), each side's two in one Send
+//	                in the engine's order (the answer, then the ACK: one
+//	                GSO message)
 //	ratio-4pkt-handoff  the same with a goroutine hand-off per side and round
 //	                trip in the baseline (the receiving goroutine wakes the
 //	                one that answers, as the engine wakes an application
@@ -406,18 +412,134 @@ func udpRTTWith(b *testing.B, n int, ping, pong []int, handoff bool) (float64, f
 	return float64(el.Nanoseconds()) / float64(n), float64(cpu.Nanoseconds()) / float64(n)
 }
 
+// Latency modes. ib_send_lat and ib_write_lat busy-poll their CQs by
+// default and wait for completion events with -e; both are measured, each
+// against a raw-UDP baseline that waits the same way:
+//
+//	poll   the application spins on ib.CQ.Poll, which receives and handles
+//	       what the socket has queued when the CQ is empty (Engine.Progress);
+//	       the baseline's ends spin on transport.Poller.PollLent (the same
+//	       non-waiting recvmmsg). A passive end (WRITE's target) has no
+//	       application polling: its engine's receive goroutine waits, and
+//	       so does the baseline's.
+//	event  the application waits in WaitPoll and the engine's receive
+//	       goroutine wakes it; the baseline's ends wait in Receive.
+var latencyModes = []string{"poll", "event"}
+
+// waitWCs returns the next completions of cq: spinning on Poll, or
+// waiting in WaitPoll.
+func waitWCs(cq *ib.CQ, wcs []ib.WC, poll bool, stop *atomic.Bool) (int, error) {
+	if !poll {
+		return cq.WaitPoll(context.Background(), wcs)
+	}
+	for {
+		if n := cq.Poll(wcs); n > 0 {
+			return n, nil
+		}
+		if stop != nil && stop.Load() {
+			return 0, context.Canceled
+		}
+	}
+}
+
+// udpRTTPolled is udpRTT with A spinning on PollLent instead of waiting in
+// Receive, and B too when pollB.
+func udpRTTPolled(b *testing.B, n int, ping, pong []int, pollB bool) (float64, float64) {
+	ca, cc := openPair(b)
+	defer ca.Close()
+	defer cc.Close()
+	a, c := ca.(transport.Poller), cc.(transport.Poller)
+	require.True(b, a.CanPoll() && c.CanPoll(), "the polling baseline needs a Conn that can be polled (Linux)")
+	dgrams := func(lens []int) [][]byte {
+		d := make([][]byte, len(lens))
+		for i, l := range lens {
+			d[i] = make([]byte, l)
+		}
+		return d
+	}
+	slots := func() ([][]byte, []transport.Endpoint, []*transport.Lease) {
+		return make([][]byte, 4), make([]transport.Endpoint, 4), make([]*transport.Lease, 4)
+	}
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pkts, eps, leases := slots()
+		out := dgrams(pong)
+		got := 0
+		for !stop.Load() {
+			var k int
+			var err error
+			if pollB {
+				k, err = c.PollLent(pkts, eps, leases)
+			} else {
+				k, err = c.ReceiveLent(pkts, eps, leases)
+			}
+			if err != nil {
+				return
+			}
+			for j := range k {
+				leases[j].Release()
+			}
+			for got += k; got >= len(ping); got -= len(ping) {
+				_ = cc.Send(out, transport.Endpoint{Remote: eps[0].Remote})
+			}
+		}
+	}()
+	defer func() {
+		stop.Store(true)
+		cc.Close() // wakes a waiting B
+		<-done
+	}()
+	pkts, eps, leases := slots()
+	out := dgrams(ping)
+	dst := cc.LocalAddrs()[0]
+	start, cpu0 := time.Now(), processCPU()
+	for i := 0; i < n; i++ {
+		if err := ca.Send(out, transport.Endpoint{Remote: dst}); err != nil {
+			b.Fatal(err)
+		}
+		for got := 0; got < len(pong); {
+			k, err := a.PollLent(pkts, eps, leases)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for j := range k {
+				leases[j].Release()
+			}
+			got += k
+		}
+	}
+	el, cpu := time.Since(start), processCPU()-cpu0
+	return float64(el.Nanoseconds()) / float64(n), float64(cpu.Nanoseconds()) / float64(n)
+}
+
 // BenchmarkSendLatency8 is ib_send_lat with 8 bytes: A sends, B's receive
 // completes and B sends back; one op is a round trip. RC acknowledges
-// each SEND, so a round trip carries 4 RoCE packets (in 2 system calls:
-// each side's ACK leaves with its SEND) against the baseline's 2
-// datagrams; that is the protocol, not overhead.
+// each SEND, so a round trip carries 4 RoCE packets against the
+// baseline's 2 datagrams; that is the protocol, not overhead (ratio-4pkt
+// compares with a baseline that moves 4).
 func BenchmarkSendLatency8(b *testing.B) {
-	base, baseCPU := udpRTT(b, max(b.N, 100), []int{sendOnly8Len}, []int{sendOnly8Len})
-	// The same exchange with RC's packet count: each side's SEND goes out
-	// with its ACK of the other's.
-	pair := []int{ackLen, sendOnly8Len}
-	base4, _ := udpRTT(b, max(b.N, 100), pair, pair)
-	base4h, _ := udpRTTWith(b, max(b.N, 100), pair, pair, true)
+	for _, mode := range latencyModes {
+		b.Run(mode, func(b *testing.B) { benchSendLatency8(b, mode == "poll") })
+	}
+}
+
+func benchSendLatency8(b *testing.B, poll bool) {
+	rounds := max(b.N, 100)
+	// RC's packet count: each side's SEND leaves with its ACK of the
+	// other's, in the order the engine sends them (requests first, so the
+	// two are one GSO message).
+	pair := []int{sendOnly8Len, ackLen}
+	var base, baseCPU, base4, base4h float64
+	if poll {
+		base, baseCPU = udpRTTPolled(b, rounds, []int{sendOnly8Len}, []int{sendOnly8Len}, true)
+		base4, _ = udpRTTPolled(b, rounds, pair, pair, true)
+	} else {
+		base, baseCPU = udpRTT(b, rounds, []int{sendOnly8Len}, []int{sendOnly8Len})
+		base4, _ = udpRTT(b, rounds, pair, pair)
+		base4h, _ = udpRTTWith(b, rounds, pair, pair, true)
+	}
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
 	a, bq := na.createQP(o), nb.createQP(o)
@@ -426,15 +548,14 @@ func BenchmarkSendLatency8(b *testing.B) {
 		require.NoError(b, a.PostRecv(ib.RecvWR{ID: uint64(i), SGL: []ib.SGE{sge(na, 4096, 64)}}))
 		require.NoError(b, bq.PostRecv(ib.RecvWR{ID: uint64(i), SGL: []ib.SGE{sge(nb, 4096, 64)}}))
 	}
-	stop := make(chan struct{})
+	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // B: echo every receive
 		defer wg.Done()
 		wcs := make([]ib.WC, 16)
-		ctx := context.Background()
-		for {
-			n, err := nb.rcq.WaitPoll(ctx, wcs)
+		for !stop.Load() {
+			n, err := waitWCs(nb.rcq, wcs, poll, &stop)
 			if err != nil {
 				return
 			}
@@ -442,15 +563,9 @@ func BenchmarkSendLatency8(b *testing.B) {
 				_ = bq.PostRecv(ib.RecvWR{ID: wc.ID, SGL: []ib.SGE{sge(nb, 4096, 64)}})
 				_ = bq.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendInline, Inline: nb.buf[:8]})
 			}
-			select {
-			case <-stop:
-				return
-			default:
-			}
 		}
 	}()
 	wcs := make([]ib.WC, 16)
-	ctx := context.Background()
 	b.ReportAllocs()
 	var el, cpu time.Duration
 	apk := allocsPerPacket(na, nb, func() {
@@ -460,7 +575,7 @@ func BenchmarkSendLatency8(b *testing.B) {
 			if err := a.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendInline, Inline: na.buf[:8]}); err != nil {
 				b.Fatal(err)
 			}
-			n, err := na.rcq.WaitPoll(ctx, wcs)
+			n, err := waitWCs(na.rcq, wcs, poll, nil)
 			if err != nil || n != 1 || wcs[0].Status != ib.WCSuccess {
 				b.Fatalf("recv: %v %d %v", err, n, wcs[0].Status)
 			}
@@ -471,7 +586,7 @@ func BenchmarkSendLatency8(b *testing.B) {
 		el, cpu = time.Since(start), processCPU()-cpu0
 		b.StopTimer()
 	})
-	close(stop)
+	stop.Store(true)
 	bq.Destroy()     // a CQ in use by a QP cannot be destroyed (EBUSY)
 	nb.rcq.Destroy() // wakes the echo goroutine
 	wg.Wait()
@@ -480,22 +595,36 @@ func BenchmarkSendLatency8(b *testing.B) {
 	b.ReportMetric(rt/base, "ratio")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/baseCPU, "cpu-ratio")
 	b.ReportMetric(rt/base4, "ratio-4pkt")
-	b.ReportMetric(rt/base4h, "ratio-4pkt-handoff")
+	if !poll {
+		b.ReportMetric(rt/base4h, "ratio-4pkt-handoff")
+	}
 	b.ReportMetric(apk, "allocs/pkt")
 }
 
 // BenchmarkWriteLatency8 is the 8-byte RDMA WRITE round trip: A writes
 // 8 bytes into B's memory and waits for the completion, which needs the
 // WRITE to reach B, be placed, and B's ACK to come back; one op is that
-// round trip.
+// round trip. B's application does nothing, so B's engine receives in its
+// own goroutine in both modes.
 func BenchmarkWriteLatency8(b *testing.B) {
-	base, baseCPU := udpRTT(b, max(b.N, 100), []int{writeOnly8Len}, []int{ackLen})
+	for _, mode := range latencyModes {
+		b.Run(mode, func(b *testing.B) { benchWriteLatency8(b, mode == "poll") })
+	}
+}
+
+func benchWriteLatency8(b *testing.B, poll bool) {
+	rounds := max(b.N, 100)
+	var base, baseCPU float64
+	if poll {
+		base, baseCPU = udpRTTPolled(b, rounds, []int{writeOnly8Len}, []int{ackLen}, false)
+	} else {
+		base, baseCPU = udpRTT(b, rounds, []int{writeOnly8Len}, []int{ackLen})
+	}
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
 	a, bq := na.createQP(o), nb.createQP(o)
 	connectQPs(b, na, a, nb, bq, o)
 	wcs := make([]ib.WC, 1)
-	ctx := context.Background()
 	b.ReportAllocs()
 	var el, cpu time.Duration
 	apk := allocsPerPacket(na, nb, func() {
@@ -506,7 +635,7 @@ func BenchmarkWriteLatency8(b *testing.B) {
 				RemoteAddr: nb.mr.IOVA(), RKey: nb.mr.RKey()}); err != nil {
 				b.Fatal(err)
 			}
-			if n, err := na.scq.WaitPoll(ctx, wcs); err != nil || n != 1 || wcs[0].Status != ib.WCSuccess {
+			if n, err := waitWCs(na.scq, wcs, poll, nil); err != nil || n != 1 || wcs[0].Status != ib.WCSuccess {
 				b.Fatalf("write: %v %v", err, wcs[0].Status)
 			}
 		}
