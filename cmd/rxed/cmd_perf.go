@@ -59,6 +59,7 @@ type perfOpts struct {
 	server     string
 	progress   time.Duration
 	qpTimeout  uint
+	events     bool // sleep on CQ events instead of polling (perftest -e)
 	// outReads is perftest's -o/--outs: the RDMA READ/atomic depth this
 	// side announces in its key (the peer's max_rd_atomic) and accepts as
 	// responder (max_dest_rd_atomic). 1 for write and send tests.
@@ -96,6 +97,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	fs := flag.NewFlagSet("perf "+args[0], flag.ContinueOnError)
 	o.ef.register(fs, true)
 	fs.BoolVar(&o.test.Latency, "lat", false, "latency test (ib_*_lat) instead of bandwidth (ib_*_bw)")
+	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of busy polling (perftest's -e; polling lets the engine receive in the test's goroutine)")
 	size := fs.Uint64("s", 0, "message `size` (default 65536 for bandwidth, 2 for latency; atomics are 8)")
 	iters := fs.Uint64("n", 0, "iterations (default 5000 for write bandwidth, 1000 otherwise)")
 	dur := fs.Int("D", 0, "run for this many `seconds` instead of -n (write/read/atomic bandwidth)")

@@ -71,7 +71,7 @@ func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
 	fs.UintVar(&o.rx, "r", 500, "receives to post at a time (rx depth)")
 	fs.UintVar(&o.iters, "n", 1000, "number of exchanges")
 	fs.UintVar(&o.sl, "l", 0, "service level")
-	fs.BoolVar(&o.events, "e", false, "sleep on CQ events (rxed always blocks; accepted for compatibility)")
+	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of busy polling (as the tools' -e)")
 	fs.IntVar(&o.gidx, "g", 0, "local GID `index` (index into the --addr list)")
 	fs.BoolVar(&o.chk, "c", false, "validate received buffers (as the tools' -c/--chk)")
 	fs.BoolVar(&o.chk, "chk", false, "same as -c")
@@ -384,9 +384,7 @@ func (s *ppSide) loop(ctx context.Context) error {
 	var wcs [2]ib.WC
 	rcnt, scnt := 0, 0
 	for rcnt < int(o.iters) || scnt < int(o.iters) {
-		wctx, cancel := context.WithTimeout(ctx, o.ef.timeout)
-		n, err := s.cq.WaitPoll(wctx, wcs[:])
-		cancel()
+		n, err := nextCompletions(ctx, s.cq, wcs[:], o.events, o.ef.timeout)
 		if err != nil {
 			return fmt.Errorf("no completion within %v after %d sends and %d receives of %d (peer gone?)", o.ef.timeout, scnt, rcnt, o.iters)
 		}

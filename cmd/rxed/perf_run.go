@@ -91,16 +91,9 @@ func (r *perfRun) run(ctx context.Context, sess *oob.Session, local oob.Key, clo
 // wait for an error; it is only called then, so that the measured loops
 // do not format a message per poll.
 func (r *perfRun) waitWC(ctx context.Context, wcs []ib.WC, what func() string) (int, error) {
-	// Completions already there need no timer: poll before arming one.
-	n := r.cq.Poll(wcs)
-	if n == 0 {
-		wctx, cancel := context.WithTimeout(ctx, r.o.ef.timeout)
-		var err error
-		n, err = r.cq.WaitPoll(wctx, wcs)
-		cancel()
-		if err != nil {
-			return 0, fmt.Errorf("no completion within %v while %s (peer gone?)", r.o.ef.timeout, what())
-		}
+	n, err := nextCompletions(ctx, r.cq, wcs, r.o.events, r.o.ef.timeout)
+	if err != nil {
+		return 0, fmt.Errorf("no completion within %v while %s (peer gone?)", r.o.ef.timeout, what())
 	}
 	for _, wc := range wcs[:n] {
 		if wc.Status != ib.WCSuccess {
@@ -587,6 +580,9 @@ func (r *perfRun) pollByte(ctx context.Context, b []byte, i int, want byte, what
 	for spins := 0; ; spins++ {
 		if atomicLoadByte(b, i) == want {
 			return nil
+		}
+		if !r.o.events && r.en.dev.Engine().Progress() > 0 {
+			continue // the engine received in this goroutine: look again
 		}
 		if spins&63 == 63 {
 			runtime.Gosched()
