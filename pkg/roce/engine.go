@@ -10,7 +10,9 @@
 // state, address, keys, ICRC), counts every drop by reason, and runs the
 // responder or completer. Posted work requests and timer expiries reach
 // the same worker; it builds packets into its own batch buffers and sends
-// them with one Conn.Send per batch.
+// them with one Conn.Send per batch. An application that busy-polls
+// receives its own packets instead (Engine.Progress, called by ib.CQ.Poll
+// when the CQ is empty): no goroutine wakes up on the way.
 //
 // Wire details that differ from a kernel rdma_rxe and why:
 //
@@ -511,7 +513,9 @@ func (e *Engine) receiveLoop() {
 // wake-up of the receive goroutine and no hand-off back, which is most of
 // a round trip on loopback. It returns 0 at once when the Conn cannot be
 // polled (see transport.Poller; in-memory Conns and Conns of several
-// sockets cannot), or when another goroutine is receiving.
+// sockets cannot), or when another goroutine is receiving. Like the
+// engine's waiting verbs it must not be called from OnEvent or a
+// qp.CQ notify handler (they run on a worker, which Progress may wait for).
 func (e *Engine) Progress() int {
 	if e.poller == nil || !e.rxMu.TryLock() {
 		return 0
