@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -96,42 +97,50 @@ func allocsPerPacket(na, nb *node, f func()) float64 {
 }
 
 // BenchmarkWriteBW64K measures RDMA WRITE bandwidth with 64 KiB messages
-// on 1 and 16 QPs (ib_write_bw style: a window of signalled WRITEs).
+// on 1 and 16 QPs (ib_write_bw style: a window of signalled WRITEs), in
+// both latencyModes: the writer spins on Poll or sleeps in WaitPoll, and
+// the baseline's sender polls for its ACKs or has a goroutine wait for
+// them. The target is passive: its engine (and the baseline's receiver)
+// waits for packets in both.
 func BenchmarkWriteBW64K(b *testing.B) {
-	for _, nqp := range []int{1, 16} {
-		b.Run(map[int]string{1: "qps=1", 16: "qps=16"}[nqp], func(b *testing.B) {
-			udp, udpCPU := udpBandwidth(b, b.N, benchMsg)
-			na, nb := benchNodes(b)
-			o := qpOpts{mtu: benchMTU, timeout: 14, sendWR: 256}
-			qa := make([]*ib.QP, nqp)
-			for i := range qa {
-				q, pq := na.createQP(o), nb.createQP(o)
-				connectQPs(b, na, q, nb, pq, o)
-				qa[i] = q
-			}
-			depth := max(benchDepth/nqp, 1) // benchDepth in flight in total, as the baseline
-			b.SetBytes(benchMsg)
-			b.ReportAllocs()
-			var elapsed, cpu time.Duration
-			retries0 := retries(na, nb)
-			apk := allocsPerPacket(na, nb, func() {
-				b.ResetTimer()
-				start, cpu0 := time.Now(), processCPU()
-				runWrites(b, na, nb, qa, depth, b.N)
-				elapsed, cpu = time.Since(start), processCPU()-cpu0
-				b.StopTimer()
-			})
-			rdma := float64(b.N) * benchMsg / elapsed.Seconds() / 1e6
-			b.ReportMetric(udp, "udp-MB/s")
-			b.ReportMetric(rdma/udp, "ratio")
-			b.ReportMetric(float64(cpu)/float64(udpCPU), "cpu-ratio")
-			b.ReportMetric(float64(retries(na, nb)-retries0), "retries")
-			b.ReportMetric(apk, "allocs/pkt")
-		})
+	for _, mode := range latencyModes {
+		for _, nqp := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/qps=%d", mode, nqp), func(b *testing.B) { benchWriteBW64K(b, nqp, mode == "poll") })
+		}
 	}
 }
 
-func runWrites(b *testing.B, na, nb *node, qps []*ib.QP, depth, n int) {
+func benchWriteBW64K(b *testing.B, nqp int, poll bool) {
+	udp, udpCPU := udpBandwidth(b, b.N, benchMsg, poll)
+	na, nb := benchNodes(b)
+	o := qpOpts{mtu: benchMTU, timeout: 14, sendWR: 256}
+	qa := make([]*ib.QP, nqp)
+	for i := range qa {
+		q, pq := na.createQP(o), nb.createQP(o)
+		connectQPs(b, na, q, nb, pq, o)
+		qa[i] = q
+	}
+	depth := max(benchDepth/nqp, 1) // benchDepth in flight in total, as the baseline
+	b.SetBytes(benchMsg)
+	b.ReportAllocs()
+	var elapsed, cpu time.Duration
+	retries0 := retries(na, nb)
+	apk := allocsPerPacket(na, nb, func() {
+		b.ResetTimer()
+		start, cpu0 := time.Now(), processCPU()
+		runWrites(b, na, nb, qa, depth, b.N, poll)
+		elapsed, cpu = time.Since(start), processCPU()-cpu0
+		b.StopTimer()
+	})
+	rdma := float64(b.N) * benchMsg / elapsed.Seconds() / 1e6
+	b.ReportMetric(udp, "udp-MB/s")
+	b.ReportMetric(rdma/udp, "ratio")
+	b.ReportMetric(float64(cpu)/float64(udpCPU), "cpu-ratio")
+	b.ReportMetric(float64(retries(na, nb)-retries0), "retries")
+	b.ReportMetric(apk, "allocs/pkt")
+}
+
+func runWrites(b *testing.B, na, nb *node, qps []*ib.QP, depth, n int, poll bool) {
 	posted, done := 0, 0
 	inflight := make(map[uint32]int)
 	wcs := make([]ib.WC, 64)
@@ -153,9 +162,8 @@ func runWrites(b *testing.B, na, nb *node, qps []*ib.QP, depth, n int) {
 	for _, q := range qps {
 		byNum[q.Num()] = q
 	}
-	ctx := context.Background()
 	for done < n {
-		c, err := na.scq.WaitPoll(ctx, wcs)
+		c, err := waitWCs(na.scq, wcs, poll, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -176,8 +184,9 @@ func runWrites(b *testing.B, na, nb *node, qps []*ib.QP, depth, n int) {
 // bytes as 4 KiB datagrams (the RDMA packet payload) in batches through
 // transport.OpenUDP, the receiver answers each message with one small
 // datagram (the RDMA ACK), and the sender keeps benchDepth messages in
-// flight. It returns MB/s and the process CPU time the run took.
-func udpBandwidth(b *testing.B, n, size int) (float64, time.Duration) {
+// flight, reading ACKs by polling (poll) or from a goroutine that waits
+// for them. It returns MB/s and the process CPU time the run took.
+func udpBandwidth(b *testing.B, n, size int, poll bool) (float64, time.Duration) {
 	snd, rcv := openPair(b)
 	const seg = 4096
 	const dgram = seg + 12 + 4 // BTH + payload + ICRC: a WRITE MIDDLE/LAST packet
@@ -217,6 +226,9 @@ func udpBandwidth(b *testing.B, n, size int) (float64, time.Duration) {
 			msgs[m][k] = src[off : off+dgram]
 		}
 	}
+	if poll {
+		return udpBandwidthPolled(b, snd, rcv, &wg, msgs, n, size)
+	}
 	acks := make(chan struct{}, n)
 	go func() { // sender's ACK reader
 		bufs, sizes, eps := rxSlots(snd.BatchSize(), 9000)
@@ -248,6 +260,54 @@ func udpBandwidth(b *testing.B, n, size int) (float64, time.Duration) {
 		case <-lost.C:
 			// A lost datagram (socket buffer overflow): resend the window.
 			return 0
+		}
+	}
+	start, cpu0 := time.Now(), processCPU()
+	inflight := 0
+	for sent := 0; sent < n; {
+		for inflight < benchDepth && sent < n {
+			if err := snd.Send(msgs[sent%len(msgs)], transport.Endpoint{Remote: dst}); err != nil {
+				b.Fatal(err)
+			}
+			sent++
+			inflight++
+		}
+		inflight = waitAck(inflight)
+	}
+	for inflight > 0 {
+		inflight = waitAck(inflight)
+	}
+	el, cpu := time.Since(start), processCPU()-cpu0
+	snd.Close()
+	rcv.Close()
+	wg.Wait()
+	return float64(n) * float64(size) / el.Seconds() / 1e6, cpu
+}
+
+// udpBandwidthPolled is udpBandwidth's sender when it polls for ACKs.
+func udpBandwidthPolled(b *testing.B, snd, rcv transport.Conn, wg *sync.WaitGroup, msgs [][][]byte, n, size int) (float64, time.Duration) {
+	p := snd.(transport.Poller)
+	require.True(b, p.CanPoll(), "the polling baseline needs a Conn that can be polled (Linux)")
+	pkts, eps, leases := make([][]byte, 64), make([]transport.Endpoint, 64), make([]*transport.Lease, 64)
+	dst := rcv.LocalAddrs()[0]
+	// waitAck spins until ACKs arrive; after 2 s without one a datagram
+	// was lost (socket buffer overflow): resend the window.
+	waitAck := func(inflight int) int {
+		deadline := time.Now().Add(2 * time.Second)
+		for spins := 1; ; spins++ {
+			k, err := p.PollLent(pkts, eps, leases)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for j := range k {
+				leases[j].Release()
+			}
+			if k > 0 {
+				return max(inflight-k, 0)
+			}
+			if spins&1023 == 0 && time.Now().After(deadline) {
+				return 0
+			}
 		}
 	}
 	start, cpu0 := time.Now(), processCPU()
