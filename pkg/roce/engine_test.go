@@ -28,6 +28,16 @@ func newSide(t *testing.T, net *transport.MemNetwork, addr string, typ qp.Type) 
 	a := netip.MustParseAddr(addr)
 	c, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
 	require.NoError(t, err)
+	return sideOn(t, c, a, typ, sideCap)
+}
+
+// sideCap is a side's QP capacity unless a test needs another.
+var sideCap = qp.Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}
+
+// sideOn starts an engine on c (address a) with a PD, two CQs and one QP
+// of type typ.
+func sideOn(t *testing.T, c transport.Conn, a netip.Addr, typ qp.Type, capacity qp.Cap) *side {
+	t.Helper()
 	e, err := New(Config{Conn: c, Workers: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
@@ -37,8 +47,7 @@ func newSide(t *testing.T, net *transport.MemNetwork, addr string, typ qp.Type) 
 	require.NoError(t, err)
 	rcq, err := qp.NewCQ(4096)
 	require.NoError(t, err)
-	q, err := e.CreateQP(qp.Config{Type: typ, PD: pd, SendCQ: scq, RecvCQ: rcq,
-		Cap: qp.Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}})
+	q, err := e.CreateQP(qp.Config{Type: typ, PD: pd, SendCQ: scq, RecvCQ: rcq, Cap: capacity})
 	require.NoError(t, err)
 	return &side{e: e, pd: pd, scq: scq, rcq: rcq, q: q, addr: a}
 }

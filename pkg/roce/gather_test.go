@@ -51,19 +51,7 @@ func newGatherSideType(t *testing.T, net *transport.MemNetwork, addr string, typ
 	c, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
 	require.NoError(t, err)
 	gc := &gatherConn{Conn: c}
-	e, err := New(Config{Conn: gc, Workers: 2})
-	require.NoError(t, err)
-	t.Cleanup(func() { e.Close() })
-	pd, err := e.Memory().AllocPD()
-	require.NoError(t, err)
-	scq, err := qp.NewCQ(256)
-	require.NoError(t, err)
-	rcq, err := qp.NewCQ(256)
-	require.NoError(t, err)
-	q, err := e.CreateQP(qp.Config{Type: typ, PD: pd, SendCQ: scq, RecvCQ: rcq,
-		Cap: qp.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
-	require.NoError(t, err)
-	return &side{e: e, pd: pd, scq: scq, rcq: rcq, q: q, addr: a}, gc
+	return sideOn(t, gc, a, typ, qp.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}), gc
 }
 
 // TestPayloadSentInPlace: with a GatherSender, a packet whose payload lies

@@ -136,19 +136,7 @@ func newUDPSide(t *testing.T, addr string, pollOnly bool) *side {
 		c, err = polltest.Only(uc)
 		require.NoError(t, err)
 	}
-	e, err := New(Config{Conn: c, Workers: 2})
-	require.NoError(t, err)
-	t.Cleanup(func() { e.Close() })
-	pd, err := e.Memory().AllocPD()
-	require.NoError(t, err)
-	scq, err := qp.NewCQ(4096)
-	require.NoError(t, err)
-	rcq, err := qp.NewCQ(4096)
-	require.NoError(t, err)
-	q, err := e.CreateQP(qp.Config{Type: qp.RC, PD: pd, SendCQ: scq, RecvCQ: rcq,
-		Cap: qp.Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}})
-	require.NoError(t, err)
-	return &side{e: e, pd: pd, scq: scq, rcq: rcq, q: q, addr: a}
+	return sideOn(t, c, a, qp.RC, sideCap)
 }
 
 // connectUDP is connect for sides on ephemeral ports.

@@ -214,7 +214,6 @@ func udpBandwidth(b *testing.B, n, size int, poll bool) (float64, time.Duration)
 			}
 		}
 	}()
-	dst := rcv.LocalAddrs()[0]
 	// The RDMA requester gathers each packet's payload from a rotating
 	// 2 MiB region (32 messages); the baseline sends from the same.
 	src := make([]byte, 32*size+dgram)
@@ -226,9 +225,18 @@ func udpBandwidth(b *testing.B, n, size int, poll bool) (float64, time.Duration)
 			msgs[m][k] = src[off : off+dgram]
 		}
 	}
+	var waitAck func(inflight int) int
 	if poll {
-		return udpBandwidthPolled(b, snd, rcv, &wg, msgs, n, size)
+		waitAck = pollAcks(b, snd)
+	} else {
+		waitAck = waitAcks(snd, n)
 	}
+	return pushMessages(b, snd, rcv, &wg, msgs, n, size, waitAck)
+}
+
+// waitAcks is udpBandwidth's ACK wait when a goroutine of the sender reads
+// the n ACKs: it hands each one over a channel.
+func waitAcks(snd transport.Conn, n int) func(inflight int) int {
 	acks := make(chan struct{}, n)
 	go func() { // sender's ACK reader
 		bufs, sizes, eps := rxSlots(snd.BatchSize(), 9000)
@@ -246,8 +254,7 @@ func udpBandwidth(b *testing.B, n, size int, poll bool) (float64, time.Duration)
 	// One timer for the whole run (time.After per ACK would cost the
 	// baseline an allocation and a timer per message).
 	lost := time.NewTimer(time.Hour)
-	defer lost.Stop()
-	waitAck := func(inflight int) int {
+	return func(inflight int) int {
 		select {
 		case <-acks:
 			return inflight - 1
@@ -262,6 +269,12 @@ func udpBandwidth(b *testing.B, n, size int, poll bool) (float64, time.Duration)
 			return 0
 		}
 	}
+}
+
+// pushMessages sends n messages with benchDepth in flight, waiting with
+// waitAck, and returns MB/s and the process CPU time it took.
+func pushMessages(b *testing.B, snd, rcv transport.Conn, wg *sync.WaitGroup, msgs [][][]byte, n, size int, waitAck func(int) int) (float64, time.Duration) {
+	dst := rcv.LocalAddrs()[0]
 	start, cpu0 := time.Now(), processCPU()
 	inflight := 0
 	for sent := 0; sent < n; {
@@ -284,15 +297,15 @@ func udpBandwidth(b *testing.B, n, size int, poll bool) (float64, time.Duration)
 	return float64(n) * float64(size) / el.Seconds() / 1e6, cpu
 }
 
-// udpBandwidthPolled is udpBandwidth's sender when it polls for ACKs.
-func udpBandwidthPolled(b *testing.B, snd, rcv transport.Conn, wg *sync.WaitGroup, msgs [][][]byte, n, size int) (float64, time.Duration) {
+// pollAcks is udpBandwidth's ACK wait when the sender polls: it spins
+// until ACKs arrive and returns the messages still in flight; after 2 s
+// without one a datagram was lost (socket buffer overflow): resend the
+// window.
+func pollAcks(b *testing.B, snd transport.Conn) func(inflight int) int {
 	p := snd.(transport.Poller)
 	require.True(b, p.CanPoll(), "the polling baseline needs a Conn that can be polled (Linux)")
 	pkts, eps, leases := make([][]byte, 64), make([]transport.Endpoint, 64), make([]*transport.Lease, 64)
-	dst := rcv.LocalAddrs()[0]
-	// waitAck spins until ACKs arrive; after 2 s without one a datagram
-	// was lost (socket buffer overflow): resend the window.
-	waitAck := func(inflight int) int {
+	return func(inflight int) int {
 		deadline := time.Now().Add(2 * time.Second)
 		for spins := 1; ; spins++ {
 			k, err := p.PollLent(pkts, eps, leases)
@@ -310,26 +323,6 @@ func udpBandwidthPolled(b *testing.B, snd, rcv transport.Conn, wg *sync.WaitGrou
 			}
 		}
 	}
-	start, cpu0 := time.Now(), processCPU()
-	inflight := 0
-	for sent := 0; sent < n; {
-		for inflight < benchDepth && sent < n {
-			if err := snd.Send(msgs[sent%len(msgs)], transport.Endpoint{Remote: dst}); err != nil {
-				b.Fatal(err)
-			}
-			sent++
-			inflight++
-		}
-		inflight = waitAck(inflight)
-	}
-	for inflight > 0 {
-		inflight = waitAck(inflight)
-	}
-	el, cpu := time.Since(start), processCPU()-cpu0
-	snd.Close()
-	rcv.Close()
-	wg.Wait()
-	return float64(n) * float64(size) / el.Seconds() / 1e6, cpu
 }
 
 // retries counts go-back-N restarts on both nodes.
