@@ -100,14 +100,21 @@ func TestReceiveLentLockedHoldsTheLock(t *testing.T) {
 		n, err := p.ReceiveLentLocked(rx.pkts, rx.eps, rx.leases, &mu)
 		done <- result{n, err}
 	}()
-	// While it waits for a datagram the receiver holds no lock: a poller
-	// gets both (the lock and an empty poll) whenever it tries.
-	for i := 0; i < 100; i++ {
-		require.True(t, mu.TryLock(), "a waiting receiver holds no lock")
+	// While it waits for a datagram the receiver holds no lock (only for
+	// the instant of each attempt): a poller keeps getting the lock, and
+	// an empty poll.
+	deadline := time.Now().Add(receiveTimeout)
+	for got := 0; got < 100; {
+		require.False(t, time.Now().After(deadline), "a waiting receiver kept the lock (%d of 100 polls got it)", got)
+		if !mu.TryLock() {
+			runtime.Gosched()
+			continue
+		}
 		n, err := p.PollLent(rx.pkts, rx.eps, rx.leases)
 		mu.Unlock()
 		require.NoError(t, err)
 		require.Zero(t, n)
+		got++
 		runtime.Gosched()
 	}
 	require.NoError(t, rcv.Close())
