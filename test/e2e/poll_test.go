@@ -44,7 +44,10 @@ func TestCQPollReceivesItself(t *testing.T) {
 		return newNode(t, cfg, addr, nodeOpts{})
 	}
 	na, nb := mk("127.0.3.1", false), mk("127.0.3.2", true)
-	o := qpOpts{mtu: ib.MTU1024}
+	// A 4.3 s ACK timeout: B receives only while the test polls it, so on
+	// a loaded machine an ACK for B's answer may wait in B's socket well
+	// past the default 67 ms; a retransmission then says an ACK was stuck.
+	o := qpOpts{mtu: ib.MTU1024, timeout: 20}
 	a, b := na.createQP(o), nb.createQP(o)
 	connectQPs(t, na, a, nb, b, o)
 
