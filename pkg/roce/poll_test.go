@@ -139,7 +139,9 @@ func newUDPSide(t *testing.T, addr string, pollOnly bool) *side {
 	return sideOn(t, c, a, qp.RC, sideCap)
 }
 
-// connectUDP is connect for sides on ephemeral ports.
+// connectUDP is connect for sides on ephemeral ports, with a 4.3 s ACK
+// timeout: a side that receives only while the test polls it may leave
+// an ACK in its socket for a while on a loaded machine.
 func connectUDP(t *testing.T, a, b *side) {
 	t.Helper()
 	for _, p := range [][2]*side{{a, b}, {b, a}} {
@@ -150,7 +152,7 @@ func connectUDP(t *testing.T, a, b *side) {
 			AV:      qp.AddrVector{DGID: r.addr, DestPort: r.e.Port(r.addr)},
 			PathMTU: qp.MTU1024, DestQPN: r.q.Num(), RQPSN: 100, MaxDestRdAtomic: 16, MinRNRTimer: 1},
 			qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer))
-		require.NoError(t, l.e.ModifyQP(l.q, &qp.Attr{State: qp.RTS, SQPSN: 100, Timeout: 14,
+		require.NoError(t, l.e.ModifyQP(l.q, &qp.Attr{State: qp.RTS, SQPSN: 100, Timeout: 20,
 			RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 			qp.AttrState|qp.AttrSQPSN|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|qp.AttrMaxQPRdAtomic))
 	}
