@@ -8,10 +8,10 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/internal/testenv"
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
@@ -303,7 +303,7 @@ func pushMessages(b *testing.B, snd, rcv transport.Conn, wg *sync.WaitGroup, msg
 // window.
 func pollAcks(b *testing.B, snd transport.Conn) func(inflight int) int {
 	p := snd.(transport.Poller)
-	require.True(b, p.CanPoll(), "the polling baseline needs a Conn that can be polled (Linux)")
+	testenv.Need(b, p.CanPoll(), "the polling baseline needs a Conn that can be polled (Linux)")
 	pkts, eps, leases := make([][]byte, 64), make([]transport.Endpoint, 64), make([]*transport.Lease, 64)
 	return func(inflight int) int {
 		deadline := time.Now().Add(2 * time.Second)
@@ -328,15 +328,6 @@ func pollAcks(b *testing.B, snd transport.Conn) func(inflight int) int {
 // retries counts go-back-N restarts on both nodes.
 func retries(na, nb *node) uint64 {
 	return na.dev.Counters()["completer_retry_err"] + nb.dev.Counters()["completer_retry_err"]
-}
-
-// processCPU is the CPU time (user + system) the process has used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func openPair(b *testing.B) (transport.Conn, transport.Conn) {
@@ -502,7 +493,7 @@ func udpRTTPolled(b *testing.B, n int, ping, pong []int, pollB bool) (float64, f
 	defer ca.Close()
 	defer cc.Close()
 	a, c := ca.(transport.Poller), cc.(transport.Poller)
-	require.True(b, a.CanPoll() && c.CanPoll(), "the polling baseline needs a Conn that can be polled (Linux)")
+	testenv.Need(b, a.CanPoll() && c.CanPoll(), "the polling baseline needs a Conn that can be polled (Linux)")
 	dgrams := func(lens []int) [][]byte {
 		d := make([][]byte, len(lens))
 		for i, l := range lens {
