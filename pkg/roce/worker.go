@@ -109,9 +109,9 @@ type worker struct {
 	txN    int
 	txEP   transport.Endpoint
 	txSize int
-	// txResp is the index of the batch's first response (ACK, READ
-	// response), or -1; txMixed: a request was added after it.
-	txResp  int
+	// txResp: the batch holds a response (ACK, READ response);
+	// txMixed: a request was added after one.
+	txResp  bool
 	txMixed bool
 	txTmp   txScratch // for requestsFirst
 }
@@ -141,7 +141,6 @@ func newWorker(e *Engine, idx int) *worker {
 		txG:     make([]transport.Gather, bs),
 		txRegs:  make([]mr.Region, bs),
 		txSize:  bs,
-		txResp:  -1,
 		txTmp: txScratch{bufs: make([][]byte, bs), out: make([][]byte, bs),
 			g: make([]transport.Gather, bs), regs: make([]mr.Region, bs)},
 	}
@@ -628,10 +627,8 @@ func (w *worker) route(av *qp.AddrVector) (transport.Endpoint, error) {
 // added counts the packet just put in the batch, sending a full batch.
 func (w *worker) added() {
 	if wire.Opcode(w.txBufs[w.txN][0]).Info().Flags.Has(wire.FlagResponse) {
-		if w.txResp < 0 {
-			w.txResp = w.txN
-		}
-	} else if w.txResp >= 0 {
+		w.txResp = true
+	} else if w.txResp {
 		w.txMixed = true
 	}
 	w.txN++
@@ -657,7 +654,7 @@ func (w *worker) flush() {
 	if w.txMixed {
 		w.requestsFirst()
 	}
-	w.txResp, w.txMixed = -1, false
+	w.txResp, w.txMixed = false, false
 	var err error
 	if w.e.gs != nil {
 		err = w.e.gs.SendGather(w.txG[:w.txN], w.txEP)
