@@ -70,51 +70,19 @@ func (c *udpConn) ReceiveLentLocked(pkts [][]byte, eps []Endpoint, leases []*Lea
 	if len(eps) < len(pkts) || len(leases) < len(pkts) {
 		return 0, errShortLend
 	}
-	s := c.direct
-	if s == nil || len(pkts) == 0 {
-		// Per-socket readers: nothing polls, so holding mu across the
-		// wait costs nobody anything.
-		mu.Lock()
-		n, err := c.ReceiveLent(pkts, eps, leases)
-		if err != nil {
-			mu.Unlock()
-		}
-		return n, err
+	if len(pkts) == 0 {
+		return 0, nil
 	}
-	c.waitMu.Lock()
-	defer c.waitMu.Unlock()
-	c.lockMu = mu
-	defer func() { c.lockMu = nil }()
 	for {
-		b := s.getBatch()
-		if b == nil {
-			return 0, errClosed
+		if err := c.await(mu); err != nil {
+			return 0, err
 		}
-		n, held, err := s.readBatchHooked(b, c.holdFn, c.releaseFn)
-		if !held {
-			s.free <- b
-			return 0, closedErr(err)
+		n := c.lend(pkts, eps, leases)
+		c.rxMu.Unlock()
+		if n > 0 {
+			return n, nil
 		}
-		// mu and rxMu are held.
-		if err != nil || n == 0 {
-			s.free <- b
-			if err == nil && c.isClosed() {
-				err = errClosed
-			}
-			if err != nil {
-				c.releaseRead()
-				return 0, err
-			}
-		} else {
-			c.open(b, n)
-		}
-		if c.cur != nil {
-			if n := c.lend(pkts, eps, leases); n > 0 {
-				c.rxMu.Unlock()
-				return n, nil
-			}
-		}
-		c.releaseRead()
+		mu.Unlock()
 	}
 }
 

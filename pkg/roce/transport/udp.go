@@ -95,9 +95,9 @@ type udpConn struct {
 	once   sync.Once
 	wg     sync.WaitGroup
 
-	rxMu      sync.Mutex  // serialises Receive; guards cur and the cursor
-	waitMu    sync.Mutex  // serialises ReceiveLentLocked's waits (it waits without rxMu)
-	lockMu    sync.Locker // ReceiveLentLocked's caller's lock, under waitMu
+	rxMu      sync.Mutex  // held while datagrams are taken and handed out; guards cur and the cursor
+	waitMu    sync.Mutex  // serialises waits on the only socket (they wait without rxMu)
+	lockMu    sync.Locker // the waiting receiver's own lock, under waitMu
 	holdFn    func() bool // holdForRead, bound once
 	releaseFn func()      // releaseRead, bound once
 	direct    *udpSocket  // the only socket, read by Receive itself (no reader goroutine)
@@ -250,13 +250,13 @@ func (c *udpConn) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, erro
 	if len(bufs) == 0 {
 		return 0, nil
 	}
-	c.rxMu.Lock()
-	defer c.rxMu.Unlock()
 	for {
-		if err := c.fill(); err != nil {
+		if err := c.await(noLock{}); err != nil {
 			return 0, err
 		}
-		if n := c.drain(bufs, sizes, eps); n > 0 {
+		n := c.drain(bufs, sizes, eps)
+		c.rxMu.Unlock()
+		if n > 0 {
 			return n, nil
 		}
 	}
@@ -264,64 +264,85 @@ func (c *udpConn) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, erro
 
 // ReceiveLent implements Lender: Receive without the copy.
 func (c *udpConn) ReceiveLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int, error) {
-	if len(eps) < len(pkts) || len(leases) < len(pkts) {
-		return 0, errShortLend
-	}
-	if len(pkts) == 0 {
-		return 0, nil
-	}
-	c.rxMu.Lock()
-	defer c.rxMu.Unlock()
-	for {
-		if err := c.fill(); err != nil {
-			return 0, err
-		}
-		if n := c.lend(pkts, eps, leases); n > 0 {
-			return n, nil
-		}
-	}
+	return c.ReceiveLentLocked(pkts, eps, leases, noLock{})
 }
 
-// fill makes sure c.cur is a batch with datagrams left to hand out,
-// receiving one if needed. Called under rxMu.
-func (c *udpConn) fill() error {
-	select {
-	case <-c.closed:
-		return errClosed
-	default:
+// noLock is the caller's lock of a receiver that orders nothing.
+type noLock struct{}
+
+func (noLock) Lock()   {}
+func (noLock) Unlock() {}
+
+// await waits until c.cur holds datagrams to hand out and returns with mu
+// and rxMu held (nothing held on error). With one socket it waits in the
+// kernel holding no lock and takes both before it takes datagrams, so
+// pollers (PollLent under mu) run meanwhile and arrival order holds; with
+// several it waits for a reader goroutine's batch holding both.
+func (c *udpConn) await(mu sync.Locker) error {
+	if s := c.direct; s != nil {
+		return c.awaitSocket(s, mu)
+	}
+	mu.Lock()
+	c.rxMu.Lock()
+	fail := func(err error) error {
+		c.rxMu.Unlock()
+		mu.Unlock()
+		return err
+	}
+	if c.isClosed() {
+		return fail(errClosed)
 	}
 	if c.cur != nil {
 		return nil
 	}
 	var b *rxBatch
-	if s := c.direct; s != nil {
-		if b = s.getBatch(); b == nil {
-			return errClosed
-		}
-		n, err := s.readBatch(b)
-		if err != nil {
-			s.free <- b
-			if errors.Is(err, net.ErrClosed) {
-				return errClosed
-			}
-			return err
-		}
-		b.n = n
-	} else {
-		select {
-		case b = <-c.filled:
-		case <-c.closed:
-			return errClosed
-		}
-		if b.err != nil {
-			err := b.err
-			b.err = nil
-			b.sock.free <- b
-			return err
-		}
+	select {
+	case b = <-c.filled:
+	case <-c.closed:
+		return fail(errClosed)
+	}
+	if err := b.err; err != nil {
+		b.err = nil
+		b.sock.free <- b
+		return fail(err)
 	}
 	c.open(b, b.n)
 	return nil
+}
+
+// awaitSocket is await for the Conn's only socket.
+func (c *udpConn) awaitSocket(s *udpSocket, mu sync.Locker) error {
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	c.lockMu = mu
+	defer func() { c.lockMu = nil }()
+	for {
+		b := s.getBatch()
+		if b == nil {
+			return errClosed
+		}
+		n, held, err := s.readBatchHooked(b, c.holdFn, c.releaseFn)
+		if !held {
+			s.free <- b
+			return closedErr(err)
+		}
+		if err == nil && n > 0 {
+			c.open(b, n)
+			return nil
+		}
+		s.free <- b
+		if err == nil && c.isClosed() {
+			err = errClosed
+		}
+		if err != nil {
+			c.releaseRead()
+			return err
+		}
+		if c.cur != nil {
+			return nil // a poller left datagrams to hand out first
+		}
+		c.releaseRead()
+	}
 }
 
 // next returns the next datagram of the current batch (splitting coalesced
