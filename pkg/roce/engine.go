@@ -573,46 +573,14 @@ func (e *Engine) dispatch(n int, polled bool) (anyHeld, ok bool) {
 				rx.leases[j].Release()
 				rx.pkts[j], rx.leases[j] = nil, nil
 			}
-			e.releaseHeld(recvs)
+			e.releaseHeld(recvs, polled)
 			return anyHeld, false
 		}
 	}
 	if anyHeld {
-		if polled {
-			e.releasePolled(recvs)
-		} else {
-			e.releaseHeld(recvs)
-		}
+		e.releaseHeld(recvs, polled)
 	}
 	return anyHeld, true
-}
-
-// releasePolled lets go of the shards a poller took. The poller is
-// (typically) the application the batch's receive completions are for,
-// and it answers after Poll returns: a batch holding ACKs for received
-// messages is left unsent for that answer to join (as the answer window
-// does for an application woken by the receive goroutine), and the
-// worker is woken to send it if nobody else does first. Whoever owns the
-// shard next sends it: the application's post, the next poller, or the
-// worker goroutine.
-func (e *Engine) releasePolled(recvs uint64) {
-	defer clear(e.rx.held)
-	answered := e.ctr.RDMARecvs.Load() != recvs
-	for i, h := range e.rx.held {
-		if !h {
-			continue
-		}
-		w := e.workers[i]
-		if !answered || w.txN == 0 {
-			w.releaseInline(e.ctr.RDMARecvs.Load())
-			continue
-		}
-		w.settle()
-		w.inline = false
-		w.rearm()
-		w.own.Unlock()
-		w.offer(event{kind: evWake})
-	}
 }
 
 // inlineBatch is the longest receive batch the receive loop handles
@@ -627,12 +595,24 @@ const inlineBatch = 4
 // WRITE stream handled inline).
 const inlineProcs = 2
 
-// releaseHeld lets go of the shards taken for a batch.
-func (e *Engine) releaseHeld(recvs uint64) {
+// releaseHeld lets go of the shards taken for a batch. A poller is
+// (typically) the application the batch's receive completions are for,
+// and it answers after Poll returns, not in an answer window: a batch
+// holding ACKs for messages it received is left unsent for that answer to
+// join, and whoever owns the shard next sends it (the application's post,
+// the next poller, or the worker goroutine, woken for it).
+func (e *Engine) releaseHeld(recvs uint64, polled bool) {
+	now := e.ctr.RDMARecvs.Load()
 	for i, h := range e.rx.held {
-		if h {
-			e.rx.held[i] = false
-			e.workers[i].releaseInline(recvs)
+		if !h {
+			continue
+		}
+		e.rx.held[i] = false
+		w := e.workers[i]
+		if polled {
+			w.release(now, now != recvs && w.txN > 0)
+		} else {
+			w.releaseInline(recvs)
 		}
 	}
 }

@@ -243,17 +243,25 @@ func (w *worker) tryAcquire(needIdle bool) bool {
 // releaseInline ends an inline ownership taken by tryAcquire: answer
 // window, kicked QPs, flush, rearm; QPs that still want to send are left
 // to the worker goroutine.
-func (w *worker) releaseInline(recvs uint64) {
-	w.answerWindow(recvs)
+func (w *worker) releaseInline(recvs uint64) { w.release(recvs, false) }
+
+// release is releaseInline; with keepBatch the batch is not sent (nor is
+// an answer window given): the next owner sends it, and the worker
+// goroutine is woken to be that owner if nobody else is first.
+func (w *worker) release(recvs uint64, keepBatch bool) {
+	if !keepBatch {
+		w.answerWindow(recvs)
+	}
 	w.settle()
 	w.inline = false
-	w.flush()
+	if !keepBatch {
+		w.flush()
+	}
 	w.rearm()
-	wake := len(w.ready) > 0
+	wake := keepBatch || len(w.ready) > 0
 	w.own.Unlock()
 	if wake {
-		// QPs still want to send: let the worker goroutine continue. A
-		// full inbox already guarantees it another round.
+		// A full inbox already guarantees the worker another round.
 		w.offer(event{kind: evWake})
 	}
 }
