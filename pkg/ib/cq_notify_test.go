@@ -97,10 +97,7 @@ func TestNotifyHandlerMayCallEngineVerbs(t *testing.T) {
 // completion of a burst exactly once, in order, and its calls never
 // overlap.
 func TestNotifyHandlerRearmSeesBurstOnce(t *testing.T) {
-	net := transport.NewMemNetwork()
-	a, b := openPeer(net, "10.7.0.1"), openPeer(net, "10.7.0.2")
-	defer a.close()
-	defer b.close()
+	a, b := peerPair(t, "10.7.0.1", "10.7.0.2")
 	const n = 200
 	cq, err := a.dev.CreateCQ(2 * n)
 	require.NoError(t, err)
@@ -108,8 +105,7 @@ func TestNotifyHandlerRearmSeesBurstOnce(t *testing.T) {
 		Cap: ib.QPCap{MaxSendWR: n, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
 	qb := b.createQP(ib.RC)
-	connectRC(a, qa, b, qb)
-	connectRC(b, qb, a, qa)
+	connectBoth(a, qa, b, qb)
 
 	var (
 		inside, maxInside atomic.Int32

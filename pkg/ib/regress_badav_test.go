@@ -7,15 +7,13 @@ import (
 	"time"
 
 	"github.com/rxed/rxed/pkg/ib"
-	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
 
 // udPair opens two peers with a UD QP each in RTS (Q_Key 0x1111).
-func udPair(t *testing.T, net *transport.MemNetwork, addrA, addrB string) (*peer, *ib.QP, *peer, *ib.QP) {
+func udPair(t *testing.T, addrA, addrB string) (*peer, *ib.QP, *peer, *ib.QP) {
 	t.Helper()
-	a, b := openPeer(net, addrA), openPeer(net, addrB)
-	t.Cleanup(func() { a.close(); b.close() })
+	a, b := peerPair(t, addrA, addrB)
 	qa, qb := a.createQP(ib.UD), b.createQP(ib.UD)
 	for _, q := range []*ib.QP{qa, qb} {
 		require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, QKey: 0x1111},
@@ -38,25 +36,36 @@ func nextEvent(t *testing.T, p *peer) ib.AsyncEvent {
 	}
 }
 
+// unsendableAV is a path towards peer b that the other peer's device
+// cannot send along, with the name of its subtest.
+type unsendableAV struct {
+	name string
+	av   func(b *peer) ib.AddrVector
+}
+
+// unsendableAVs are the two unsendable paths the tests below try: a
+// source GID index (sgidIndex) outside the sender's GID table, and an
+// IPv6 destination from its IPv4 GID.
+func unsendableAVs(sgidIndex uint8) []unsendableAV {
+	return []unsendableAV{
+		{"sgid_index outside the GID table", func(b *peer) ib.AddrVector {
+			return ib.AddrVector{DGID: b.addr, SGIDIndex: sgidIndex, DestPort: b.dev.UDPPort(), PortNum: 1}
+		}},
+		{"IPv6 destination from an IPv4 GID", func(b *peer) ib.AddrVector {
+			return ib.AddrVector{DGID: netip.MustParseAddr("fd00::2"), DestPort: b.dev.UDPPort(), PortNum: 1}
+		}},
+	}
+}
+
 // A UD send whose address vector the device cannot send along (built by
 // hand, since CreateAH refuses it) used to complete with SUCCESS while
 // the engine dropped the packet and counted send_err. Like rdma_rxe when
 // its requester cannot send, it now completes with LOC_QP_OP_ERR, the QP
 // moves to ERR (QP_FATAL), and the WRs after it are flushed.
 func TestRegressUDSendUnsendableAVFails(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		av   func(b *peer) ib.AddrVector
-	}{
-		{"sgid_index outside the GID table", func(b *peer) ib.AddrVector {
-			return ib.AddrVector{DGID: b.addr, SGIDIndex: 3, DestPort: b.dev.UDPPort(), PortNum: 1}
-		}},
-		{"IPv6 destination from an IPv4 GID", func(b *peer) ib.AddrVector {
-			return ib.AddrVector{DGID: netip.MustParseAddr("fd00::2"), DestPort: b.dev.UDPPort(), PortNum: 1}
-		}},
-	} {
+	for _, tc := range unsendableAVs(3) {
 		t.Run(tc.name, func(t *testing.T) {
-			a, qa, b, qb := udPair(t, transport.NewMemNetwork(), "10.11.0.1", "10.11.0.2")
+			a, qa, b, qb := udPair(t, "10.11.0.1", "10.11.0.2")
 			require.Equal(t, ib.EventPortActive, nextEvent(t, a).Type)
 			av := tc.av(b)
 			_, err := a.pd.CreateAH(av)
@@ -96,21 +105,9 @@ func TestRegressUDSendUnsendableAVFails(t *testing.T) {
 // QP stays in INIT with its attributes unchanged; fixed, it goes through.
 func TestRegressModifyRTRRefusesUnsendablePath(t *testing.T) {
 	for _, typ := range []ib.QPType{ib.RC, ib.UC} {
-		for _, tc := range []struct {
-			name string
-			av   func(b *peer) ib.AddrVector
-		}{
-			{"sgid_index outside the GID table", func(b *peer) ib.AddrVector {
-				return ib.AddrVector{DGID: b.addr, SGIDIndex: 1, DestPort: b.dev.UDPPort(), PortNum: 1}
-			}},
-			{"IPv6 destination from an IPv4 GID", func(b *peer) ib.AddrVector {
-				return ib.AddrVector{DGID: netip.MustParseAddr("fd00::2"), DestPort: b.dev.UDPPort(), PortNum: 1}
-			}},
-		} {
+		for _, tc := range unsendableAVs(1) {
 			t.Run(typ.String()+"/"+tc.name, func(t *testing.T) {
-				net := transport.NewMemNetwork()
-				a, b := openPeer(net, "10.12.0.1"), openPeer(net, "10.12.0.2")
-				t.Cleanup(func() { a.close(); b.close() })
+				a, b := peerPair(t, "10.12.0.1", "10.12.0.2")
 				qa, qb := a.createQP(typ), b.createQP(typ)
 				require.NoError(t, qa.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1},
 					ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))

@@ -96,6 +96,22 @@ func readResponses(t *testing.T, pkts [][]byte, psn PSN, opening bool, mtu int, 
 	return p.AETH.MSN()
 }
 
+// pacedRead gives a fresh MTU 1024 link's responder a READ of the first
+// size bytes of its region, from PSN 0xFFFF00, and runs it once: the
+// reply is under way, its first budget of responses (returned) sent.
+func pacedRead(t *testing.T, size uint32) (l *link, psn PSN, va uint64, rkey uint32, first [][]byte) {
+	t.Helper()
+	l = newLinkMTU(t, MTU1024)
+	paceFill(l.b.buf)
+	psn = PSN(0xFFFF00)
+	va, rkey = l.b.m.IOVA(), l.b.m.RKey()
+	l.receiveOnly(l.b, l.a, readRequest(t, l.b, psn, va, rkey, size))
+	require.True(t, l.b.q.Run(l.b.env, l.now, paceBudget))
+	first = l.b.env.take()
+	require.Len(t, first, paceBudget)
+	return l, psn, va, rkey, first
+}
+
 func flatten(calls [][][]byte) (all [][]byte) {
 	for _, c := range calls {
 		all = append(all, c...)
@@ -189,14 +205,7 @@ func TestRegressReadPacedRunReportsMore(t *testing.T) {
 // two never interleave. A retry of the whole READ replays FIRST … LAST.
 func TestRegressReadPacedDuplicateWaits(t *testing.T) {
 	const size = 256 * 1024
-	l := newLinkMTU(t, MTU1024)
-	paceFill(l.b.buf)
-	psn := PSN(0xFFFF00)
-	va, rkey := l.b.m.IOVA(), l.b.m.RKey()
-	l.receiveOnly(l.b, l.a, readRequest(t, l.b, psn, va, rkey, size))
-	require.True(t, l.b.q.Run(l.b.env, l.now, paceBudget))
-	first := l.b.env.take()
-	require.Len(t, first, paceBudget)
+	l, psn, va, rkey, first := pacedRead(t, size)
 
 	// The requester lost response 40 and asks again from there.
 	const from = 40
@@ -354,13 +363,7 @@ func TestRegressReadPacedSendFinishesReply(t *testing.T) {
 // the reply and the queue finish at once; nothing is lost or reordered.
 func TestRegressReadPacedQueueFull(t *testing.T) {
 	const size = 128 * 1024
-	l := newLinkMTU(t, MTU1024)
-	paceFill(l.b.buf)
-	psn := PSN(0xFFFF00)
-	va, rkey := l.b.m.IOVA(), l.b.m.RKey()
-	l.receiveOnly(l.b, l.a, readRequest(t, l.b, psn, va, rkey, size))
-	require.True(t, l.b.q.Run(l.b.env, l.now, paceBudget))
-	require.Len(t, l.b.env.take(), paceBudget)
+	l, psn, va, rkey, _ := pacedRead(t, size)
 	last := func() []byte { return readRequest(t, l.b, psn.Add(127), va+127*1024, rkey, 1024) }
 	for range heldRequests {
 		l.receiveOnly(l.b, l.a, last())

@@ -45,6 +45,20 @@ func toSQD(t *testing.T, l *link, e *end, notify bool) {
 
 func draining(e *end) bool { return e.q.Attr().SQDraining }
 
+// writeThenSQD is an RC link whose requester has sent one signaled
+// 16-byte WRITE (the packets returned, not yet delivered) and then moved
+// to SQD, asking for the drained event or not; w watches the drain.
+func writeThenSQD(t *testing.T, notify bool) (l *link, w *drainWatch, req [][]byte) {
+	t.Helper()
+	l = newLink(t, RC, 7, 7)
+	w = watchDrain(t, l.a)
+	l.post(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{l.a.sge(0, 16)},
+		RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()})
+	req = l.a.env.take()
+	toSQD(t, l, l.a, notify)
+	return l, w, req
+}
+
 // An RC QP with a SEND, a READ and a multi-packet WRITE in flight (the
 // WRITE cut off in mid-message by the budget) moves to SQD: the WRITE is
 // finished, nothing new starts, sq_draining holds until the last
@@ -184,12 +198,7 @@ func TestSQDDrainRetransmitsLostRequests(t *testing.T) {
 // Without en_sqd_async_notify the drain is the same (sq_draining, the
 // refusal to leave early) but no event is raised.
 func TestSQDWithoutNotifyRaisesNoEvent(t *testing.T) {
-	l := newLink(t, RC, 7, 7)
-	w := watchDrain(t, l.a)
-	l.post(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{l.a.sge(0, 16)},
-		RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()})
-	req := l.a.env.take()
-	toSQD(t, l, l.a, false)
+	l, w, req := writeThenSQD(t, false)
 	require.True(t, draining(l.a))
 	require.ErrorIs(t, l.a.q.Modify(&Attr{State: SQD}, AttrState, l.now), ErrSQDraining, "SQD->SQD waits too")
 	l.deliver(l.b, l.a, req...)
@@ -287,12 +296,7 @@ func TestSQDUnreliableDrainsWithoutResponses(t *testing.T) {
 // the outstanding WQEs are flushed and no drained event follows. RESET
 // is refused while draining, as rxe refuses every state but ERR.
 func TestSQDErrInterruptsDrain(t *testing.T) {
-	l := newLink(t, RC, 7, 7)
-	w := watchDrain(t, l.a)
-	l.post(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{l.a.sge(0, 16)},
-		RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()})
-	req := l.a.env.take()
-	toSQD(t, l, l.a, true)
+	l, w, req := writeThenSQD(t, true)
 	require.ErrorIs(t, l.a.q.Modify(&Attr{State: Reset}, AttrState, l.now), ErrSQDraining)
 	require.Equal(t, SQD, l.a.q.State())
 	// A modify that changes no state is not a transition: allowed.
