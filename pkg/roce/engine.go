@@ -102,7 +102,6 @@ type Engine struct {
 	mem     *mr.Table
 	onEvent func(Event)
 
-	ctr   qp.Counters
 	drops [qp.NumDropReasons]atomic.Uint64
 
 	workers []*worker
@@ -259,7 +258,6 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 	default:
 	}
 	c.Mem = e.mem
-	c.Counters = &e.ctr
 	c.GIDs = e.gids
 	auto := c.Num == 0
 	if c.Num > 0xFFFFFF {
@@ -292,6 +290,7 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 			}
 			c.Num = e.allocQPN()
 		}
+		c.Counters = &e.workerFor(c.Num).ctr
 		q, err := qp.New(c)
 		if err != nil {
 			return nil, err
@@ -408,7 +407,12 @@ func (e *Engine) kick(q *qp.QP) {
 // Counters returns every counter by name: rxe's protocol counters and one
 // per drop reason.
 func (e *Engine) Counters() map[string]uint64 {
-	m := e.ctr.Snapshot()
+	m := e.workers[0].ctr.Snapshot()
+	for _, w := range e.workers[1:] {
+		for k, v := range w.ctr.Snapshot() {
+			m[k] += v
+		}
+	}
 	for i := 1; i < qp.NumDropReasons; i++ {
 		m[qp.DropReason(i).String()] = e.Drops(qp.DropReason(i))
 	}
@@ -546,7 +550,6 @@ func (e *Engine) Progress() int {
 func (e *Engine) dispatch(n int, polled bool) (anyHeld, ok bool) {
 	rx := e.rx
 	inline := n <= inlineBatch || e.inlineAll || polled
-	recvs := e.ctr.RDMARecvs.Load()
 	for i := 0; i < n; i++ {
 		pkt, lease := rx.pkts[i], rx.leases[i]
 		rx.pkts[i], rx.leases[i] = nil, nil // the worker owns them now
@@ -573,12 +576,12 @@ func (e *Engine) dispatch(n int, polled bool) (anyHeld, ok bool) {
 				rx.leases[j].Release()
 				rx.pkts[j], rx.leases[j] = nil, nil
 			}
-			e.releaseHeld(recvs, polled)
+			e.releaseHeld(polled)
 			return anyHeld, false
 		}
 	}
 	if anyHeld {
-		e.releaseHeld(recvs, polled)
+		e.releaseHeld(polled)
 	}
 	return anyHeld, true
 }
@@ -601,18 +604,11 @@ const inlineProcs = 2
 // holding ACKs for messages it received is left unsent for that answer to
 // join, and whoever owns the shard next sends it (the application's post,
 // the next poller, or the worker goroutine, woken for it).
-func (e *Engine) releaseHeld(recvs uint64, polled bool) {
-	now := e.ctr.RDMARecvs.Load()
+func (e *Engine) releaseHeld(polled bool) {
 	for i, h := range e.rx.held {
-		if !h {
-			continue
-		}
-		e.rx.held[i] = false
-		w := e.workers[i]
-		if polled {
-			w.release(now, now != recvs && w.txN > 0)
-		} else {
-			w.releaseInline(recvs)
+		if h {
+			e.rx.held[i] = false
+			e.workers[i].release(polled)
 		}
 	}
 }
