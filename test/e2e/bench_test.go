@@ -354,6 +354,15 @@ const (
 	ackLen        = 12 + 4 + 4      // BTH, AETH, ICRC
 )
 
+// datagrams returns zeroed datagrams of the given lengths.
+func datagrams(lens []int) [][]byte {
+	d := make([][]byte, len(lens))
+	for i, l := range lens {
+		d[i] = make([]byte, l)
+	}
+	return d
+}
+
 // udpRTT is the latency baseline: n round trips between two sockets of
 // transport.OpenUDP, each one Send of datagrams of the lengths in ping,
 // answered, once all arrived, by one Send of datagrams of the lengths in
@@ -372,18 +381,11 @@ func udpRTTWith(b *testing.B, n int, ping, pong []int, handoff bool) (float64, f
 	a, c := openPair(b)
 	defer a.Close()
 	defer c.Close()
-	dgrams := func(lens []int) [][]byte {
-		d := make([][]byte, len(lens))
-		for i, l := range lens {
-			d[i] = make([]byte, l)
-		}
-		return d
-	}
 	toA := a.LocalAddrs()[0]
 	answer := make(chan struct{}, 1) // B: receiver -> answering goroutine
 	if handoff {
 		go func() {
-			out := dgrams(pong)
+			out := datagrams(pong)
 			for range answer {
 				_ = c.Send(out, transport.Endpoint{Remote: toA})
 			}
@@ -392,7 +394,7 @@ func udpRTTWith(b *testing.B, n int, ping, pong []int, handoff bool) (float64, f
 	go func() {
 		defer close(answer)
 		bufs, sizes, eps := rxSlots(4, 256)
-		out := dgrams(pong)
+		out := datagrams(pong)
 		got := 0
 		for {
 			k, err := c.Receive(bufs, sizes, eps)
@@ -439,7 +441,7 @@ func udpRTTWith(b *testing.B, n int, ping, pong []int, handoff bool) (float64, f
 			}
 		}()
 	}
-	out := dgrams(ping)
+	out := datagrams(ping)
 	dst := c.LocalAddrs()[0]
 	start, cpu0 := time.Now(), processCPU()
 	for i := 0; i < n; i++ {
@@ -494,13 +496,6 @@ func udpRTTPolled(b *testing.B, n int, ping, pong []int, pollB bool) (float64, f
 	defer cc.Close()
 	a, c := ca.(transport.Poller), cc.(transport.Poller)
 	testenv.Need(b, a.CanPoll() && c.CanPoll(), "the polling baseline needs a Conn that can be polled (Linux)")
-	dgrams := func(lens []int) [][]byte {
-		d := make([][]byte, len(lens))
-		for i, l := range lens {
-			d[i] = make([]byte, l)
-		}
-		return d
-	}
 	slots := func() ([][]byte, []transport.Endpoint, []*transport.Lease) {
 		return make([][]byte, 4), make([]transport.Endpoint, 4), make([]*transport.Lease, 4)
 	}
@@ -509,7 +504,7 @@ func udpRTTPolled(b *testing.B, n int, ping, pong []int, pollB bool) (float64, f
 	go func() {
 		defer close(done)
 		pkts, eps, leases := slots()
-		out := dgrams(pong)
+		out := datagrams(pong)
 		got := 0
 		for !stop.Load() {
 			var k int
@@ -536,7 +531,7 @@ func udpRTTPolled(b *testing.B, n int, ping, pong []int, pollB bool) (float64, f
 		<-done
 	}()
 	pkts, eps, leases := slots()
-	out := dgrams(ping)
+	out := datagrams(ping)
 	dst := cc.LocalAddrs()[0]
 	start, cpu0 := time.Now(), processCPU()
 	for i := 0; i < n; i++ {
