@@ -441,13 +441,19 @@ func (c *udpConn) Send(bufs [][]byte, ep Endpoint) error {
 		}
 		nb += uint64(len(b))
 	}
-	if len(bufs) == 0 {
+	return c.write(s, bufs, nil, remote, from, len(bufs), nb)
+}
+
+// write sends n datagrams of nb bytes in all (bufs or dgrams) and counts
+// them.
+func (c *udpConn) write(s *udpSocket, bufs [][]byte, dgrams []Gather, remote netip.AddrPort, from netip.Addr, n int, nb uint64) error {
+	if n == 0 {
 		return nil
 	}
-	if err := s.writeBatch(bufs, nil, remote, from); err != nil {
+	if err := s.writeBatch(bufs, dgrams, remote, from); err != nil {
 		return err
 	}
-	c.stats.sentPackets.Add(uint64(len(bufs)))
+	c.stats.sentPackets.Add(uint64(n))
 	c.stats.sentBytes.Add(nb)
 	return nil
 }
@@ -466,15 +472,7 @@ func (c *udpConn) SendGather(dgrams []Gather, ep Endpoint) error {
 		}
 		nb += uint64(l)
 	}
-	if len(dgrams) == 0 {
-		return nil
-	}
-	if err := s.writeBatch(nil, dgrams, remote, from); err != nil {
-		return err
-	}
-	c.stats.sentPackets.Add(uint64(len(dgrams)))
-	c.stats.sentBytes.Add(nb)
-	return nil
+	return c.write(s, nil, dgrams, remote, from, len(dgrams), nb)
 }
 
 // route picks the socket, destination and (for a wildcard-bound socket)
