@@ -238,11 +238,11 @@ func ExamplePD_CreateAH() {
 
 	fmt.Println("sender:", next(a.cq).Status.String())
 	rwc := next(b.cq)
-	fmt.Printf("receiver: %v len=%d from_qp=%#x grh=%v\n", rwc.Status.String(), rwc.ByteLen, rwc.SrcQP, rwc.Flags&ib.WCWithGRH != 0)
+	fmt.Printf("receiver: %v len=%d from_sender=%v grh=%v\n", rwc.Status.String(), rwc.ByteLen, rwc.SrcQP == qa.Num(), rwc.Flags&ib.WCWithGRH != 0)
 	fmt.Printf("payload: %q\n", b.buf[40:rwc.ByteLen])
 	// Output:
 	// sender: SUCCESS
-	// receiver: SUCCESS len=48 from_qp=0x11 grh=true
+	// receiver: SUCCESS len=48 from_sender=true grh=true
 	// payload: "datagram"
 }
 

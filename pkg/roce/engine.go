@@ -37,6 +37,7 @@ package roce
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"runtime"
@@ -48,10 +49,6 @@ import (
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/rxed/rxed/pkg/wire"
 )
-
-// FirstQPN is the first QP number handed out, as rdma_rxe (QP0 and QP1
-// are special; rxe starts its pool at 0x11).
-const FirstQPN = 0x11
 
 // Config configures an Engine.
 type Config struct {
@@ -75,6 +72,10 @@ type Config struct {
 	// call the engine's waiting verbs (CreateQP, ModifyQP, QueryQP,
 	// DestroyQP): hand the event to another goroutine, as pkg/ib does.
 	OnEvent func(Event)
+	// Rand seeds the random QP numbers (qpn.go): New reads 32 bytes from
+	// it. nil is crypto/rand; tests inject a seeded source (e.g.
+	// math/rand/v2's ChaCha8) for reproducible numbers.
+	Rand io.Reader
 }
 
 // EventType is the kind of an asynchronous event.
@@ -105,7 +106,7 @@ type Engine struct {
 	drops [qp.NumDropReasons]atomic.Uint64
 
 	workers []*worker
-	nextQPN atomic.Uint32
+	qpns    *qpnAllocator
 
 	lender    transport.Lender
 	poller    transport.Poller       // nil unless the Conn can be polled
@@ -164,7 +165,11 @@ func New(cfg Config) (*Engine, error) {
 	if n <= 0 {
 		n = min(runtime.GOMAXPROCS(0), 8)
 	}
-	e.nextQPN.Store(FirstQPN - 1)
+	qpns, err := newQPNAllocator(cfg.Rand)
+	if err != nil {
+		return nil, err
+	}
+	e.qpns = qpns
 	e.lender = transport.Lend(cfg.Conn)
 	if p, ok := cfg.Conn.(transport.Poller); ok && p.CanPoll() {
 		e.poller = p
@@ -243,14 +248,12 @@ func (e *Engine) workerFor(qpn uint32) *worker {
 	return e.workers[int(qpn)%len(e.workers)]
 }
 
-// ErrQPNInUse is returned by CreateQP for a requested QP number that
-// exists.
-var ErrQPNInUse = errors.New("roce: QP number in use")
-
-// CreateQP creates a QP in RESET; c.Mem and c.Counters are filled in by
-// the engine. c.Num 0 allocates the next QP number (from FirstQPN, like
-// rxe); a non-zero c.Num asks for that number (QP1 for the GSI QP, or a
-// test that replays captured packets).
+// CreateQP creates a QP in RESET; c.Mem, c.GIDs and c.Counters are
+// filled in by the engine. c.Num 0 draws a random QP number (qpn.go); a
+// non-zero c.Num asks for that number (a test that replays captured
+// packets), ErrQPNInUse if it exists. The GSI QP (c.Type qp.GSI) is
+// always QP1, at most one per engine; no other type may be QP1, and QP0
+// never exists (packets for it are dropped as drop_qp, as rxe does).
 func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 	select {
 	case <-e.closed:
@@ -259,10 +262,12 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 	}
 	c.Mem = e.mem
 	c.GIDs = e.gids
-	auto := c.Num == 0
-	if c.Num > 0xFFFFFF {
-		return nil, fmt.Errorf("roce: QP number %#x does not fit 24 bits", c.Num)
+	num, err := e.qpns.numFor(&c)
+	if err != nil {
+		return nil, err
 	}
+	c.Num = num
+	c.Counters = &e.workerFor(num).ctr
 	user := c.OnError
 	c.OnError = func(q *qp.QP) {
 		if user != nil {
@@ -281,52 +286,19 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 			e.onEvent(Event{Type: EventSQDrained, QPN: q.Num()})
 		}
 	}
-	// An allocated number that is still in use (the counter wrapped onto
-	// a long-lived QP) is skipped; every number is tried at most once.
-	for tries := 0; ; tries++ {
-		if auto {
-			if tries > 0xFFFFFF {
-				return nil, errors.New("roce: no free QP number")
-			}
-			c.Num = e.allocQPN()
-		}
-		c.Counters = &e.workerFor(c.Num).ctr
-		q, err := qp.New(c)
-		if err != nil {
-			return nil, err
-		}
-		q.SetLocalOps(localOps{e})
-		q.SetRemoteInvalidate(e.remoteInvalidate)
-		w := e.workerFor(q.Num())
-		inUse := false
-		err = w.call(func() {
-			if w.qps[q.Num()] != nil {
-				inUse = true
-				return
-			}
-			w.qps[q.Num()] = &qpEntry{q: q}
-		})
-		if err != nil {
-			return nil, err
-		}
-		if !inUse {
-			return q, nil
-		}
-		if !auto {
-			return nil, fmt.Errorf("%w: %#x", ErrQPNInUse, q.Num())
-		}
+	q, err := qp.New(c)
+	if err != nil {
+		e.qpns.release(num, false)
+		return nil, err
 	}
-}
-
-// allocQPN returns the next QP number, cycling through FirstQPN..2^24-1:
-// numbers below FirstQPN (QP0, QP1 and the ones rxe reserves) are never
-// handed out, also after the 24-bit counter wraps.
-func (e *Engine) allocQPN() uint32 {
-	for {
-		if n := e.nextQPN.Add(1) & 0xFFFFFF; n >= FirstQPN {
-			return n
-		}
+	q.SetLocalOps(localOps{e})
+	q.SetRemoteInvalidate(e.remoteInvalidate)
+	w := e.workerFor(num)
+	if err := w.call(func() { w.qps[num] = &qpEntry{q: q} }); err != nil {
+		e.qpns.release(num, false)
+		return nil, err
 	}
+	return q, nil
 }
 
 // ModifyQP applies attributes to q on its worker (ibv_modify_qp).
@@ -352,10 +324,22 @@ func (e *Engine) QueryQP(q *qp.QP) (qp.Attr, error) {
 	return a, err
 }
 
-// DestroyQP removes q; packets for it are then dropped as drop_qp.
+// DestroyQP removes q; packets for it are then dropped as drop_qp. Its
+// number is held back from allocation for the next RecentQPNs destroys.
 func (e *Engine) DestroyQP(q *qp.QP) error {
-	w := e.workerFor(q.Num())
-	return w.call(func() { delete(w.qps, q.Num()) })
+	num := q.Num()
+	w := e.workerFor(num)
+	removed := false
+	err := w.call(func() {
+		if ent := w.qps[num]; ent != nil && ent.q == q {
+			delete(w.qps, num)
+			removed = true
+		}
+	})
+	if removed {
+		e.qpns.release(num, true)
+	}
+	return err
 }
 
 // PostSend queues send WRs on q and wakes its worker. On error the WRs

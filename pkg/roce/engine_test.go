@@ -216,41 +216,6 @@ func TestInjectedClockDrivesRetransmits(t *testing.T) {
 	require.Equal(t, uint64(3), e.Counters()["sent_pkts"])
 }
 
-// TestQPNAllocationWraps: automatic QP numbers wrap from 2^24-1 back to
-// FirstQPN, never hand out QP0/QP1 or the reserved numbers below
-// FirstQPN, and skip numbers still in use; an explicit number in use is
-// refused.
-func TestQPNAllocationWraps(t *testing.T) {
-	net := transport.NewMemNetwork()
-	s := newSide(t, net, "10.0.0.1", qp.RC)
-	require.Equal(t, uint32(FirstQPN), s.q.Num(), "the first QP gets FirstQPN, as in rxe")
-	create := func(num uint32) (*qp.QP, error) {
-		return s.e.CreateQP(qp.Config{Num: num, Type: qp.RC, PD: s.pd, SendCQ: s.scq, RecvCQ: s.rcq,
-			Cap: qp.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	}
-	second, err := create(0)
-	require.NoError(t, err)
-	require.Equal(t, uint32(FirstQPN+1), second.Num())
-
-	s.e.nextQPN.Store(0xFFFFFF - 1)
-	var got []uint32
-	for range 3 {
-		q, err := create(0)
-		require.NoError(t, err)
-		got = append(got, q.Num())
-	}
-	// 0xFFFFFF, then wrap: FirstQPN and FirstQPN+1 are in use.
-	require.Equal(t, []uint32{0xFFFFFF, FirstQPN + 2, FirstQPN + 3}, got)
-
-	_, err = create(FirstQPN)
-	require.ErrorIs(t, err, ErrQPNInUse)
-	_, err = create(1 << 24)
-	require.Error(t, err)
-	q1, err := create(1)
-	require.NoError(t, err, "QP1 by explicit request")
-	require.Equal(t, uint32(1), q1.Num())
-}
-
 // statsConn reports fixed transport counters.
 type statsConn struct {
 	transport.Conn
