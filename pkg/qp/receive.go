@@ -25,6 +25,7 @@ const (
 	DropPKey                 // P_Key mismatch
 	DropQKey                 // Q_Key mismatch (UD)
 	DropICRC                 // invariant CRC mismatch
+	DropIPv4ID               // IPv4: the ICRC holds only with an Identification the peer cannot have sent
 	DropOverrun              // receive queue full: dropped by the socket buffer or an in-memory queue before the engine saw it
 	numDropReasons
 )
@@ -42,6 +43,7 @@ var DropReasonNames = [numDropReasons]string{
 	DropPKey:      "drop_pkey",
 	DropQKey:      "drop_qkey",
 	DropICRC:      "drop_icrc",
+	DropIPv4ID:    "drop_ipv4_id",
 	DropOverrun:   "drop_overrun",
 }
 

@@ -105,6 +105,11 @@ type Engine struct {
 
 	drops [qp.NumDropReasons]atomic.Uint64
 
+	// ids checks the IPv4 Identification solved from each ICRC
+	// (ipv4id.go); idResyncs counts the windows re-anchored.
+	ids       idGuard
+	idResyncs atomic.Uint64
+
 	workers []*worker
 	qpns    *qpnAllocator
 
@@ -119,6 +124,11 @@ type Engine struct {
 	closed    chan struct{}
 	wg        sync.WaitGroup
 }
+
+// CounterIPv4IDResync counts the IPv4 Identification windows re-anchored
+// (two consecutive packets from a peer agreed on IDs outside its window;
+// see drop_ipv4_id).
+const CounterIPv4IDResync = "ipv4_id_resync"
 
 // ErrClosed is returned by operations on a closed engine.
 var ErrClosed = errors.New("roce: engine closed")
@@ -400,6 +410,7 @@ func (e *Engine) Counters() map[string]uint64 {
 	for i := 1; i < qp.NumDropReasons; i++ {
 		m[qp.DropReason(i).String()] = e.Drops(qp.DropReason(i))
 	}
+	m[CounterIPv4IDResync] = e.idResyncs.Load()
 	return m
 }
 

@@ -538,8 +538,8 @@ func (w *worker) handlePacket(pkt []byte, ep *transport.Endpoint) {
 	}
 	w.ri = qp.RecvInfo{Src: ep.Remote, Dst: ep.Local}
 	if p.Opcode == wire.CNP {
-		if v, _ := (wire.Flow{Src: ep.Remote, Dst: ep.Local}).Verify(p.Raw); v != wire.ICRCOK {
-			e.drop(qp.DropICRC)
+		if r := w.checkICRC(p.Raw, ep); r != qp.DropNone {
+			e.drop(r)
 			return
 		}
 		w.ctr.CNPRcvd.Add(1)
@@ -559,12 +559,34 @@ func (w *worker) handlePacket(pkt []byte, ep *transport.Endpoint) {
 		e.drop(r)
 		return
 	}
-	if v, _ := (wire.Flow{Src: ep.Remote, Dst: ep.Local}).Verify(p.Raw); v != wire.ICRCOK {
-		e.drop(qp.DropICRC)
+	if r := w.checkICRC(p.Raw, ep); r != qp.DropNone {
+		e.drop(r)
 		return
 	}
 	q.Receive(w, p, &w.ri, w.clockNow())
 	w.runQP(ent)
+}
+
+// checkICRC verifies the ICRC of a received packet and, over IPv4, that
+// the Identification it solved to is one the peer could have sent (see
+// ipv4id.go): without that check a corrupted IPv4 packet passes with
+// probability 2^-15.
+func (w *worker) checkICRC(raw []byte, ep *transport.Endpoint) qp.DropReason {
+	v, id := (wire.Flow{Src: ep.Remote, Dst: ep.Local}).Verify(raw)
+	if v != wire.ICRCOK {
+		return qp.DropICRC
+	}
+	src := ep.Remote.Addr()
+	if !src.Unmap().Is4() {
+		return qp.DropNone
+	}
+	switch w.e.ids.admit(src, ep.Local.Addr(), id, w.clockNow()) {
+	case idReject:
+		return qp.DropIPv4ID
+	case idResync:
+		w.e.idResyncs.Add(1)
+	}
+	return qp.DropNone
 }
 
 // TxBuffer implements qp.Env.

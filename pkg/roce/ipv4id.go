@@ -1,0 +1,163 @@
+package roce
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Why this file exists. Over IPv4 a UDP socket never sees the sender's
+// Identification field, yet the ICRC covers it. wire.Flow.Verify solves
+// the 16 ID bits from the ICRC, so the ICRC alone leaves a 16-bit check:
+// a corrupted packet passes it with probability about 2^-15 (two DF
+// hypotheses). Verify also returns the ID it solved, and that ID is not
+// free: a real sender only ever uses a few values.
+//
+//   - rxed (and any sender on an unconnected IP_PMTUDISC_DO socket) always
+//     seals with ID 0: Linux gives DF packets of unconnected sockets ID 0,
+//     and rxed uses IPv4 GSO only towards loopback, where the message is
+//     never segmented on the wire.
+//   - rdma_rxe numbers its packets with the kernel's per-(source,
+//     destination, protocol) counter (__ip_select_ident ->
+//     ip_idents_reserve): +1 per packet, plus a random jump of less than
+//     the jiffies elapsed since the bucket was last used (HZ <= 1000).
+//
+// A corrupted packet's solved ID is uniformly distributed, so admitting
+// only IDs a real sender could have used multiplies the false-accept rate
+// by (window / 65536). idWindow is that rule for one (peer, local address)
+// pair: a peer whose first ID was 0 must keep sending 0 (2^-31 overall);
+// otherwise the ID must lie within idBehind below and idAhead(elapsed)
+// above the highest ID accepted. A legitimate jump outside the window
+// (a long idle period, another flow sharing the kernel's counter bucket,
+// a peer replaced by another implementation) costs one packet: the
+// rejected ID becomes a candidate, and the next packet whose ID follows
+// the candidate is admitted and re-anchors the window. An admitted packet
+// clears the candidate, so a false re-anchoring needs two consecutive
+// corrupted packets whose IDs agree by chance. RC retransmits the lost
+// packet; the CM retransmits MADs.
+
+// Window sizes. idBehind covers reordering, in the network and between
+// the engine's workers (packets of one peer go to several shards, and
+// a shard's inbox can hold many); idAheadBase covers packets the peer sent
+// that we have not seen (lost, or still queued at another worker), and
+// idPerSecond the jiffies-based random jump of ip_idents_reserve.
+const (
+	idBehind    = 1024
+	idAheadBase = 256
+	idPerSecond = 1000
+	// idAheadMax keeps the window below half the ID space, so "ahead" and
+	// "behind" stay well defined in serial-number arithmetic.
+	idAheadMax = 1<<15 - 1 - idBehind
+)
+
+// idVerdict is what idWindow.admit decided.
+type idVerdict uint8
+
+const (
+	idFirst  idVerdict = iota // first packet of the pair: admitted, anchors the window
+	idOK                      // inside the window
+	idResync                  // outside, but follows the previous rejected ID: admitted, re-anchored
+	idReject                  // outside the window: the packet is dropped
+)
+
+// idWindow is the Identification state of one (peer, local address)
+// pair. The zero value is a pair never heard from. It is not safe for
+// concurrent use; idGuard serialises it.
+type idWindow struct {
+	seen bool
+	// zero: every ID admitted so far was 0 (an rxed-like peer).
+	zero bool
+	max  uint16    // highest ID admitted, in serial arithmetic
+	at   time.Time // when an ID was last admitted
+
+	// The last rejected ID, a candidate for re-anchoring.
+	cand    uint16
+	candAt  time.Time
+	candSet bool
+}
+
+// idAhead is how far above an anchor an ID may lie after elapsed.
+func idAhead(elapsed time.Duration) int {
+	if elapsed < 0 {
+		elapsed = 0
+	}
+	// elapsed/ms * per-ms, without overflowing on long idle periods.
+	if elapsed >= time.Duration(idAheadMax)*time.Second/idPerSecond {
+		return idAheadMax
+	}
+	n := idAheadBase + int(elapsed*idPerSecond/time.Second)
+	return min(n, idAheadMax)
+}
+
+// follows reports whether id is within the window anchored at anchor,
+// last used at t, as seen at now.
+func follows(id, anchor uint16, t, now time.Time) bool {
+	d := int(int16(id - anchor))
+	return d >= -idBehind && d <= idAhead(now.Sub(t))
+}
+
+// admit decides whether a packet whose ICRC solved to id may be accepted
+// at now, and updates the window.
+func (w *idWindow) admit(id uint16, now time.Time) idVerdict {
+	switch {
+	case !w.seen:
+		*w = idWindow{seen: true, zero: id == 0, max: id, at: now}
+		return idFirst
+	case w.zero && id == 0:
+		w.at, w.candSet = now, false
+		return idOK
+	case !w.zero && follows(id, w.max, w.at, now):
+		if int16(id-w.max) > 0 {
+			w.max = id
+		}
+		w.at, w.candSet = now, false
+		return idOK
+	case w.candSet && follows(id, w.cand, w.candAt, now):
+		// Two packets agree on a new sequence: the sender moved on.
+		*w = idWindow{seen: true, zero: id == 0 && w.cand == 0, max: id, at: now}
+		return idResync
+	}
+	w.cand, w.candAt, w.candSet = id, now, true
+	return idReject
+}
+
+// idPair keys an IPv4 (peer, local address) pair.
+type idPair struct{ src, dst [4]byte }
+
+// idGuardMaxPairs bounds the table: pairs are created by packets that
+// passed the ICRC, which a spoofing sender can compute, so it must not
+// grow without bound. When full an arbitrary pair is forgotten (its next
+// packet is a first packet again).
+const idGuardMaxPairs = 4096
+
+// idGuard holds the ID windows of every IPv4 pair the engine receives
+// from. It is safe for concurrent use by the workers: mu guards the map
+// and every window in it (one short critical section per IPv4 packet;
+// IPv6 packets never get here).
+type idGuard struct {
+	mu    sync.Mutex
+	pairs map[idPair]*idWindow
+}
+
+// admit applies the window of the pair (src, dst) to id. src and dst must
+// be IPv4 (or IPv4-mapped) addresses.
+func (g *idGuard) admit(src, dst netip.Addr, id uint16, now time.Time) idVerdict {
+	k := idPair{src.Unmap().As4(), dst.Unmap().As4()}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	w := g.pairs[k]
+	if w == nil {
+		if g.pairs == nil {
+			g.pairs = make(map[idPair]*idWindow)
+		}
+		if len(g.pairs) >= idGuardMaxPairs {
+			for old := range g.pairs {
+				delete(g.pairs, old)
+				break
+			}
+		}
+		w = new(idWindow)
+		g.pairs[k] = w
+	}
+	return w.admit(id, now)
+}
