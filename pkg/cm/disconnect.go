@@ -1,0 +1,108 @@
+package cm
+
+import "github.com/rxed/rxed/pkg/wire/mad"
+
+// Disconnect sends a DREQ (ib_send_cm_dreq), retransmitted like the REQ or
+// REP until the DREP; then EventDisconnected (Err ErrTimeout when none
+// came) and TIMEWAIT. Valid in ESTABLISHED.
+func (id *ID) Disconnect(privateData []byte) error {
+	pd, err := clonePD(privateData, mad.DREQPrivateLen)
+	if err != nil {
+		return err
+	}
+	return id.do(func() error {
+		if id.state != StateEstablished {
+			return ErrState
+		}
+		id.m.sendDREQ(id, pd)
+		return nil
+	})
+}
+
+// sendDREQ is cm_send_dreq_locked; the TID is a fresh request's (our hi TID
+// over our comm ID).
+func (m *Manager) sendDREQ(id *ID, pd []byte) {
+	if id.state != StateEstablished {
+		return
+	}
+	dreq := &mad.DREQ{LocalCommID: id.localID, RemoteCommID: id.remoteID, RemoteQPN: id.remoteQPN, PrivateData: pd}
+	b := m.marshal(m.formTID(id), dreq)
+	if b == nil {
+		m.enterTimewait(id)
+		return
+	}
+	m.setState(id, StateDREQSent)
+	m.armRetransmit(id, b, id.timeout, id.maxRetries, mad.AttrDREQ)
+}
+
+// onDREQ is cm_dreq_handler, with the DREP sent at once as rdma_cm does
+// (cma_ib_handler answers IB_CM_DREQ_RECEIVED with ib_send_cm_drep).
+func (m *Manager) onDREQ(r rx, dreq *mad.DREQ) {
+	id := m.acquire(dreq.RemoteCommID, dreq.LocalCommID)
+	if id == nil {
+		// cm_issue_drep: answer anyway, so that a peer whose DREP got
+		// lost after we left timewait stops retrying.
+		m.count(cntUnknownComm)
+		m.count("rx_dup_dreq")
+		drep := &mad.DREP{LocalCommID: dreq.RemoteCommID, RemoteCommID: dreq.LocalCommID}
+		if b := m.marshal(r.hdr.TID, drep); b != nil {
+			m.sendMAD(r.src, r.dst, b)
+		}
+		return
+	}
+	if id.localQPN != dreq.RemoteQPN {
+		m.count(cntBadDREQQPN)
+		return
+	}
+	switch id.state {
+	case StateREPSent, StateDREQSent, StateMRAREPRcvd:
+		// A DREQ crossing ours (or overtaking the RTU) ends the wait.
+		m.cancelRetransmit(id)
+	case StateEstablished:
+	case StateTimewait:
+		m.count("rx_dup_dreq")
+		drep := &mad.DREP{LocalCommID: id.localID, RemoteCommID: id.remoteID, PrivateData: id.privateData}
+		if b := m.marshal(id.tid, drep); b != nil {
+			m.sendMAD(r.src, r.dst, b)
+		}
+		return
+	case StateDREQRcvd:
+		m.count("rx_dup_dreq")
+		return
+	default:
+		m.count(cntWrongState)
+		return
+	}
+	id.tid = r.hdr.TID
+	m.setState(id, StateDREQRcvd)
+	m.sendDREP(id, nil)
+	m.emit(id, Event{Type: EventDREQ, PrivateData: dreq.PrivateData})
+}
+
+// sendDREP is cm_send_drep_locked: TIMEWAIT, then the DREP with the DREQ's
+// TID.
+func (m *Manager) sendDREP(id *ID, pd []byte) {
+	id.privateData = pd
+	m.enterTimewait(id)
+	drep := &mad.DREP{LocalCommID: id.localID, RemoteCommID: id.remoteID, PrivateData: pd}
+	if b := m.marshal(id.tid, drep); b != nil {
+		m.sendMAD(id.remote, id.local, b)
+	}
+}
+
+// onDREP is cm_drep_handler.
+func (m *Manager) onDREP(r rx, drep *mad.DREP) {
+	id := m.acquire(drep.RemoteCommID, drep.LocalCommID)
+	if id == nil {
+		m.count(cntUnknownComm)
+		return
+	}
+	if id.state != StateDREQSent && id.state != StateDREQRcvd {
+		// Crossed DREQs end in timewait on both sides; the DREP to our
+		// DREQ then finds us there.
+		m.count("rx_dup_drep")
+		return
+	}
+	m.enterTimewait(id)
+	m.emit(id, Event{Type: EventDisconnected, PrivateData: drep.PrivateData})
+}

@@ -1,0 +1,350 @@
+package cm
+
+import (
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+
+	"github.com/rxed/rxed/pkg/wire/mad"
+)
+
+// Config configures a Manager.
+type Config struct {
+	// NodeGUID is the local CA GUID put in REQ and REP. Peers key
+	// duplicate and stale-connection detection on it, so it must be
+	// stable for the device's lifetime (the caller derives it, e.g. from
+	// the first GID's MAC-like bytes or a seed).
+	NodeGUID uint64
+	// Send transmits a whole MAD to QP 1 at dst from our GID src. It is
+	// called with no Manager lock held. An error counts as a lost MAD
+	// (tx_errors); retransmission recovers as from loss on the wire.
+	Send func(dst, src netip.Addr, mad []byte) error
+	// Clock drives every timer; nil means SystemClock.
+	Clock Clock
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Rand draws local comm IDs, the hi TID (when HiTID is 0) and
+	// NewPSN's values. Used under the Manager's lock only. nil: seeded
+	// from the runtime's random source.
+	Rand *rand.Rand
+	// MaxHalfOpen caps passive connections that have received a REQ (or
+	// SIDR_REQ) and not yet an RTU: REQ_RCVD, MRA_REQ_SENT, REP_SENT,
+	// MRA_REP_RCVD, SIDR_REQ_RCVD. A REQ beyond it is rejected with
+	// REJ 3 (no resources) and counted (rej_no_resources). 0 means 1024.
+	MaxHalfOpen int
+	// HiTID is the upper half of the TIDs of requests we originate (the
+	// MAD agent's hi_tid in the kernel); 0 draws one from Rand.
+	HiTID uint32
+	// CAAckDelay is the local CA ACK delay (IBA time value) the REQ's
+	// local ACK timeout and the REP's target ACK delay are computed from,
+	// as cm.c uses the device's. 0 means 15, rdma_rxe's.
+	CAAckDelay uint8
+	// MRAServiceTimeout is the service timeout of the MRA the Manager
+	// arms on every received REQ and REP, as rdma_cm does (delayed: sent
+	// only when the peer retransmits before we answer). 0 means 24
+	// (about 68.7 s), rdma_cm's CMA_CM_MRA_SETTING.
+	MRAServiceTimeout uint8
+}
+
+// Manager is one device's CM: every MAD received on QP 1 goes to
+// HandleMAD, every MAD it sends leaves through Config.Send.
+//
+// Locking and goroutines: one mutex (mu) guards all state: the IDs, the
+// lookup tables, the counters and the outbox. State steps run under it and
+// never call out; what they decide to do outside (send a MAD, deliver an
+// event) is appended to the outbox. The goroutine that made the step
+// (HandleMAD's caller, a timer callback, or a caller of an ID method) then
+// drains the outbox with mu released, unless another goroutine is already
+// draining, in which case that one takes the new work too. So handlers and
+// Config.Send are called one at a time, in the order the steps happened,
+// never with mu held, and never from inside another handler call: a
+// handler may call any Manager or ID method (the resulting sends and
+// events run after it returns). A handler must not block for long: while
+// it runs, other goroutines' events wait behind it.
+type Manager struct {
+	cfg   Config
+	clock Clock
+	log   *slog.Logger
+
+	mu sync.Mutex
+	// Guarded by mu.
+	closed    bool
+	rnd       *rand.Rand
+	hiTID     uint32
+	ids       map[uint32]*ID      // by local comm ID (connections and SIDR queries)
+	remoteIDs map[remoteKey]*ID   // by (peer CA GUID, peer comm ID), cm.c's remote_id_table
+	remoteQPs map[remoteQPKey]*ID // by (peer CA GUID, peer QPN), cm.c's remote_qp_table
+	sidrRcvd  map[sidrKey]*ID     // passive SIDR IDs awaiting SIDRReply
+	listeners []*Listener
+	halfOpen  int
+	counters  map[string]uint64
+	outbox    []action
+	draining  bool
+}
+
+type remoteKey struct {
+	guid   uint64
+	commID uint32
+}
+
+type remoteQPKey struct {
+	guid uint64
+	qpn  uint32
+}
+
+type sidrKey struct {
+	peer      netip.Addr
+	requestID uint32
+}
+
+// action is one entry of the outbox: a MAD to send, or an event to deliver.
+type action struct {
+	mad      []byte
+	dst, src netip.Addr
+	id       *ID   // event for id's current handler
+	ev       Event //
+	sidr     func()
+}
+
+// New returns a Manager.
+func New(cfg Config) *Manager {
+	m := &Manager{
+		cfg:       cfg,
+		clock:     cfg.Clock,
+		log:       cfg.Logger,
+		rnd:       cfg.Rand,
+		hiTID:     cfg.HiTID,
+		ids:       make(map[uint32]*ID),
+		remoteIDs: make(map[remoteKey]*ID),
+		remoteQPs: make(map[remoteQPKey]*ID),
+		sidrRcvd:  make(map[sidrKey]*ID),
+		counters:  make(map[string]uint64),
+	}
+	if m.clock == nil {
+		m.clock = SystemClock{}
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if m.rnd == nil {
+		m.rnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	if m.cfg.MaxHalfOpen <= 0 {
+		m.cfg.MaxHalfOpen = 1024
+	}
+	if m.cfg.CAAckDelay == 0 {
+		m.cfg.CAAckDelay = 15
+	}
+	if m.cfg.MRAServiceTimeout == 0 {
+		m.cfg.MRAServiceTimeout = 24
+	}
+	for m.hiTID == 0 {
+		m.hiTID = m.rnd.Uint32()
+	}
+	return m
+}
+
+// NodeGUID returns Config.NodeGUID.
+func (m *Manager) NodeGUID() uint64 { return m.cfg.NodeGUID }
+
+// NewPSN returns a random 24-bit starting PSN, as the kernel draws one per
+// connection.
+func (m *Manager) NewPSN() uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rnd.Uint32() & mad.MaxQPN
+}
+
+// Close stops every timer and forgets every connection, listener and
+// query without sending anything; no handler is called afterwards (except
+// those already being delivered). HandleMAD and new calls are ignored or
+// fail with ErrClosed.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	m.closed = true
+	for _, id := range m.ids {
+		id.stopTimers()
+		id.freed = true
+	}
+	for _, id := range m.sidrRcvd {
+		id.freed = true
+	}
+	clear(m.ids)
+	clear(m.remoteIDs)
+	clear(m.remoteQPs)
+	clear(m.sidrRcvd)
+	m.listeners = nil
+	m.halfOpen = 0
+	m.outbox = nil
+}
+
+// Counters returns a snapshot of the Manager's counters: rx_<msg>,
+// tx_<msg>, tx_retries_<msg> and rx_dup_<msg> per message type as cm.c's
+// cm_rx_msgs / cm_tx_msgs / cm_tx_retries / cm_rx_duplicates groups, plus
+// the drops and answers named in counters.go.
+func (m *Manager) Counters() map[string]uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]uint64, len(m.counters))
+	for k, v := range m.counters {
+		out[k] = v
+	}
+	return out
+}
+
+func (m *Manager) count(name string) { m.counters[name]++ }
+
+// HandleMAD processes one MAD received on QP 1 from the peer GID src to our
+// GID dst. It never keeps mad. Bad MADs are dropped and counted.
+func (m *Manager) HandleMAD(src, dst netip.Addr, b []byte) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.receive(src, dst, b)
+	m.mu.Unlock()
+	m.drain()
+}
+
+// rx is a received MAD's addressing and header.
+type rx struct {
+	src, dst netip.Addr
+	hdr      mad.Header
+}
+
+func (m *Manager) receive(src, dst netip.Addr, b []byte) {
+	h, msg, err := mad.Parse(b)
+	if err != nil {
+		switch {
+		case errors.Is(err, mad.ErrBadClass), errors.Is(err, mad.ErrBadVersion), errors.Is(err, mad.ErrBadMethod):
+			m.count(cntBadHeader)
+		case errors.Is(err, mad.ErrUnknownAttr):
+			m.count(cntUnknownAttr)
+		default:
+			m.count(cntMalformed)
+		}
+		m.log.Debug("cm: dropped MAD", "src", src, "err", err)
+		return
+	}
+	m.count("rx_" + msgName(h.AttrID))
+	r := rx{src: src, dst: dst, hdr: h}
+	switch v := msg.(type) {
+	case *mad.REQ:
+		m.onREQ(r, v)
+	case *mad.MRA:
+		m.onMRA(r, v)
+	case *mad.REJ:
+		m.onREJ(r, v)
+	case *mad.REP:
+		m.onREP(r, v)
+	case *mad.RTU:
+		m.onRTU(r, v)
+	case *mad.DREQ:
+		m.onDREQ(r, v)
+	case *mad.DREP:
+		m.onDREP(r, v)
+	case *mad.SIDRREQ:
+		m.onSIDRREQ(r, v)
+	case *mad.SIDRREP:
+		m.onSIDRREP(r, v)
+	default:
+		m.count(cntUnknownAttr)
+	}
+}
+
+// acquire finds the ID with local comm ID local whose remote comm ID is
+// remote (0 while it is unknown), as cm.c's cm_acquire_id.
+func (m *Manager) acquire(local, remote uint32) *ID {
+	id := m.ids[local]
+	if id == nil || id.remoteID != remote {
+		return nil
+	}
+	return id
+}
+
+// sendMAD queues b for Config.Send and counts it.
+func (m *Manager) sendMAD(dst, src netip.Addr, b []byte) {
+	if len(b) >= mad.HeaderLen {
+		h, _ := mad.ParseHeader(b)
+		m.count("tx_" + msgName(h.AttrID))
+	}
+	m.outbox = append(m.outbox, action{mad: b, dst: dst, src: src})
+}
+
+// marshal encodes m with tid; our own messages always fit (parameters are
+// validated before a step starts), so an error is a bug, logged.
+func (m *Manager) marshal(tid uint64, msg mad.Message) []byte {
+	b, err := mad.Marshal(tid, msg)
+	if err != nil {
+		m.log.Error("cm: cannot encode", "attr", msgName(msg.AttrID()), "err", err)
+		return nil
+	}
+	return b
+}
+
+// emit queues ev for id's handler.
+func (m *Manager) emit(id *ID, ev Event) {
+	ev.ID = id
+	m.outbox = append(m.outbox, action{id: id, ev: ev})
+}
+
+// drain runs the outbox with mu released, unless another goroutine is
+// already draining (see Manager).
+func (m *Manager) drain() {
+	m.mu.Lock()
+	if m.draining {
+		m.mu.Unlock()
+		return
+	}
+	m.draining = true
+	for len(m.outbox) > 0 {
+		a := m.outbox[0]
+		m.outbox[0] = action{}
+		m.outbox = m.outbox[1:]
+		var h Handler
+		if a.id != nil {
+			h = a.id.handler
+		}
+		m.mu.Unlock()
+		m.run(a, h)
+		m.mu.Lock()
+	}
+	m.outbox = nil
+	m.draining = false
+	m.mu.Unlock()
+}
+
+func (m *Manager) run(a action, h Handler) {
+	// A panicking handler must not leave the Manager draining forever.
+	defer func() {
+		if p := recover(); p != nil {
+			m.mu.Lock()
+			m.draining = false
+			m.mu.Unlock()
+			panic(p)
+		}
+	}()
+	switch {
+	case a.mad != nil:
+		if m.cfg.Send == nil {
+			return
+		}
+		if err := m.cfg.Send(a.dst, a.src, a.mad); err != nil {
+			m.mu.Lock()
+			m.count(cntTxErrors)
+			m.mu.Unlock()
+			m.log.Debug("cm: send failed", "dst", a.dst, "err", err)
+		}
+	case a.sidr != nil:
+		a.sidr()
+	case h != nil:
+		h(a.ev)
+	}
+}

@@ -1,0 +1,221 @@
+package cm
+
+import (
+	"github.com/rxed/rxed/pkg/wire/mad"
+)
+
+// Listener receives the REQs and SIDR_REQs whose service ID matches it.
+type Listener struct {
+	m       *Manager
+	service uint64
+	mask    uint64
+	handler Handler
+}
+
+// Listen registers h for REQs and SIDR_REQs whose service ID s satisfies
+// s&mask == serviceID&mask; mask 0 means an exact match (as ib_cm_listen).
+// h receives EventREQ / EventSIDRREQ for each new ID and, until the
+// consumer calls ID.SetHandler, all that ID's later events.
+func (m *Manager) Listen(serviceID, mask uint64, h Handler) (*Listener, error) {
+	if mask == 0 {
+		mask = ^uint64(0)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	l := &Listener{m: m, service: serviceID & mask, mask: mask, handler: h}
+	for _, o := range m.listeners {
+		// Two listeners overlap when some service ID matches both.
+		if (l.service^o.service)&(l.mask&o.mask) == 0 {
+			return nil, ErrBusy
+		}
+	}
+	m.listeners = append(m.listeners, l)
+	return l, nil
+}
+
+// Close stops the listener; IDs it created live on.
+func (l *Listener) Close() error {
+	m := l.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, o := range m.listeners {
+		if o == l {
+			m.listeners = append(m.listeners[:i], m.listeners[i+1:]...)
+			return nil
+		}
+	}
+	return nil
+}
+
+func (m *Manager) findListener(service uint64) *Listener {
+	for _, l := range m.listeners {
+		if service&l.mask == l.service {
+			return l
+		}
+	}
+	return nil
+}
+
+// onREQ is cm_req_handler with cm_match_req: duplicate, then stale, then
+// listener, then resources.
+func (m *Manager) onREQ(r rx, req *mad.REQ) {
+	if cur := m.remoteIDs[remoteKey{req.LocalCAGUID, req.LocalCommID}]; cur != nil {
+		m.dupREQ(r, cur)
+		return
+	}
+	if cur := m.remoteQPs[remoteQPKey{req.LocalCAGUID, req.LocalQPN}]; cur != nil {
+		// The peer reuses a QPN we still hold a connection (or its
+		// timewait) for: refuse the REQ, and end our connection, which
+		// the peer has evidently forgotten.
+		m.count(cntRejStale)
+		m.issueREJ(r, req.LocalCommID, 0, mad.REJStaleConn, mad.REJMsgREQ, nil)
+		if cur.state == StateEstablished {
+			m.sendDREQ(cur, nil)
+		}
+		return
+	}
+	l := m.findListener(req.ServiceID)
+	if l == nil {
+		m.count(cntRejNoListen)
+		m.issueREJ(r, req.LocalCommID, 0, mad.REJInvalidServiceID, mad.REJMsgREQ, nil)
+		return
+	}
+	if m.halfOpen >= m.cfg.MaxHalfOpen {
+		m.count(cntRejNoRes)
+		m.issueREJ(r, req.LocalCommID, 0, mad.REJNoResources, mad.REJMsgREQ, nil)
+		return
+	}
+	id := m.newID(l.handler)
+	id.passive = true
+	id.remoteID = req.LocalCommID
+	id.remoteGUID = req.LocalCAGUID
+	id.remoteQPN = req.LocalQPN
+	id.service = req.ServiceID
+	id.tid = r.hdr.TID
+	id.local, id.remote = r.dst, r.src
+	// The passive side answers within the active side's response
+	// timeout and retries as often as the active side does.
+	id.timeout = CMTimeout(req.LocalCMResponseTimeout)
+	id.maxRetries = int(req.MaxCMRetries)
+	// cm_init_av_by_path on the path from the REQ: packet life time is
+	// the REQ's local ACK timeout - 1, and av.timeout that + 1.
+	id.avTimeout = max(req.Primary.LocalACKTimeout, 1)
+	m.insertRemoteID(id)
+	m.insertRemoteQP(id)
+	// rdma_cm arms a delayed MRA before it tells the application
+	// (cma_ib_req_handler): the ID is MRA_REQ_SENT, and an MRA goes out
+	// only if the peer retransmits the REQ before we answer.
+	id.serviceTimeout = m.cfg.MRAServiceTimeout
+	m.setState(id, StateMRAREQSent)
+	m.emit(id, Event{Type: EventREQ, REQ: req, PrivateData: req.PrivateData})
+}
+
+// dupREQ is cm_dup_req_handler, plus a REP resend in REP_SENT (IBA
+// 12.9.6: cm.c drops the duplicate and relies on the REP's own timer).
+func (m *Manager) dupREQ(r rx, id *ID) {
+	m.count("rx_dup_req")
+	switch id.state {
+	case StateMRAREQSent:
+		mra := &mad.MRA{LocalCommID: id.localID, RemoteCommID: id.remoteID,
+			MessageMRAed: mad.MRAMsgREQ, ServiceTimeout: id.serviceTimeout, PrivateData: id.privateData}
+		if b := m.marshal(id.tid, mra); b != nil {
+			m.sendMAD(r.src, r.dst, b)
+		}
+	case StateREPSent, StateMRAREPRcvd:
+		if id.out != nil {
+			m.sendMAD(r.src, r.dst, id.out.mad)
+		}
+	case StateTimewait:
+		m.count(cntRejStale)
+		m.sendMAD(r.src, r.dst, m.formatREJ(id, StateTimewait, mad.REJStaleConn, nil, nil))
+	}
+}
+
+// AcceptParams is what the passive side puts in its REP (ib_cm_rep_param).
+type AcceptParams struct {
+	QPN         uint32 // 24 bits
+	QKey        uint32 // UD/RD only
+	StartingPSN uint32 // 24 bits
+	// ResponderResources and InitiatorDepth: the REQ's initiator depth
+	// and responder resources, at most (rdma_cm swaps and clamps them).
+	ResponderResources uint8
+	InitiatorDepth     uint8
+	FailoverAccepted   uint8 // 2 bits
+	FlowControl        bool
+	RNRRetryCount      uint8 // 3 bits
+	SRQ                bool
+	PrivateData        []byte // at most mad.REPPrivateLen
+}
+
+// Accept sends the REP (ib_send_cm_rep) and retransmits it until the RTU
+// arrives or Established is called; unanswered, EventTimeout follows.
+// Valid after EventREQ, before Reject.
+func (id *ID) Accept(p AcceptParams) error {
+	pd, err := clonePD(p.PrivateData, mad.REPPrivateLen)
+	if err != nil {
+		return err
+	}
+	if p.QPN > mad.MaxQPN || p.StartingPSN > mad.MaxQPN || p.FailoverAccepted > 3 || p.RNRRetryCount > 7 {
+		return ErrInvalid
+	}
+	return id.do(func() error {
+		m := id.m
+		if id.state != StateREQRcvd && id.state != StateMRAREQSent {
+			return ErrState
+		}
+		rep := &mad.REP{
+			LocalCommID: id.localID, RemoteCommID: id.remoteID,
+			LocalQKey: p.QKey, LocalQPN: p.QPN, StartingPSN: p.StartingPSN,
+			ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
+			TargetACKDelay: m.cfg.CAAckDelay, FailoverAccepted: p.FailoverAccepted,
+			EndToEndFlowControl: p.FlowControl, RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ,
+			LocalCAGUID: m.cfg.NodeGUID, PrivateData: pd,
+		}
+		b, err := mad.Marshal(id.tid, rep)
+		if err != nil {
+			return ErrInvalid
+		}
+		id.localQPN = p.QPN
+		id.privateData = nil
+		m.setState(id, StateREPSent)
+		m.armRetransmit(id, b, id.timeout, id.maxRetries, mad.AttrREP)
+		return nil
+	})
+}
+
+// Established tells the CM that the QP received traffic from the peer
+// before the RTU (ib_cm_notify IB_EVENT_COMM_EST): the connection is up,
+// the REP stops. It returns nil when the ID is already ESTABLISHED.
+func (id *ID) Established() error {
+	return id.do(func() error {
+		switch id.state {
+		case StateREPSent, StateMRAREPRcvd:
+			id.m.cancelRetransmit(id)
+			id.m.setState(id, StateEstablished)
+			id.m.emit(id, Event{Type: EventEstablished})
+			return nil
+		case StateEstablished:
+			return nil
+		}
+		return ErrState
+	})
+}
+
+// onRTU is cm_rtu_handler.
+func (m *Manager) onRTU(r rx, rtu *mad.RTU) {
+	id := m.acquire(rtu.RemoteCommID, rtu.LocalCommID)
+	if id == nil {
+		m.count(cntUnknownComm)
+		return
+	}
+	if id.state != StateREPSent && id.state != StateMRAREPRcvd {
+		m.count("rx_dup_rtu")
+		return
+	}
+	m.cancelRetransmit(id)
+	m.setState(id, StateEstablished)
+	m.emit(id, Event{Type: EventEstablished, PrivateData: rtu.PrivateData})
+}

@@ -1,0 +1,147 @@
+package cm
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/rxed/rxed/pkg/wire/mad"
+)
+
+// SIDRParams is a SIDR_REQ (ib_cm_sidr_req_param).
+type SIDRParams struct {
+	Src, Dst    netip.Addr
+	ServiceID   uint64
+	PKey        uint16 // 0: 0xFFFF
+	PrivateData []byte // at most mad.SIDRREQPrivateLen (rdma_cm: its header first)
+	// Timeout per try (0: 4096 ms, rdma_cm's 1 << (CMA_CM_RESPONSE_TIMEOUT
+	// - 8)) and retries (0: 15).
+	Timeout      time.Duration
+	MaxCMRetries uint8
+}
+
+// SIDRQuery sends a SIDR_REQ (ib_send_cm_sidr_req), retransmitted until a
+// SIDR_REP arrives; h gets the outcome once.
+func (m *Manager) SIDRQuery(p SIDRParams, h SIDRHandler) error {
+	if p.PKey == 0 {
+		p.PKey = 0xFFFF
+	}
+	if p.Timeout <= 0 {
+		p.Timeout = 4096 * time.Millisecond
+	}
+	if p.MaxCMRetries == 0 {
+		p.MaxCMRetries = 15
+	}
+	pd, err := clonePD(p.PrivateData, mad.SIDRREQPrivateLen)
+	if err != nil {
+		return err
+	}
+	if h == nil || !p.Src.IsValid() || !p.Dst.IsValid() {
+		return ErrInvalid
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	id := m.newID(nil)
+	id.service = p.ServiceID
+	id.local, id.remote = p.Src, p.Dst
+	id.sidrHandler = h
+	id.tid = m.formTID(id)
+	req := &mad.SIDRREQ{RequestID: id.localID, PKey: p.PKey, ServiceID: p.ServiceID, PrivateData: pd}
+	b := m.marshal(id.tid, req)
+	if b == nil {
+		delete(m.ids, id.localID)
+		m.mu.Unlock()
+		return ErrInvalid
+	}
+	m.setState(id, StateSIDRREQSent)
+	m.armRetransmit(id, b, p.Timeout, int(p.MaxCMRetries), mad.AttrSIDRREQ)
+	m.mu.Unlock()
+	m.drain()
+	return nil
+}
+
+// onSIDRREP is cm_sidr_rep_handler.
+func (m *Manager) onSIDRREP(r rx, rep *mad.SIDRREP) {
+	id := m.acquire(rep.RequestID, 0)
+	if id == nil || id.state != StateSIDRREQSent {
+		m.count(cntUnknownComm)
+		return
+	}
+	m.free(id)
+	h := id.sidrHandler
+	res := SIDRResult{Status: rep.Status, QPN: rep.QPN, QKey: rep.QKey, ServiceID: rep.ServiceID,
+		ClassPortInfo: rep.ClassPortInfo, PrivateData: rep.PrivateData}
+	m.outbox = append(m.outbox, action{sidr: func() { h(res) }})
+}
+
+// onSIDRREQ is cm_sidr_req_handler: a duplicate of a pending request is
+// dropped; no listener answers SIDR_REP "unsupported".
+func (m *Manager) onSIDRREQ(r rx, req *mad.SIDRREQ) {
+	k := sidrKey{r.src, req.RequestID}
+	if m.sidrRcvd[k] != nil {
+		m.count("rx_dup_sidr_req")
+		return
+	}
+	l := m.findListener(req.ServiceID)
+	if l == nil {
+		m.count(cntRejNoListen)
+		rep := &mad.SIDRREP{RequestID: req.RequestID, Status: mad.SIDRUnsupported, ServiceID: req.ServiceID}
+		if b := m.marshal(r.hdr.TID, rep); b != nil {
+			m.sendMAD(r.src, r.dst, b)
+		}
+		return
+	}
+	if m.halfOpen >= m.cfg.MaxHalfOpen {
+		m.count(cntRejNoRes)
+		return
+	}
+	// A SIDR ID receives no MADs: it is kept by the requester's
+	// address and request ID only, not among the comm IDs.
+	id := &ID{m: m, handler: l.handler, passive: true, remoteID: req.RequestID,
+		service: req.ServiceID, tid: r.hdr.TID, local: r.dst, remote: r.src, sidrKey: k}
+	m.sidrRcvd[k] = id
+	m.setState(id, StateSIDRREQRcvd)
+	m.emit(id, Event{Type: EventSIDRREQ, SIDRREQ: req, PrivateData: req.PrivateData})
+}
+
+// SIDRReplyParams is a SIDR_REP (ib_cm_sidr_rep_param).
+type SIDRReplyParams struct {
+	Status      mad.SIDRStatus
+	QPN         uint32
+	QKey        uint32
+	Info        []byte // at most mad.SIDRREPInfoLen (ClassPortInfo on redirect)
+	PrivateData []byte // at most mad.SIDRREPPrivateLen
+}
+
+// SIDRReply answers a SIDR_REQ (ib_send_cm_sidr_rep); the ID is gone after.
+func (id *ID) SIDRReply(p SIDRReplyParams) error {
+	pd, err := clonePD(p.PrivateData, mad.SIDRREPPrivateLen)
+	if err != nil {
+		return err
+	}
+	info, err := clonePD(p.Info, mad.SIDRREPInfoLen)
+	if err != nil {
+		return err
+	}
+	if p.QPN > mad.MaxQPN {
+		return ErrInvalid
+	}
+	return id.do(func() error {
+		if id.state != StateSIDRREQRcvd {
+			return ErrState
+		}
+		id.m.sendSIDRREP(id, &mad.SIDRREP{Status: p.Status, QPN: p.QPN, QKey: p.QKey, ClassPortInfo: info, PrivateData: pd})
+		id.m.free(id)
+		return nil
+	})
+}
+
+func (m *Manager) sendSIDRREP(id *ID, rep *mad.SIDRREP) {
+	rep.RequestID = id.remoteID
+	rep.ServiceID = id.service
+	if b := m.marshal(id.tid, rep); b != nil {
+		m.sendMAD(id.remote, id.local, b)
+	}
+}
