@@ -24,7 +24,11 @@
 //     an unconnected IP_PMTUDISC_DO socket's datagram (IPv4 ID 0, DF).
 //     On receive the IP header is unseen; for IPv4 the sender's ID is
 //     solved from the ICRC (wire.Flow.Verify), which leaves 16 of the 32
-//     check bits. Over IPv6 the check is complete.
+//     check bits, and the solved ID must then be one the peer can send
+//     (ipv4id.go: 0 for an rxed peer, a window around rdma_rxe's counter;
+//     rejects count as drop_ipv4_id), which brings a corrupted packet's
+//     acceptance from 2^-15 to under 1e-6 (about 4e-10 between rxed
+//     engines). Over IPv6 the check is complete.
 //   - Receive checks run in rxe_rcv's order (length, destination GID,
 //     header, QP, type and state, address, P_Key/Q_Key, ICRC); each drop
 //     is counted under its reason (qp.DropReasonNames).

@@ -25,10 +25,15 @@
 // every single-bit error: TestVerifyStrength, on a 1 KiB WRITE, accepts 1
 // of 8440 single-bit flips and 5 of 200000 random multi-byte corruptions
 // (2^-15 predicts 6). The solved ID is returned so a caller can tighten the
-// check: rxe's IDs increase by one per packet to a destination, so
-// accepting only IDs close to the last one seen from that peer restores
-// most of the missing 16 bits. UDP checksums (rxe sends 0) and Ethernet FCS protect the
-// same bytes on real links. IPv6 has no unknown covered field: Verify is a
+// check, and the engine does (pkg/roce, ipv4id.go): rxed peers always seal
+// with ID 0 and rdma_rxe's IDs follow a per-destination counter, so it
+// admits only IDs a peer can send. Measured over 2^26 random corruptions
+// of a 64-byte SEND (TestIPv4CorruptionFalseAcceptRate): the ICRC alone
+// accepts 2.7e-5; with the ID check, 0 from an rxed peer (expected about
+// 4e-10), 5.8e-7 from an rdma_rxe peer (its window is about 1300 of 65536
+// IDs), 9.8e-7 right after a rejected packet. UDP checksums (rxe sends 0)
+// and Ethernet FCS protect the same bytes on real links.
+// IPv6 has no unknown covered field: Verify is a
 // full 32-bit check there. A receive path that sees the real IP header
 // (raw sockets, pcap) should use VerifyICRC instead.
 //
