@@ -30,6 +30,9 @@ type Path struct {
 	LocalACKTimeout     uint8 // 5 bits, IBA time value (see TimeoutDuration)
 }
 
+// noPath is what parsePath returns for an all-zero (absent) path.
+var noPath = Path{LocalGID: netip.IPv6Unspecified(), RemoteGID: netip.IPv6Unspecified()}
+
 // PathLen is the size of a REQ path.
 const PathLen = 44
 

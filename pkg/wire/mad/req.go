@@ -125,10 +125,8 @@ func ParseREQ(data []byte) (*REQ, error) {
 		SAPSupported:            d[reqSAPSupported]&0x04 != 0,
 		PrivateData:             cloneArea(d[reqPrivateData : reqPrivateData+REQPrivateLen]),
 	}
-	alt := d[reqAlternatePath : reqAlternatePath+PathLen]
-	if !isZero(alt[:PathLen-1]) || alt[PathLen-1]&^0x07 != 0 {
-		p := parsePath(alt)
-		m.Alternate = &p
+	if alt := parsePath(d[reqAlternatePath:]); alt != noPath {
+		m.Alternate = &alt
 	}
 	return m, nil
 }
