@@ -1,0 +1,8 @@
+package cm
+
+// Sizes of the Manager's tables, for the tests' memory bounds.
+func (m *Manager) TableSizes() (ids, remoteIDs, remoteQPs, sidr, outbox int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.ids), len(m.remoteIDs), len(m.remoteQPs), len(m.sidrRcvd), len(m.outbox)
+}
