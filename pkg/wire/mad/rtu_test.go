@@ -17,7 +17,9 @@ func TestRTU(t *testing.T) {
 	})
 }
 
-func TestRTUTruncated(t *testing.T) { checkTruncation(t, AttrRTU, data(t, map[int]string{0: "4caf495a7312326c"})) }
+func TestRTUTruncated(t *testing.T) {
+	checkTruncation(t, AttrRTU, data(t, map[int]string{0: "4caf495a7312326c"}))
+}
 
 func TestRTUBadFields(t *testing.T) {
 	checkBadField(t, &RTU{PrivateData: make([]byte, RTUPrivateLen+1)})
@@ -38,7 +40,9 @@ func TestDREP(t *testing.T) {
 	})
 }
 
-func TestDREPTruncated(t *testing.T) { checkTruncation(t, AttrDREP, data(t, map[int]string{0: "7312326c4caf495a"})) }
+func TestDREPTruncated(t *testing.T) {
+	checkTruncation(t, AttrDREP, data(t, map[int]string{0: "7312326c4caf495a"}))
+}
 
 func TestDREPBadFields(t *testing.T) {
 	checkBadField(t, &DREP{PrivateData: make([]byte, DREPPrivateLen+1)})
