@@ -85,9 +85,9 @@ func TestServiceID(t *testing.T) {
 		port uint16
 		id   uint64
 	}{
-		{PortSpaceTCP, 7174, 0x0000000001061c06}, // rping
+		{PortSpaceTCP, 7174, 0x0000000001061c06},  // rping
 		{PortSpaceTCP, 18515, 0x0000000001064853}, // perftest -R
-		{PortSpaceUDP, 7174, 0x0000000001111c06}, // udaddy
+		{PortSpaceUDP, 7174, 0x0000000001111c06},  // udaddy
 		{PortSpaceIB, 0, 0x00000000013F0000},
 		{PortSpaceIPoIB, 0xFFFF, 0x000000000002FFFF},
 	} {

@@ -95,7 +95,7 @@ func TestAppendAppends(t *testing.T) {
 func TestTimeoutDuration(t *testing.T) {
 	require.Equal(t, 4096*time.Nanosecond, TimeoutDuration(0))
 	require.Equal(t, 8192*time.Nanosecond, TimeoutDuration(1))
-	require.Equal(t, 4294967296*time.Nanosecond, TimeoutDuration(20)) // rdma_cm's CM response timeout, ~4.3 s
+	require.Equal(t, 4294967296*time.Nanosecond, TimeoutDuration(20))  // rdma_cm's CM response timeout, ~4.3 s
 	require.Equal(t, 68719476736*time.Nanosecond, TimeoutDuration(24)) // rdma_cm's MRA service timeout, ~68.7 s
 	require.Equal(t, 4096*time.Nanosecond<<31, TimeoutDuration(31))
 	require.Equal(t, TimeoutDuration(31), TimeoutDuration(200), "clamped to the 5-bit maximum")
