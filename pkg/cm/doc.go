@@ -1,0 +1,59 @@
+// Package cm is the InfiniBand Communication Manager (IBA Vol 1 ch. 12) as
+// a pure, deterministic state machine that behaves like Linux's
+// drivers/infiniband/core/cm.c driven by rdma_cm (cma.c). It has no
+// sockets: every MAD received on QP 1 goes to Manager.HandleMAD, every MAD
+// it sends leaves through Config.Send, and time comes from Config.Clock.
+//
+// # States
+//
+// Active side: Connect sends the REQ (REQ_SENT; an MRA moves it to
+// MRA_REQ_RCVD). The REP gives EventREP in MRA_REP_SENT (rdma_cm arms a
+// delayed MRA, sent only if the REP is retransmitted before we answer);
+// SendRTU moves to ESTABLISHED (ConnectParams.AutoRTU does it before the
+// event). A duplicate REP in ESTABLISHED is answered with the RTU again.
+//
+// Passive side: a REQ matching a Listener creates an ID in MRA_REQ_SENT
+// (the delayed MRA again) and gives EventREQ; Accept sends the REP
+// (REP_SENT, MRA_REP_RCVD after an MRA) until the RTU or Established
+// (ib_cm_notify COMM_EST) moves it to ESTABLISHED; Reject sends a REJ. A
+// REQ is checked in cm_match_req's order: a duplicate (same peer comm ID
+// and CA GUID) goes to its ID (MRA in MRA_REQ_SENT, the REP again in
+// REP_SENT, REJ 10 in TIMEWAIT, dropped otherwise); a REQ reusing the
+// (CA GUID, QPN) of one of our connections gets REJ 10 stale connection
+// and that connection, if established, a DREQ; no listener: REJ 8 invalid
+// service ID; more than Config.MaxHalfOpen passive connections between REQ
+// and RTU: REJ 3 no resources. These REJs echo the REQ's TID and carry
+// local comm ID 0 (cm_issue_rej).
+//
+// Disconnect: Disconnect sends the DREQ (DREQ_SENT) until the DREP
+// (EventDisconnected) or the retries run out (EventDisconnected with
+// ErrTimeout). A received DREQ is answered with a DREP at once, as rdma_cm
+// does (EventDREQ); crossed DREQs both end that way; a DREQ in TIMEWAIT
+// gets the DREP again, a DREQ for no ID gets one too (cm_issue_drep). Both
+// sides then sit in TIMEWAIT for CMTimeout(av.timeout) and leave with
+// EventTimewaitExit; the ID is then gone. While in timewait an ID keeps
+// its (GUID, comm ID) and (GUID, QPN) entries, so a REQ reusing them is
+// stale (cm.c drops them on entering timewait; IBA keeps them).
+//
+// SIDR: SIDRQuery sends a SIDR_REQ until a SIDR_REP (SIDRHandler); a
+// SIDR_REQ matching a Listener gives EventSIDRREQ, answered by SIDRReply;
+// no listener: SIDR_REP status 1 (unsupported).
+//
+// # Timers, as cm.c computes them
+//
+// A time value t stands for 4.096 us x 2^t; cm.c waits CMTimeout(t) =
+// 1 << max(t-8, 0) ms. Active: the REQ and DREQ wait 2 x CMTimeout(packet
+// life time) + CMTimeout(remote CM response timeout) (rdma_cm's 16 and 20:
+// 4608 ms) and are sent 1 + MaxCMRetries times. Passive: the REP and DREQ
+// wait CMTimeout(the REQ's local CM response timeout), as often as the
+// REQ's MaxCMRetries. An MRA makes the current and later waits
+// CMTimeout(service timeout) + CMTimeout(av.timeout). av.timeout is the
+// packet life time + 1 (passive: the REQ's local ACK timeout), refined on
+// the REP by cm_ack_timeout(target ACK delay, ...); timewait lasts
+// CMTimeout(av.timeout): 512 ms with rdma_cm's values on rxe.
+//
+// # Goroutines
+//
+// See Manager: handlers run on the goroutine that caused the event, one at
+// a time, in order, with no lock held, and may call any method.
+package cm
