@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -64,6 +65,9 @@ type perfOpts struct {
 	// side announces in its key (the peer's max_rd_atomic) and accepts as
 	// responder (max_dest_rd_atomic). 1 for write and send tests.
 	outReads int
+	// token is the shared secret of a token-mode rxed serve (--token,
+	// --token-file); clients only.
+	token []byte
 }
 
 // perfMaxOutReads is rxe's max_qp_rd_atom, perftest's default -o for read and atomic tests.
@@ -120,15 +124,25 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	fs.UintVar(&o.qpTimeout, "qp-timeout", 14, "RC local ACK timeout exponent (4.096 µs * 2^N; perftest uses 14)")
 	fs.IntVar(&o.outReads, "o", 0, "outstanding RDMA reads/atomics (read and atomic tests; perftest --outs; default 128)")
 	fs.DurationVar(&o.progress, "progress", 2*time.Second, "print a progress line to stderr this often during long runs (0: never)")
+	token := fs.String("token", "", "client: the shared `secret` of an rxed serve started with --token/--token-file")
+	tokenFile := fs.String("token-file", "", "client: read the shared secret from `file` (trailing newline ignored)")
 	rest, code, ok := parseArgs(fs, args[1:], stderr)
 	if !ok {
 		return nil, code, false
+	}
+	if tok, err := readToken(*token, *tokenFile); err != nil {
+		return bad("%v", err)
+	} else {
+		o.token = tok
 	}
 	if len(rest) > 1 {
 		return bad("more than one server address: %q", rest)
 	}
 	if len(rest) == 1 {
 		o.server = rest[0]
+	}
+	if len(o.token) > 0 && (o.server == "" || o.noVersions) {
+		return bad("--token: only for a client (give the server's address) that exchanges versions")
 	}
 	if err := o.ef.check(); err != nil {
 		return bad("%v", err)
@@ -323,6 +337,11 @@ func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error
 		return err
 	}
 	cfg := &oob.SessionConfig{Options: oob.Options{Timeout: o.ef.timeout, Logger: log}, DontXchgVersions: o.noVersions}
+	if !r.server() && !o.noVersions {
+		// The rxed extension (a perftest server ignores it): serve's busy
+		// and refusal answers, token mode, and the proof of our GID.
+		cfg.Ext = &oob.ExtConfig{Token: o.token}
+	}
 	var sess *oob.Session
 	if r.server() {
 		ln, err := oob.ListenPerftest(oobAddress("", o.ef.oobPort), cfg)
@@ -386,6 +405,11 @@ func (r *perfRun) session(ctx context.Context, sess *oob.Session, closed *bool) 
 	remotes, err := sess.Connect(ctx, o.test, locals, r.connect)
 	if err != nil {
 		return err
+	}
+	if sess.Ext() {
+		if err := r.proveAddress(ctx, sess, remotes); err != nil {
+			return err
+		}
 	}
 	// RoCE: perftest prints the GID line under every address.
 	for i := range r.qps {
@@ -563,4 +587,44 @@ func checkPattern(b []byte) int {
 		}
 	}
 	return -1
+}
+
+// proveAddress answers rxed serve's address proof: the server may have
+// RDMA-WRITTEN a nonce into our first buffer to check that the GID we
+// announced is ours; we echo what is there and get the export's rkey and
+// address, which its key messages left out.
+func (r *perfRun) proveAddress(ctx context.Context, sess *oob.Session, remotes []oob.Key) error {
+	var nonce [16]byte
+	q0 := r.qps[0]
+	for i := range nonce {
+		nonce[i] = atomicLoadByte(r.buf, q0.target+i)
+	}
+	g, err := sess.ProveAddress(ctx, nonce)
+	if err != nil {
+		return err
+	}
+	for i, q := range r.qps {
+		q.remote.RKey, q.remote.VAddr = g.RKey, g.VAddr
+		remotes[i].RKey, remotes[i].VAddr = g.RKey, g.VAddr
+	}
+	return nil
+}
+
+// readToken returns the shared secret of --token or --token-file.
+func readToken(token, file string) ([]byte, error) {
+	switch {
+	case token != "" && file != "":
+		return nil, errors.New("--token and --token-file: give one")
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %v", err)
+		}
+		b = []byte(strings.TrimRight(string(b), "\r\n"))
+		if len(b) == 0 {
+			return nil, fmt.Errorf("--token-file %s: empty", file)
+		}
+		return b, nil
+	}
+	return []byte(token), nil
 }

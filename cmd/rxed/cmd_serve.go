@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -58,6 +60,46 @@ type serveOpts struct {
 	logLevel    string
 	logFormat   string
 	config      string
+
+	// Security (docs/security.md).
+	listen          string
+	allow           prefixList
+	token           string
+	tokenFile       string
+	tokenBytes      []byte
+	allowUnverified bool
+	handshake       time.Duration
+	idle            time.Duration
+	perSource       int
+	sessionBytes    string
+	maxRead         string
+}
+
+// prefixList is the repeatable --allow flag.
+type prefixList []netip.Prefix
+
+func (l *prefixList) String() string {
+	s := make([]string, len(*l))
+	for i, p := range *l {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *prefixList) Set(v string) error {
+	for part := range strings.SplitSeq(v, ",") {
+		part = strings.TrimSpace(part)
+		p, err := netip.ParsePrefix(part)
+		if err != nil {
+			a, aerr := netip.ParseAddr(part)
+			if aerr != nil {
+				return fmt.Errorf("not a network (CIDR) or address: %q", part)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		*l = append(*l, p.Masked())
+	}
+	return nil
 }
 
 func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
@@ -75,6 +117,16 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&o.config, "config", "", "read flags from `file` (lines \"name = value\", # comments); command-line flags win")
+	fs.StringVar(&o.listen, "listen", "", "TCP `address` of the perftest exchange (default: every address, port -p); e.g. 10.0.0.1 or [::1]:18515")
+	fs.Var(&o.allow, "allow", "only serve clients from this `network` (CIDR or address; repeatable; default: every address)")
+	fs.StringVar(&o.token, "token", "", "require rxed clients to prove this shared `secret` (perftest clients cannot: they are refused)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "read the shared secret from `file` (trailing newline ignored)")
+	fs.BoolVar(&o.allowUnverified, "allow-unverified-gid", false, "serve perftest clients whose key announces a GID other than their TCP address (perftest's IPv6 GID over an IPv4 exchange); such a client can aim the responses at a third party")
+	fs.DurationVar(&o.handshake, "handshake-timeout", daemon.DefaultHandshakeTimeout, "a client must finish the exchange up to its run within this `duration`")
+	fs.DurationVar(&o.idle, "idle-timeout", daemon.DefaultIdleTimeout, "end a session whose QPs received nothing for this `duration` (0: never)")
+	fs.IntVar(&o.perSource, "max-sessions-per-source", 0, "concurrent sessions from one client address (0: --max-sessions)")
+	fs.StringVar(&o.sessionBytes, "session-bytes", "", "stop sending to a session after this many `bytes` (e.g. 10G; default: no bound)")
+	fs.StringVar(&o.maxRead, "max-read", "", "refuse RDMA READs longer than this many `bytes` (e.g. 1M; default: no bound)")
 	rest, code, ok := parseArgs(fs, args, stderr)
 	if !ok {
 		return nil, code, false
@@ -113,6 +165,33 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	}
 	if o.maxSessions < 1 {
 		return bad("--max-sessions %d: want at least 1", o.maxSessions)
+	}
+	if o.perSource < 0 {
+		return bad("--max-sessions-per-source %d: want 0 or more", o.perSource)
+	}
+	if o.handshake <= 0 {
+		return bad("--handshake-timeout %v: want a positive duration", o.handshake)
+	}
+	if o.idle < 0 {
+		return bad("--idle-timeout %v: want 0 (never) or a positive duration", o.idle)
+	}
+	for _, f := range []struct{ name, v string }{{"--session-bytes", o.sessionBytes}, {"--max-read", o.maxRead}} {
+		if f.v == "" {
+			continue
+		}
+		if n, err := daemon.ParseBytes(f.v); err != nil || n == 0 {
+			return bad("%s %q: want a positive byte count such as 64M", f.name, f.v)
+		}
+	}
+	tok, err := readToken(o.token, o.tokenFile)
+	if err != nil {
+		return bad("%v", err)
+	}
+	o.tokenBytes = tok
+	if o.listen != "" {
+		if _, err := o.listenAddr(); err != nil {
+			return bad("%v", err)
+		}
 	}
 	return o, 0, true
 }
@@ -206,8 +285,15 @@ func serve(ctx context.Context, o *serveOpts, logOut io.Writer, ready func(*daem
 	cfg := daemon.Config{Addrs: dc.Addrs, Port: dc.Port, Fault: dc.Fault, Pcap: dc.Pcap, MetricsAddr: o.metrics, Exports: o.exports,
 		PerftestExport: o.perftestExp, GIDIndex: o.gidx, MTU: oob.MTUEnum(o.mtu), QPTimeout: uint8(o.qpTimeout),
 		StepTimeout: o.ef.timeout, ShutdownGrace: o.grace, MaxSessions: o.maxSessions, Logger: log}
+	cfg.Allow, cfg.Token, cfg.AllowUnverifiedGID = o.allow, o.tokenBytes, o.allowUnverified
+	cfg.HandshakeTimeout, cfg.IdleTimeout, cfg.MaxSessionsPerSource = o.handshake, o.idle, o.perSource
+	if o.idle == 0 {
+		cfg.IdleTimeout = -1 // never
+	}
+	cfg.SessionBytes, _ = daemon.ParseBytes(o.sessionBytes)
+	cfg.MaxReadLen, _ = daemon.ParseBytes(o.maxRead)
 	if o.ef.oobPort != 0 {
-		cfg.OOBAddr = oobAddress("", o.ef.oobPort)
+		cfg.OOBAddr, _ = o.listenAddr()
 	}
 	d, err := daemon.New(cfg)
 	if err != nil {
@@ -224,4 +310,21 @@ func serve(ctx context.Context, o *serveOpts, logOut io.Writer, ready func(*daem
 		}
 	}
 	return err
+}
+
+// listenAddr is the exchange's TCP listen address: --listen (an address,
+// or address:port), with -p as the port when --listen has none.
+func (o *serveOpts) listenAddr() (string, error) {
+	port := strconv.Itoa(int(o.ef.oobPort))
+	if o.listen == "" {
+		return ":" + port, nil
+	}
+	if ap, err := netip.ParseAddrPort(o.listen); err == nil {
+		return ap.String(), nil
+	}
+	a, err := netip.ParseAddr(strings.Trim(o.listen, "[]"))
+	if err != nil {
+		return "", fmt.Errorf("--listen %q: want an IP address or address:port", o.listen)
+	}
+	return netip.AddrPortFrom(a, uint16(o.ef.oobPort)).String(), nil
 }

@@ -65,7 +65,48 @@ type Config struct {
 	Pcap  io.Writer
 	// Logger receives structured logs; nil is silent.
 	Logger *slog.Logger
+
+	// Security (docs/security.md).
+
+	// AllowUnverifiedGID serves perftest clients whose key announces a
+	// GID other than the address of their TCP connection (perftest may
+	// announce its IPv6 GID over an IPv4 exchange). Without it they are
+	// refused before the export's rkey is sent: such a client could point
+	// the daemon's responses at a third party. rxed clients prove the GID
+	// instead (a nonce sent over RoCE, echoed over TCP) and need no flag.
+	AllowUnverifiedGID bool
+	// Allow lists the client networks that may use the exchange; empty
+	// allows every address.
+	Allow []netip.Prefix
+	// Token, when not empty, is the shared secret rxed clients must prove
+	// (perftest clients cannot, and are refused).
+	Token []byte
+	// HandshakeTimeout bounds the whole exchange up to the start of the
+	// run (0: 5s); IdleTimeout ends a running session whose QPs have
+	// received nothing for that long (0: 60s; negative: never).
+	HandshakeTimeout time.Duration
+	IdleTimeout      time.Duration
+	// MaxSessionsPerSource bounds the sessions of one client address
+	// (0: MaxSessions).
+	MaxSessionsPerSource int
+	// SessionBytes bounds the RoCE bytes the daemon sends to one session
+	// (0: no bound); MaxReadLen refuses RDMA READs longer than it (0:
+	// none). Both are enforced by dropping the datagrams concerned.
+	SessionBytes int64
+	MaxReadLen   int64
+	// Now is the clock of the idle timeout (nil: time.Now).
+	Now func() time.Time
 }
+
+// Defaults of the security settings.
+const (
+	DefaultHandshakeTimeout = 5 * time.Second
+	DefaultIdleTimeout      = 60 * time.Second
+	// AmplificationFactor bounds what an address that has not proved it
+	// is the client's may receive: this many times what the client has
+	// sent us (QUIC's anti-amplification rule, RFC 9000 section 8).
+	AmplificationFactor = 3
+)
 
 // Daemon is a running rxed serve instance.
 type Daemon struct {
@@ -79,6 +120,9 @@ type Daemon struct {
 	oobLn     *oob.PerftestListener
 	metricsLn net.Listener
 	http      *http.Server
+	traffic   *trafficConn
+	reg       *registry
+	refusing  chan struct{} // slots of goroutines answering refused clients
 
 	wg          sync.WaitGroup
 	sessCtx     context.Context
@@ -87,6 +131,11 @@ type Daemon struct {
 	total       atomic.Uint64
 	failed      atomic.Uint64
 	completed   atomic.Uint64
+	refusedBusy atomic.Uint64 // refused at a session limit
+	refusedAddr atomic.Uint64 // refused by the allowlist
+	refusedGID  atomic.Uint64 // refused: unverified GID
+	reclaimed   atomic.Uint64 // idle sessions ended
+	hsTimeouts  atomic.Uint64 // handshakes that ran out of time
 	stopOnce    sync.Once
 	acceptDone  chan struct{}
 	metricsDone chan struct{}
@@ -107,6 +156,15 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = 64
 	}
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if len(cfg.Addrs) == 0 {
 		return nil, errors.New("no local address (give --addr)")
 	}
@@ -123,7 +181,8 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.PerftestExport != "" && !names[cfg.PerftestExport] {
 		return nil, fmt.Errorf("perftest export %q: no export has that name", cfg.PerftestExport)
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, acceptDone: make(chan struct{}), metricsDone: make(chan struct{})}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, acceptDone: make(chan struct{}), metricsDone: make(chan struct{}),
+		reg: newRegistry(cfg.MaxSessions, cfg.MaxSessionsPerSource), refusing: make(chan struct{}, 16)}
 	d.sessCtx, d.sessCancel = context.WithCancel(context.Background())
 	if err := d.open(); err != nil {
 		_ = d.release()
@@ -144,7 +203,19 @@ func (d *Daemon) open() (err error) {
 		}
 		d.exports = append(d.exports, &Export{Spec: s, Mapping: m})
 	}
-	d.dev, err = ib.OpenDevice(ib.Config{Addrs: cfg.Addrs, Port: cfg.Port, Fault: cfg.Fault, Wrap: cfg.Wrap, Pcap: cfg.Pcap, Logger: cfg.Logger})
+	// The traffic wrapper goes outermost (after the caller's), so that it
+	// sees what the engine sends and receives.
+	wrap := func(c transport.Conn) (transport.Conn, error) {
+		if cfg.Wrap != nil {
+			var err error
+			if c, err = cfg.Wrap(c); err != nil {
+				return nil, err
+			}
+		}
+		d.traffic = newTrafficConn(c, cfg.Now)
+		return d.traffic, nil
+	}
+	d.dev, err = ib.OpenDevice(ib.Config{Addrs: cfg.Addrs, Port: cfg.Port, Fault: cfg.Fault, Wrap: wrap, Pcap: cfg.Pcap, Logger: cfg.Logger})
 	if err != nil {
 		return fmt.Errorf("opening the RoCE engine: %v", err)
 	}
@@ -164,7 +235,8 @@ func (d *Daemon) open() (err error) {
 		if d.target == nil {
 			return errors.New("perftest clients need an export to target (give --export)")
 		}
-		d.oobLn, err = oob.ListenPerftest(cfg.OOBAddr, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.StepTimeout, Logger: cfg.Logger}})
+		d.oobLn, err = oob.ListenPerftest(cfg.OOBAddr, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.StepTimeout, Logger: cfg.Logger},
+			Ext: &oob.ExtConfig{Token: cfg.Token}})
 		if err != nil {
 			return err
 		}
@@ -244,7 +316,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 func (d *Daemon) acceptLoop() {
 	defer close(d.acceptDone)
-	sem := make(chan struct{}, d.cfg.MaxSessions)
+	if d.cfg.IdleTimeout > 0 {
+		go d.reapLoop()
+	}
 	for {
 		sess, err := d.oobLn.Accept(d.sessCtx)
 		if err != nil {
@@ -255,24 +329,40 @@ func (d *Daemon) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		select {
-		case sem <- struct{}{}:
-		default:
-			d.log.Warn("too many sessions: refusing client", "peer", sess.RemoteAddr(), "max", d.cfg.MaxSessions)
+		ap, _ := netip.ParseAddrPort(sess.RemoteAddr())
+		peer := ap.Addr().Unmap()
+		if !allowed(d.cfg.Allow, peer) {
+			// Not a word to an address outside the allowlist.
+			d.refusedAddr.Add(1)
+			d.log.Warn("client address not allowed: closing", "peer", sess.RemoteAddr())
 			_ = sess.CloseWithoutExchange()
 			continue
 		}
+		s := &session{peer: peer, traffic: &sessionTraffic{maxRead: d.cfg.MaxReadLen}}
+		if !d.reg.admit(s) {
+			d.refusedBusy.Add(1)
+			d.log.Warn("too many sessions: refusing client (server busy)", "peer", sess.RemoteAddr(),
+				"max", d.cfg.MaxSessions, "max_per_source", d.cfg.MaxSessionsPerSource)
+			d.refuse(sess, oob.ExtBusy)
+			continue
+		}
+		var sctx context.Context
+		sctx, s.cancel = context.WithCancelCause(d.sessCtx)
 		d.wg.Add(1)
 		d.active.Add(1)
 		d.total.Add(1)
 		go func() {
 			defer func() {
+				s.cancel(nil)
+				d.reg.release(s)
 				d.active.Add(-1)
-				<-sem
 				d.wg.Done()
 			}()
-			if err := d.perftestSession(d.sessCtx, sess); err != nil {
+			if err := d.perftestSession(sctx, sess, s); err != nil {
 				d.failed.Add(1)
+				if c := context.Cause(sctx); c != nil && c != context.Canceled {
+					err = c
+				}
 				d.log.Warn("perftest session failed", "peer", sess.RemoteAddr(), "err", err)
 				return
 			}
@@ -280,6 +370,50 @@ func (d *Daemon) acceptLoop() {
 			d.log.Debug("perftest session complete", "peer", sess.RemoteAddr())
 		}()
 	}
+}
+
+// refuse tells a client it is not served (an rxed client reads st, a
+// perftest client sees the connection closed) without holding the accept
+// loop: a bounded number of refusals run at once, each within the
+// handshake timeout, and beyond that the connection is just closed.
+func (d *Daemon) refuse(sess *oob.Session, st oob.ExtStatus) {
+	select {
+	case d.refusing <- struct{}{}:
+	default:
+		_ = sess.CloseWithoutExchange()
+		return
+	}
+	go func() {
+		defer func() { <-d.refusing }()
+		ctx, cancel := context.WithTimeout(d.sessCtx, min(d.cfg.HandshakeTimeout, 2*time.Second))
+		defer cancel()
+		_ = sess.Refuse(ctx, st)
+	}()
+}
+
+// reapLoop ends idle sessions: it looks a few times per idle timeout.
+func (d *Daemon) reapLoop() {
+	t := time.NewTicker(max(d.cfg.IdleTimeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-d.sessCtx.Done():
+			return
+		case <-t.C:
+			d.reapIdle(d.cfg.Now())
+		}
+	}
+}
+
+// reapIdle ends the sessions idle at now and returns how many.
+func (d *Daemon) reapIdle(now time.Time) int {
+	idle := d.reg.idle(now, d.cfg.IdleTimeout)
+	for _, s := range idle {
+		d.reclaimed.Add(1)
+		d.log.Warn("idle session reclaimed", "peer", s.peer, "idle_timeout", d.cfg.IdleTimeout)
+		s.cancel(errIdle)
+	}
+	return len(idle)
 }
 
 // shutdown is the graceful stop.

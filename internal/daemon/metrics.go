@@ -49,6 +49,15 @@ func (d *Daemon) Metrics() string {
 	counter("rxed_sessions_total", "perftest sessions accepted.", d.total.Load())
 	counter("rxed_sessions_completed_total", "perftest sessions that ran to the end.", d.completed.Load())
 	counter("rxed_sessions_failed_total", "perftest sessions that ended in an error.", d.failed.Load())
+	counter("rxed_sessions_refused_busy_total", "clients refused at the session limit (global or per source).", d.refusedBusy.Load())
+	counter("rxed_sessions_refused_address_total", "clients refused by the --allow list.", d.refusedAddr.Load())
+	counter("rxed_sessions_refused_gid_total", "clients refused because the GID they announced is not theirs (unproved).", d.refusedGID.Load())
+	counter("rxed_sessions_idle_reclaimed_total", "established sessions ended by the idle timeout.", d.reclaimed.Load())
+	counter("rxed_sessions_handshake_timeouts_total", "exchanges that did not finish within the handshake timeout.", d.hsTimeouts.Load())
+	if d.traffic != nil {
+		counter("rxed_budget_drops_total", "datagrams not sent: a session's send budget (anti-amplification or --session-bytes) was spent.", d.traffic.budgetDrops.Load())
+		counter("rxed_read_cap_drops_total", "RDMA READ requests dropped for asking more than --max-read.", d.traffic.readCapDrops.Load())
+	}
 	b.WriteString("# HELP rxed_export_bytes Size of each exported region.\n# TYPE rxed_export_bytes gauge\n")
 	for _, e := range d.exports {
 		fmt.Fprintf(&b, "rxed_export_bytes{export=%q,kind=%q} %d\n", e.Spec.Name, e.Spec.Kind.String(), e.MR.Len())

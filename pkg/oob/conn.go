@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -53,6 +54,7 @@ type stream struct {
 	log       *slog.Logger
 	closeOnce sync.Once
 	closeErr  error
+	bytesIn   atomic.Int64 // bytes read from the peer
 }
 
 func newStream(c net.Conn, o *Options) *stream {
@@ -100,6 +102,7 @@ func (s *stream) readMsg(ctx context.Context, buf []byte, what string, bounded b
 	done := s.step(ctx, bounded)
 	defer done()
 	n, err := io.ReadFull(s.c, buf)
+	s.bytesIn.Add(int64(n))
 	if err != nil {
 		return s.ioError(ctx, err, n, len(buf), what, "read")
 	}

@@ -44,6 +44,10 @@ type SessionConfig struct {
 	// ReportPerPort mirrors --report-per-port: four more doubles in the
 	// bandwidth report exchange.
 	ReportPerPort bool
+	// Ext enables the rxed extension (rxedext.go: refusals a client can
+	// read, token mode, address proof); nil speaks plain perftest. It
+	// needs the version exchange.
+	Ext *ExtConfig
 }
 
 func (c *SessionConfig) version() string {
@@ -79,6 +83,7 @@ type Session struct {
 	remoteVer  string
 	remoteNum  float64
 	negotiated bool
+	ext        extState
 }
 
 // NewSession runs the perftest exchange over an established connection. The
@@ -191,17 +196,34 @@ func (s *Session) ExchangeVersions(ctx context.Context) (string, error) {
 		return s.remoteVer, nil
 	}
 	var out, in [VersionMsgLen]byte
-	if err := EncodeVersion(out[:], s.cfg.version()); err != nil {
-		return "", err
-	}
-	if err := s.exchange(ctx, out[:], in[:], "perftest version", true); err != nil {
-		return "", err
+	if s.cfg.Ext != nil && s.role == Server {
+		msg, err := s.extServerVersions(ctx)
+		if err != nil {
+			return "", err
+		}
+		copy(in[:], msg)
+	} else {
+		var flags byte
+		if s.cfg.Ext != nil && len(s.cfg.Ext.Token) > 0 {
+			flags = extFlagToken
+		}
+		if err := s.versionMsg(out[:], ExtOK, flags); err != nil {
+			return "", err
+		}
+		if err := s.exchange(ctx, out[:], in[:], "perftest version", true); err != nil {
+			return "", err
+		}
 	}
 	v, _ := ParseVersion(in[:])
 	s.remoteVer, s.remoteNum = v, VersionNumber(v)
 	if s.remoteNum < MinPerftestVersion {
 		return v, s.fail(errorf(s.s.peer, ErrVersion, "speaks perftest protocol version %s; perftest 4.5 and rxed need %.2f or newer",
 			quoteMsg([]byte(v)), MinPerftestVersion))
+	}
+	if s.cfg.Ext != nil && s.role == Client {
+		if err := s.extClientVersions(ctx, in[:]); err != nil {
+			return v, err
+		}
 	}
 	return v, nil
 }

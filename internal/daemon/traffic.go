@@ -1,0 +1,264 @@
+package daemon
+
+import (
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/rxed/rxed/pkg/wire"
+)
+
+// sessionTraffic is what the daemon knows of one session's RoCE traffic:
+// when a datagram last arrived for one of its QPs (the idle timeout), how
+// many bytes went each way, and the send budget that bounds what its peer
+// address may receive (anti-amplification before the address is
+// validated, --session-bytes after). Every field is atomic: the engine's
+// receive and send paths update them, the reaper and the session read
+// them.
+type sessionTraffic struct {
+	lastRx  atomic.Int64 // unix nanoseconds of the last datagram for one of its QPs
+	rxBytes atomic.Int64 // UDP payload bytes received for its QPs
+	txBytes atomic.Int64 // UDP payload bytes sent to its peer's QPs
+	// txLimit bounds txBytes (0: no bound): a datagram that would pass it
+	// is dropped and counted in drops.
+	txLimit atomic.Int64
+	drops   atomic.Uint64
+	// maxRead refuses (drops) RDMA READ requests longer than it (0: none).
+	maxRead int64
+}
+
+// txKey names a peer QP as the datagrams we send see it.
+type txKey struct {
+	addr netip.Addr // unmapped
+	qpn  uint32
+}
+
+// trafficConn is the transport wrapper through which the daemon watches
+// its sessions' RoCE traffic without a hook in the engine. Datagrams of
+// QPs no session owns pass untouched. It keeps the inner Conn's fast
+// paths (lent receive, polling, gather send) by delegating to them.
+type trafficConn struct {
+	transport.Conn
+	lender transport.Lender
+	poller transport.Poller // nil when the inner Conn cannot poll
+	gs     transport.GatherSender
+	now    func() time.Time
+
+	rx sync.Map // our QPN (uint32) -> *sessionTraffic
+	tx sync.Map // txKey -> *sessionTraffic
+
+	readCapDrops atomic.Uint64 // READ requests dropped for exceeding maxRead
+	budgetDrops  atomic.Uint64 // datagrams dropped by a send budget
+}
+
+func newTrafficConn(c transport.Conn, now func() time.Time) *trafficConn {
+	t := &trafficConn{Conn: c, lender: transport.Lend(c), now: now}
+	if p, ok := c.(transport.Poller); ok {
+		t.poller = p
+	}
+	t.gs, _ = c.(transport.GatherSender)
+	return t
+}
+
+// track routes the datagrams of one QP of a session to st: those that
+// arrive for our QP local, and those we send to the peer's QP remote at
+// addr.
+func (t *trafficConn) track(st *sessionTraffic, local uint32, addr netip.Addr, remote uint32) {
+	t.rx.Store(local, st)
+	t.tx.Store(txKey{addr.Unmap(), remote}, st)
+}
+
+// untrack forgets a QP (the session is over).
+func (t *trafficConn) untrack(local uint32, addr netip.Addr, remote uint32) {
+	t.rx.Delete(local)
+	t.tx.Delete(txKey{addr.Unmap(), remote})
+}
+
+// observeRx accounts one received datagram and reports whether the
+// engine may see it.
+func (t *trafficConn) observeRx(b []byte, now int64) bool {
+	if len(b) < wire.BTHLen {
+		return true
+	}
+	v, ok := t.rx.Load(wire.BTH(b).DestQP())
+	if !ok {
+		return true
+	}
+	st := v.(*sessionTraffic)
+	st.lastRx.Store(now)
+	st.rxBytes.Add(int64(len(b)))
+	if st.maxRead > 0 && wire.BTH(b).Opcode() == wire.RCReadRequest && len(b) >= wire.BTHLen+wire.RETHLen &&
+		int64(wire.RETH(b[wire.BTHLen:]).DMALen()) > st.maxRead {
+		// The requester retries and gives up (retry exceeded): the READ
+		// is refused without a byte of it sent.
+		t.readCapDrops.Add(1)
+		return false
+	}
+	return true
+}
+
+// allowTx accounts one datagram to send and reports whether it may go.
+func (t *trafficConn) allowTx(hdr []byte, n int, to netip.Addr) bool {
+	if len(hdr) < wire.BTHLen {
+		return true
+	}
+	v, ok := t.tx.Load(txKey{to, wire.BTH(hdr).DestQP()})
+	if !ok {
+		return true
+	}
+	st := v.(*sessionTraffic)
+	total := st.txBytes.Add(int64(n))
+	if lim := st.txLimit.Load(); lim > 0 && total > lim {
+		st.txBytes.Add(-int64(n))
+		st.drops.Add(1)
+		t.budgetDrops.Add(1)
+		return false
+	}
+	return true
+}
+
+// Receive implements transport.Conn.
+func (t *trafficConn) Receive(bufs [][]byte, sizes []int, eps []transport.Endpoint) (int, error) {
+	for {
+		n, err := t.Conn.Receive(bufs, sizes, eps)
+		if n == 0 || err != nil {
+			return n, err
+		}
+		now := t.now().UnixNano()
+		k := 0
+		for i := range n {
+			if !t.observeRx(bufs[i][:sizes[i]], now) {
+				continue
+			}
+			if k != i {
+				bufs[k], bufs[i] = bufs[i], bufs[k]
+				sizes[k], eps[k] = sizes[i], eps[i]
+			}
+			k++
+		}
+		if k > 0 {
+			return k, nil
+		}
+	}
+}
+
+// filterLent drops the lent datagrams observeRx refuses, releasing them.
+func (t *trafficConn) filterLent(n int, pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) int {
+	now := t.now().UnixNano()
+	k := 0
+	for i := range n {
+		if !t.observeRx(pkts[i], now) {
+			leases[i].Release()
+			continue
+		}
+		pkts[k], eps[k], leases[k] = pkts[i], eps[i], leases[i]
+		k++
+	}
+	return k
+}
+
+// ReceiveLent implements transport.Lender.
+func (t *trafficConn) ReceiveLent(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) (int, error) {
+	for {
+		n, err := t.lender.ReceiveLent(pkts, eps, leases)
+		if n == 0 || err != nil {
+			return n, err
+		}
+		if k := t.filterLent(n, pkts, eps, leases); k > 0 {
+			return k, nil
+		}
+	}
+}
+
+// CanPoll implements transport.Poller.
+func (t *trafficConn) CanPoll() bool { return t.poller != nil && t.poller.CanPoll() }
+
+// PollLent implements transport.Poller.
+func (t *trafficConn) PollLent(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) (int, error) {
+	if t.poller == nil {
+		return 0, nil
+	}
+	n, err := t.poller.PollLent(pkts, eps, leases)
+	if n == 0 || err != nil {
+		return n, err
+	}
+	return t.filterLent(n, pkts, eps, leases), nil
+}
+
+// ReceiveLentLocked implements transport.Poller. When every datagram of
+// a batch is refused the lock is released and the wait goes on.
+func (t *trafficConn) ReceiveLentLocked(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease, mu sync.Locker) (int, error) {
+	for {
+		n, err := t.poller.ReceiveLentLocked(pkts, eps, leases, mu)
+		if n == 0 || err != nil {
+			return n, err
+		}
+		if k := t.filterLent(n, pkts, eps, leases); k > 0 {
+			return k, nil
+		}
+		mu.Unlock()
+	}
+}
+
+// Send implements transport.Conn.
+func (t *trafficConn) Send(bufs [][]byte, ep transport.Endpoint) error {
+	to := ep.Remote.Addr().Unmap()
+	for i, b := range bufs {
+		if !t.allowTx(b, len(b), to) {
+			// Rare (a budget is spent): copy the rest without the refused.
+			keep := append([][]byte(nil), bufs[:i]...)
+			for _, b := range bufs[i+1:] {
+				if t.allowTx(b, len(b), to) {
+					keep = append(keep, b)
+				}
+			}
+			if len(keep) == 0 {
+				return nil
+			}
+			return t.Conn.Send(keep, ep)
+		}
+	}
+	return t.Conn.Send(bufs, ep)
+}
+
+// SendGather implements transport.GatherSender.
+func (t *trafficConn) SendGather(dgrams []transport.Gather, ep transport.Endpoint) error {
+	to := ep.Remote.Addr().Unmap()
+	for i := range dgrams {
+		if !t.allowTx(dgrams[i][0], dgrams[i].Len(), to) {
+			keep := append([]transport.Gather(nil), dgrams[:i]...)
+			for j := i + 1; j < len(dgrams); j++ {
+				if t.allowTx(dgrams[j][0], dgrams[j].Len(), to) {
+					keep = append(keep, dgrams[j])
+				}
+			}
+			if len(keep) == 0 {
+				return nil
+			}
+			return t.sendGather(keep, ep)
+		}
+	}
+	return t.sendGather(dgrams, ep)
+}
+
+func (t *trafficConn) sendGather(dgrams []transport.Gather, ep transport.Endpoint) error {
+	if t.gs != nil {
+		return t.gs.SendGather(dgrams, ep)
+	}
+	bufs := make([][]byte, len(dgrams))
+	for i := range dgrams {
+		g := &dgrams[i]
+		bufs[i] = append(append(append([]byte(nil), g[0]...), g[1]...), g[2]...)
+	}
+	return t.Conn.Send(bufs, ep)
+}
+
+// Stats implements transport.StatsReporter when the inner Conn does.
+func (t *trafficConn) Stats() transport.Stats {
+	if sr, ok := t.Conn.(transport.StatsReporter); ok {
+		return sr.Stats()
+	}
+	return transport.Stats{}
+}

@@ -1,0 +1,184 @@
+package oob
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// extPair runs fn for a client and a server session over one net.Pipe
+// and returns both errors.
+func extPair(t *testing.T, ccfg, scfg *SessionConfig, client, server func(ctx context.Context, s *Session) error) (cerr, serr error) {
+	t.Helper()
+	a, b := net.Pipe()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs := NewSession(a, Client, ccfg)
+	ss := NewSession(b, Server, scfg)
+	done := make(chan error, 1)
+	go func() { done <- server(ctx, ss); ss.CloseWithoutExchange() }()
+	cerr = client(ctx, cs)
+	cs.CloseWithoutExchange()
+	return cerr, <-done
+}
+
+func negotiate(ctx context.Context, s *Session) error {
+	_, err := s.Negotiate(ctx, 3)
+	return err
+}
+
+func TestExtNegotiation(t *testing.T) {
+	opts := Options{Timeout: 5 * time.Second}
+	plain := &SessionConfig{Options: opts}
+	ext := &SessionConfig{Options: opts, Ext: &ExtConfig{}}
+	for _, tc := range []struct {
+		name           string
+		client, server *SessionConfig
+		on             bool
+	}{
+		{"both plain", plain, plain, false},
+		{"rxed client, perftest server", ext, plain, false},
+		{"perftest client, rxed server", plain, ext, false},
+		{"both rxed", ext, ext, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var con, son bool
+			cerr, serr := extPair(t, tc.client, tc.server,
+				func(ctx context.Context, s *Session) error { err := negotiate(ctx, s); con = s.Ext(); return err },
+				func(ctx context.Context, s *Session) error { err := negotiate(ctx, s); son = s.Ext(); return err })
+			require.NoError(t, cerr)
+			require.NoError(t, serr)
+			require.Equal(t, tc.on, con)
+			require.Equal(t, tc.on, son)
+		})
+	}
+}
+
+// TestExtServerAnswersPerftestLikePerftest: a perftest client sees the
+// same version reply from an extension server as from a plain one.
+func TestExtServerAnswersPerftestLikePerftest(t *testing.T) {
+	a, b := net.Pipe()
+	ss := NewSession(b, Server, &SessionConfig{Ext: &ExtConfig{}})
+	go func() { _, _ = ss.ExchangeVersions(context.Background()) }()
+	var v [VersionMsgLen]byte
+	require.NoError(t, EncodeVersion(v[:], PerftestVersion))
+	_, err := a.Write(v[:])
+	require.NoError(t, err)
+	var got [VersionMsgLen]byte
+	_, err = a.Read(got[:])
+	require.NoError(t, err)
+	require.Equal(t, v, got)
+	a.Close()
+}
+
+func TestExtRefuse(t *testing.T) {
+	ext := &SessionConfig{Ext: &ExtConfig{}}
+	for _, st := range []ExtStatus{ExtBusy, ExtRefused} {
+		cerr, serr := extPair(t, ext, ext, negotiate, func(ctx context.Context, s *Session) error { return s.Refuse(ctx, st) })
+		require.NoError(t, serr)
+		require.Error(t, cerr)
+		if st == ExtBusy {
+			require.ErrorIs(t, cerr, ErrBusy)
+			require.ErrorContains(t, cerr, "server busy")
+		} else {
+			require.ErrorIs(t, cerr, ErrRefused)
+		}
+	}
+	// A perftest client only sees the connection closed.
+	cerr, serr := extPair(t, &SessionConfig{}, ext, negotiate, func(ctx context.Context, s *Session) error { return s.Refuse(ctx, ExtBusy) })
+	require.NoError(t, serr)
+	require.ErrorIs(t, cerr, ErrClosed)
+}
+
+func TestExtToken(t *testing.T) {
+	srv := &SessionConfig{Ext: &ExtConfig{Token: []byte("s3cret")}}
+	for _, tc := range []struct {
+		name   string
+		client *SessionConfig
+		cwant  error
+		msg    string
+	}{
+		{"right token", &SessionConfig{Ext: &ExtConfig{Token: []byte("s3cret")}}, nil, ""},
+		{"wrong token", &SessionConfig{Ext: &ExtConfig{Token: []byte("guess")}}, ErrRefused, "did not accept our token"},
+		{"no token", &SessionConfig{Ext: &ExtConfig{}}, ErrRefused, "requires a token"},
+		{"perftest client", &SessionConfig{}, ErrClosed, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var verified bool
+			cerr, serr := extPair(t, tc.client, srv, negotiate,
+				func(ctx context.Context, s *Session) error {
+					err := negotiate(ctx, s)
+					verified = s.TokenVerified()
+					return err
+				})
+			if tc.cwant == nil {
+				require.NoError(t, cerr)
+				require.NoError(t, serr)
+				require.True(t, verified)
+				return
+			}
+			require.ErrorIs(t, cerr, tc.cwant)
+			require.ErrorContains(t, cerr, tc.msg)
+			require.Error(t, serr)
+			require.False(t, verified)
+		})
+	}
+	// A client with a token refuses a server that proves a different one.
+	cerr, serr := extPair(t, &SessionConfig{Ext: &ExtConfig{Token: []byte("a")}}, &SessionConfig{Ext: &ExtConfig{Token: []byte("a")}},
+		negotiate, func(ctx context.Context, s *Session) error {
+			s.cfg.Ext = &ExtConfig{Token: []byte("b")}
+			return negotiate(ctx, s)
+		})
+	require.Error(t, cerr)
+	require.Error(t, serr)
+}
+
+func TestExtAddressProof(t *testing.T) {
+	ext := &SessionConfig{Ext: &ExtConfig{}}
+	nonce := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	want := Grant{RKey: 0xdeadbeef, VAddr: 0x7f0000001000}
+	decide := func(n [16]byte) (Grant, ExtStatus) {
+		if n != nonce {
+			return Grant{}, ExtUnverifiedGID
+		}
+		return want, ExtOK
+	}
+	var got Grant
+	cerr, serr := extPair(t, ext, ext,
+		func(ctx context.Context, s *Session) (err error) { got, err = s.ProveAddress(ctx, nonce); return err },
+		func(ctx context.Context, s *Session) error { return s.CheckAddress(ctx, decide) })
+	require.NoError(t, cerr)
+	require.NoError(t, serr)
+	require.Equal(t, want, got)
+
+	cerr, serr = extPair(t, ext, ext,
+		func(ctx context.Context, s *Session) (err error) {
+			got, err = s.ProveAddress(ctx, [16]byte{})
+			return err
+		},
+		func(ctx context.Context, s *Session) error { return s.CheckAddress(ctx, decide) })
+	require.ErrorIs(t, cerr, ErrRefused)
+	require.ErrorContains(t, cerr, "verify that the announced GID")
+	require.ErrorIs(t, serr, ErrRefused)
+}
+
+// TestAnswerRefusalWritesNothing: a reply that fails closes the
+// connection without a key message (the client reads EOF, not a key).
+func TestAnswerRefusalWritesNothing(t *testing.T) {
+	boom := errors.New("no")
+	cerr, serr := extPair(t, nil, nil,
+		func(ctx context.Context, s *Session) error { _, err := s.HandShake(ctx, Key{QPN: 1}); return err },
+		func(ctx context.Context, s *Session) error {
+			k, err := s.Answer(ctx, func(k Key) (Key, error) { return Key{}, boom })
+			if k.QPN != 1 {
+				return errors.New("Answer did not return the client's key")
+			}
+			return err
+		})
+	require.ErrorIs(t, serr, boom)
+	require.ErrorIs(t, cerr, ErrClosed)
+}
