@@ -37,7 +37,7 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 
 // QPInitAttr is struct ibv_qp_init_attr.
 type QPInitAttr struct {
-	Type   QPType // qp_type: RC, UC or UD
+	Type   QPType // qp_type: RC, UC, UD or GSI (QP1, see gsi.go)
 	SendCQ *CQ    // send_cq: completions of send WRs
 	RecvCQ *CQ    // recv_cq: completions of receive WRs
 	SRQ    *SRQ   // optional shared receive queue
@@ -54,13 +54,15 @@ type QP struct {
 	destroyed atomic.Bool
 }
 
-// CreateQP creates a queue pair in the RESET state (ibv_create_qp).
+// CreateQP creates a queue pair in the RESET state (ibv_create_qp). Its
+// number is random (see pkg/roce's qpn.go), except for Type GSI: the
+// device's QP1, of which there is at most one at a time (gsi.go).
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, errors.New("ib: CreateQP: send and receive CQs are required")
 	}
 	switch attr.Type {
-	case RC, UC, UD:
+	case RC, UC, UD, GSI:
 	default:
 		return nil, fmt.Errorf("ib: CreateQP: unsupported QP type %v", attr.Type)
 	}

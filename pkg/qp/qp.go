@@ -204,6 +204,9 @@ func New(c Config) (*QP, error) {
 	}
 	q.attr.PKeyIndex = 0
 	q.attr.PortNum = 1
+	if q.typ == GSI {
+		q.attr.QKey = GSIQKey // fixed, see Modify
+	}
 	q.resetProtocol()
 	return q, nil
 }
@@ -265,7 +268,10 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 		q.attr.PathMTU = a.PathMTU
 		q.mtu = a.PathMTU.Bytes()
 	}
-	if mask.Has(AttrQKey) {
+	// QP1's Q_Key and P_Key index are fixed (GSIQKey, the default P_Key):
+	// rxe checks and sends QP1's packets with GSI_QKEY whatever qkey the
+	// consumer set, so the attributes are accepted and ignored.
+	if mask.Has(AttrQKey) && q.typ != GSI {
 		q.attr.QKey = a.QKey
 	}
 	if mask.Has(AttrRQPSN) {
@@ -289,7 +295,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	if mask.Has(AttrAltPath) {
 		q.attr.AltAV, q.attr.AltPKeyIndex, q.attr.AltPortNum, q.attr.AltTimeout = a.AltAV, a.AltPKeyIndex, a.AltPortNum, a.AltTimeout
 	}
-	if mask.Has(AttrPKeyIndex) {
+	if mask.Has(AttrPKeyIndex) && q.typ != GSI {
 		q.attr.PKeyIndex = a.PKeyIndex
 	}
 	if mask.Has(AttrPort) {
