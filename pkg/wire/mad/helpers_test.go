@@ -181,8 +181,17 @@ func canonical(attr uint16, d []byte) []byte {
 
 // fuzzData is the body of every per-message fuzz target: ParseData never
 // panics; what it accepts is valid, re-encodes to the canonical form of
-// the input and parses back to the same message.
+// the input and parses back to the same message. An input of another
+// length is also tried cut or zero-padded to DataLen, so that every input
+// reaches the field decoding.
 func fuzzData(t *testing.T, attr uint16, d []byte) {
+	fuzzDataOnce(t, attr, d)
+	if len(d) != DataLen {
+		fuzzDataOnce(t, attr, padded(d[:min(len(d), DataLen)], DataLen))
+	}
+}
+
+func fuzzDataOnce(t *testing.T, attr uint16, d []byte) {
 	m, err := ParseData(attr, d)
 	if err != nil {
 		require.Nil(t, m)

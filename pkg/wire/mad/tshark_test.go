@@ -36,12 +36,19 @@ import (
 // document order, by field name.
 type tsharkFields map[string][]string
 
-// runTshark dissects the CM MADs of file, by frame number.
-func runTshark(t *testing.T, file string) map[int]tsharkFields {
+// tsharkBinary returns tshark's path; without it the oracle fails under
+// CI and skips elsewhere.
+func tsharkBinary(t *testing.T) string {
 	t.Helper()
 	bin, err := exec.LookPath("tshark")
 	testenv.Need(t, err == nil, "tshark not found (%v): the Wireshark cross-check of the captured CM MADs cannot run; "+
 		"install it with scripts/ci-deps.sh (as root) or `apt-get install tshark`", err)
+	return bin
+}
+
+// runTshark dissects the CM MADs of file, by frame number.
+func runTshark(t *testing.T, bin, file string) map[int]tsharkFields {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
@@ -235,11 +242,12 @@ func expectations(t *testing.T, c capturedMAD) []expect {
 // TestTsharkOracle compares every CM field tshark shows for each captured
 // MAD with this package's parse of it.
 func TestTsharkOracle(t *testing.T) {
+	bin := tsharkBinary(t)
 	checked := map[uint16]int{}
 	for _, path := range cmCaptures(t) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			mads, _ := readMADs(t, path)
-			ts := runTshark(t, path)
+			ts := runTshark(t, bin, path)
 			require.Len(t, ts, len(mads), "tshark sees as many MADs as we do")
 			for _, c := range mads {
 				f, ok := ts[c.frame]
