@@ -1,0 +1,131 @@
+package main
+
+// What rping, cmatose and udaddy share: the connection parameters they pass
+// to the rdma_cm glue (rdmacm_glue.go, the only file that calls
+// pkg/rdmacm), QP setup the way rdma_create_qp leaves a QP, waiting for
+// completions while watching the connection, and picking the engine's
+// address from the tools' own address flags.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+)
+
+// rdmaUDPQKey is RDMA_UDP_QKEY: the Q_Key rdma_cm gives every UD QP of
+// the UDP port space, and what a SIDR_REP carries back.
+const rdmaUDPQKey = 0x01234567
+
+// cmParams is what a tool passes to connect or accept (struct
+// rdma_conn_param plus the local address rdma_resolve_addr binds).
+type cmParams struct {
+	local          netip.Addr // our GID (the engine's address)
+	respResources  uint8
+	initiatorDepth uint8
+	retryCount     uint8
+	rnrRetryCount  uint8
+	timeout        time.Duration // bound on the whole exchange
+}
+
+// initQPForCM moves a new RC QP to INIT as rdma_create_qp does
+// (cma_init_conn_qp: port 1, P_Key index 0, remote write and, with
+// responder resources, remote read), so the tools can post their
+// receives before they connect or accept, as the C tools do.
+func initQPForCM(q *ib.QP) error {
+	if err := initQP(q, ib.RC, 0, ib.QPAccessRemoteWrite|ib.QPAccessRemoteRead); err != nil {
+		return fmt.Errorf("modifying the QP to INIT: %v", err)
+	}
+	return nil
+}
+
+// readyUDQP moves a new UD QP to RTS with rdma_cm's Q_Key, as
+// rdma_create_qp does for a UD id (cma_init_ud_qp).
+func readyUDQP(q *ib.QP) error {
+	if err := initQP(q, ib.UD, rdmaUDPQKey, 0); err != nil {
+		return fmt.Errorf("modifying the UD QP to INIT: %v", err)
+	}
+	if err := q.Modify(&ib.QPAttr{State: ib.QPSRTR}, ib.AttrState); err != nil {
+		return fmt.Errorf("modifying the UD QP to RTR: %v", err)
+	}
+	if err := q.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: 0}, ib.AttrState|ib.AttrSQPSN); err != nil {
+		return fmt.Errorf("modifying the UD QP to RTS: %v", err)
+	}
+	return nil
+}
+
+// errPeerDisconnected is what a completion wait returns when the
+// connection ended first (rping's DISCONNECTED state).
+var errPeerDisconnected = errors.New("the peer disconnected")
+
+// wcWait waits for the next completions on cq: at most timeout, and no
+// longer than the connection lasts (done closes when the peer's DREQ
+// arrives; nil: no connection to watch).
+func wcWait(ctx context.Context, cq *ib.CQ, wcs []ib.WC, done <-chan struct{}, timeout time.Duration) (int, error) {
+	if n := cq.Poll(wcs); n > 0 {
+		return n, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if done != nil {
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+	}
+	n, err := cq.WaitPoll(wctx, wcs)
+	if n > 0 {
+		return n, nil
+	}
+	if done != nil {
+		select {
+		case <-done:
+			// What arrived before the DREQ still counts.
+			if n := cq.Poll(wcs); n > 0 {
+				return n, nil
+			}
+			return 0, errPeerDisconnected
+		default:
+		}
+	}
+	if err == nil {
+		err = context.DeadlineExceeded
+	}
+	return 0, err
+}
+
+// sourceFor picks the local address a client binds when it was given
+// none: the one the host would send from to dst (rdma_resolve_addr with
+// no source address asks the routing table the same way). Connecting a
+// UDP socket sends nothing.
+func sourceFor(dst netip.Addr) (netip.Addr, error) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("no local address routes to %s: %v", dst, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+}
+
+// parseHost parses a tool's address argument (an IP address; rxed
+// resolves no names).
+func parseHost(flagName, s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%s %q: not an IP address", flagName, s)
+	}
+	return a.Unmap(), nil
+}
+
+// connectError is the one-line error of a failed connect: the peer and
+// why (rejected with the reason, or no answer).
+func connectError(raddr netip.AddrPort, err error) error {
+	return fmt.Errorf("connect %s: %w", raddr, err)
+}
