@@ -66,7 +66,7 @@ func (r *cmRequest) reject() error { return r.r.Reject(nil) }
 // cmConn is an established connection.
 type cmConn struct{ c *rdmacm.Conn }
 
-func (c *cmConn) done() <-chan struct{}             { return c.c.Done() }
+func (c *cmConn) done() <-chan struct{}                { return c.c.Done() }
 func (c *cmConn) disconnect(ctx context.Context) error { return c.c.Disconnect(ctx) }
 
 // cmDial connects q (RC, in INIT, its receives posted) to raddr.
