@@ -51,8 +51,9 @@
 // AppendData/Append panic on them, since encoding an unchecked message is
 // a bug in the caller. Every error wraps one of the Err sentinels.
 //
-// Re-encoding a captured MAD reproduces it byte for byte (checked on the
-// rdma_rxe captures in ../shared/pcaps), with one caveat from the kernel
-// itself: fields of IBA 1.4 that Linux knows (vendor IDs, SAP supported)
-// are decoded, so nothing Linux writes is lost.
+// Re-encoding any CM MAD of the rdma_rxe captures in ../shared/pcaps
+// reproduces it byte for byte; the tests check that, and compare every
+// field Wireshark dissects. The IBA 1.4 fields Linux knows (vendor IDs,
+// SAP supported) are decoded rather than treated as reserved, so nothing a
+// Linux peer writes is lost.
 package mad
