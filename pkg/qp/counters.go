@@ -26,6 +26,8 @@ type Counters struct {
 	RetransmitTimeouts   atomic.Uint64 // retransmit_timeouts: retransmit timer expiries with work outstanding
 	ImpliedNAKs          atomic.Uint64 // implied_naks: ACKs that skipped an unanswered READ/atomic
 	ResponderResourceHit atomic.Uint64 // replayed_responses: READ/atomic responses replayed for a duplicate
+	ReplaysLimited       atomic.Uint64 // replays_limited: duplicate READs not replayed (too many without progress)
+	NAKsLimited          atomic.Uint64 // naks_limited: PSN sequence NAKs not sent (per-QP rate limit)
 }
 
 // CounterNames lists the rxe counter names in rxe's order, followed by
@@ -36,6 +38,7 @@ var CounterNames = []string{
 	"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err",
 	"send_err", "link_downed", "rdma_sends", "rdma_recvs",
 	"cnp_rcvd", "retransmit_timeouts", "implied_naks", "replayed_responses",
+	"replays_limited", "naks_limited",
 }
 
 // Snapshot returns every counter by name (see CounterNames).
@@ -47,6 +50,7 @@ func (c *Counters) Snapshot() map[string]uint64 {
 		&c.RetryExceededErr, &c.RetryRNRExceededErr, &c.CompleterRetryErr,
 		&c.SendErr, &c.LinkDowned, &c.RDMASends, &c.RDMARecvs,
 		&c.CNPRcvd, &c.RetransmitTimeouts, &c.ImpliedNAKs, &c.ResponderResourceHit,
+		&c.ReplaysLimited, &c.NAKsLimited,
 	}
 	m := make(map[string]uint64, len(fields))
 	for i, f := range fields {

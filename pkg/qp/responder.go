@@ -13,6 +13,7 @@ type responder struct {
 	msn     uint32 // message sequence number (24 bits)
 	opcode  int    // opcode of the multi-packet message in progress, -1 none
 	sentNAK bool   // a PSN sequence NAK was sent for the current gap
+	nakDebt uint16 // sequence NAKs sent lately, in nakCost units (allowNAK)
 	dropMsg bool   // UC: drop the rest of a message after a gap
 
 	recv      RecvWR // receive WR the current SEND (or WRITE_IMM) fills
@@ -49,6 +50,58 @@ type resource struct {
 	va     uint64
 	length uint64
 	rkey   uint32
+	// Replays of a READ (allowReplay): the PSN of the latest, and the
+	// bytes replayed since the last one that moved on.
+	replayPSN   PSN
+	replayBytes uint64
+}
+
+// Sequence NAK rate limit. RoCE cannot authenticate a packet, so anyone
+// who can reach the port can send a request with a PSN ahead of the
+// expected one; each such gap makes us NAK, and each NAK makes the peer
+// go back and resend its whole window. One NAK per gap (sentNAK) bounds
+// that to one per in-order request; the debt bounds it further to one per
+// nakCost in-order requests after a burst of nakBurst. A real loss (even
+// 10% of packets) costs far fewer: its retransmission arrives in order.
+// A NAK not sent is counted (naks_limited); the requester then recovers
+// by its retransmit timer, as it does when a NAK is lost.
+const (
+	nakCost  = 4
+	nakBurst = 8
+)
+
+// allowNAK reports whether a sequence NAK may be sent now, and charges it.
+func (r *responder) allowNAK() bool {
+	if r.nakDebt+nakCost > nakCost*nakBurst {
+		return false
+	}
+	r.nakDebt += nakCost
+	return true
+}
+
+// maxReplaysWithoutProgress bounds the bytes replayed for one READ by
+// retries that start no later than the previous one, in READ lengths. A
+// requester goes back to the first PSN it has not received, which only
+// moves forward; it retries from the same PSN only when that response was
+// lost again, and retry_cnt (at most 7) bounds the retries in a row. A
+// burst of identical duplicates (each a full replay: one small request, a
+// whole READ of responses) is an amplification attack, not a requester:
+// past the bound they are dropped and counted (replays_limited), and the
+// QP is unharmed.
+const maxReplaysWithoutProgress = 16
+
+// allowReplay accounts a replay of n bytes of res from psn and reports
+// whether it may be sent.
+func (res *resource) allowReplay(psn PSN, n uint64) bool {
+	if res.replayBytes == 0 || res.replayPSN.Less(psn) {
+		res.replayPSN, res.replayBytes = psn, max(n, 1)
+		return true
+	}
+	if res.replayBytes+n > maxReplaysWithoutProgress*max(res.length, 1) {
+		return false
+	}
+	res.replayBytes += max(n, 1)
+	return true
 }
 
 const (
@@ -143,8 +196,12 @@ func (q *QP) processRequest(env Env, p *wire.Packet, ri *RecvInfo) {
 		d := psn.Diff(r.psn)
 		if d > 0 {
 			if !r.sentNAK {
-				r.sentNAK = true
 				q.ctr.OutOfSeqRequest.Add(1)
+				if !r.allowNAK() {
+					q.ctr.NAKsLimited.Add(1)
+					return
+				}
+				r.sentNAK = true
 				q.sendAck(env, wire.NAKSyndrome(wire.NAKPSNSeqErr), r.psn)
 			}
 			return
@@ -155,6 +212,7 @@ func (q *QP) processRequest(env Env, p *wire.Packet, ri *RecvInfo) {
 			return
 		}
 		r.sentNAK = false
+		r.nakDebt -= min(r.nakDebt, 1)
 	case UC:
 		if r.dropMsg || psn != r.psn {
 			if !start {
@@ -617,6 +675,10 @@ func (q *QP) duplicateRequest(env Env, p *wire.Packet, psn PSN) {
 		// rxe: the retry must ask for the READ or a part of it, with the
 		// same rkey; anything else is dropped (class D).
 		if rkey != res.rkey || va < res.va || n > res.length || va-res.va > res.length-n {
+			return
+		}
+		if !res.allowReplay(psn, n) {
+			q.ctr.ReplaysLimited.Add(1)
 			return
 		}
 		// rxe replays from inside a READ as MIDDLE … LAST and only a
