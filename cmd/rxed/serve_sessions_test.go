@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/oob"
+	"github.com/stretchr/testify/require"
+)
+
+// idleClient is a perftest-speaking client from address from that
+// completes the exchange of a write bandwidth test (its QP connected, the
+// rkey granted) and then does nothing: it holds a session slot.
+func idleClient(t *testing.T, ctx context.Context, oobAddr, from string) *oob.Session {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.DialContext(ctx, "tcp", oobAddr)
+	require.NoError(t, err)
+	s := oob.NewSession(c, oob.Client, &oob.SessionConfig{Options: oob.Options{Timeout: 10 * time.Second}})
+	t.Cleanup(func() { s.CloseWithoutExchange() })
+	_, err = s.Negotiate(ctx, 3)
+	require.NoError(t, err)
+	key := oob.Key{OutReads: 1, QPN: 0x42, PSN: 1, RKey: 1, VAddr: 0x1000, GID: netip.MustParseAddr(from).As16()}
+	for range 3 { // its QP's address, then the two barriers
+		_, err := s.HandShake(ctx, key)
+		require.NoError(t, err)
+	}
+	return s
+}
+
+// TestServeIdleSessionsReclaimed: clients that finish the exchange and go
+// silent held every slot forever (64 of them locked the daemon for good).
+// Now they are reclaimed once their QPs have been silent for
+// --idle-timeout, while a legitimate client that runs longer than the
+// timeout is served throughout; a client that comes while every slot is
+// taken is told "server busy", and one that comes after the reclaim runs.
+func TestServeIdleSessionsReclaimed(t *testing.T) {
+	t.Parallel()
+	a, b := addrPair(t)
+	c, e := addrPair(t)
+	port, mport := reservePort(t), reservePort(t)
+	d, logs, _, _ := startServe(t, "--addr", a, "-p", port, "--export", "data=anon,size=1M", "--timeout", "5s",
+		"--max-sessions", "5", "--idle-timeout", "1s", "--metrics", "127.0.0.1:"+mport)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	oobAddr := net.JoinHostPort(a, port)
+	var idle []*oob.Session
+	for range 4 {
+		idle = append(idle, idleClient(t, ctx, oobAddr, c))
+	}
+	logs.waitForCount(t, "perftest client connected", 4, 10*time.Second)
+
+	// The legitimate client runs for 3 s, longer than the idle timeout.
+	_, _, legit := startCmd("perf", "write", "--addr", b, "-p", port, "-s", "4096", "-D", "3", "--progress", "0", a)
+	logs.waitForCount(t, "perftest client connected", 5, 10*time.Second)
+	busy := runCmd("perf", "write", "--addr", e, "-p", port, "-s", "4096", "-n", "10", "--progress", "0", a)
+	require.NotEqual(t, 0, busy.code)
+	require.Contains(t, busy.stderr, "server busy")
+
+	logs.waitForCount(t, "idle session reclaimed", 4, 10*time.Second)
+	for i, s := range idle {
+		_, err := s.Finish(ctx, oob.Test{Verb: oob.VerbWrite}, oob.Key{}, oob.BWReport{})
+		require.ErrorIs(t, err, oob.ErrClosed, "idle client %d: the daemon closed its session", i)
+	}
+	requireOK(t, "the legitimate client", await(t, legit, 30*time.Second))
+	after := runCmd("perf", "write", "--addr", b, "-p", port, "-s", "4096", "-n", "100", "--progress", "0", a)
+	requireOK(t, "a client after the reclaim", after)
+	m := d.Metrics()
+	require.Contains(t, m, "rxed_sessions_idle_reclaimed_total 4")
+	require.Contains(t, m, "rxed_sessions_refused_busy_total 1")
+	require.Contains(t, m, "rxed_sessions_completed_total 2")
+}
+
+// TestServeHandshakeTimeout: silent TCP connections held every slot for
+// the 30 s step timeout; now --handshake-timeout reclaims them and the
+// client that waited is served.
+func TestServeHandshakeTimeout(t *testing.T) {
+	t.Parallel()
+	a, b := addrPair(t)
+	port := reservePort(t)
+	d, logs, _, _ := startServe(t, "--addr", a, "-p", port, "--export", "data=anon,size=1M",
+		"--max-sessions", "3", "--handshake-timeout", "500ms")
+	for range 3 {
+		c, err := net.Dial("tcp", net.JoinHostPort(a, port))
+		require.NoError(t, err)
+		defer c.Close()
+	}
+	logs.waitForCount(t, "handshake timed out", 3, 10*time.Second)
+	w := runCmd("perf", "write", "--addr", b, "-p", port, "-s", "4096", "-n", "100", "--progress", "0", a)
+	requireOK(t, "perf write after the silent clients", w)
+	require.Contains(t, d.Metrics(), "rxed_sessions_handshake_timeouts_total 3")
+}
+
+// TestServePerSourceLimit: --max-sessions-per-source keeps one address
+// from taking every slot: its next client is told "server busy", while a
+// client from another address is served.
+func TestServePerSourceLimit(t *testing.T) {
+	t.Parallel()
+	a, b := addrPair(t)
+	c, _ := addrPair(t)
+	port := reservePort(t)
+	_, logs, _, _ := startServe(t, "--addr", a, "-p", port, "--export", "data=anon,size=1M", "--max-sessions-per-source", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// perf's connection to a comes from 127.0.0.1 (lo's source address).
+	idleClient(t, ctx, net.JoinHostPort(a, port), "127.0.0.1")
+	logs.waitFor(t, "perftest client connected", 10*time.Second)
+	busy := runCmd("perf", "write", "--addr", b, "-p", port, "-s", "4096", "-n", "10", "--progress", "0", a)
+	require.NotEqual(t, 0, busy.code)
+	require.Contains(t, busy.stderr, "server busy")
+	idleClient(t, ctx, net.JoinHostPort(a, port), c)
+	logs.waitForCount(t, "perftest client connected", 2, 10*time.Second)
+}
