@@ -35,6 +35,23 @@ const (
 // QP; type 2 windows never match it. Real QPNs are 24-bit.
 const NoQP = ^uint32(0)
 
+// Key randomness. An rkey is all a peer needs to read or write a region
+// (RoCE authenticates nothing), and rkeys are opaque to peers, so both
+// parts of a key are drawn at random: the index among the free slots of
+// its range (18 bits for regions, 17 for windows; alloc probes from a
+// random position) and the 8-bit key part, which must differ from the
+// slot's previous one (rxe_get_next_key) so that a stale key never
+// becomes valid again. A guess that knows the layout resolves with
+// probability registrations / 2^26 for regions (measured in
+// TestGuessedRKeys: 0 of 10^6 guesses against a few registrations;
+// sequential indices let 1 in 256 through). The key part stays the low
+// byte, the one ibv_inc_rkey changes, and lkey == rkey as in rxe.
+
+// randomPos maps 4 random bytes to a position in [0, n).
+func randomPos(b [4]byte, n uint32) uint32 {
+	return uint32((uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])) * uint64(n) >> 32)
+}
+
 // KeyIndex is the object index part of an lkey/rkey.
 func KeyIndex(key uint32) uint32 { return key >> 8 }
 

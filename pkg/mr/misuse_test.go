@@ -198,11 +198,12 @@ func TestTableLimits(t *testing.T) {
 	require.NoError(t, a.Dereg())
 	b, err := tb.RegMR(pd, make([]byte, 8), 0)
 	require.NoError(t, err, "room again after dereg")
-	require.NotEqual(t, KeyIndex(a.LKey()), KeyIndex(b.LKey()), "indexes are allocated cyclically")
+	require.NotEqual(t, a.LKey(), b.LKey(), "the freed key does not come back")
 }
 
-// TestKeysNotGuessable: key parts come from the random source, differ from
-// the previous key of the same index, and are reproducible with a seed.
+// TestKeysNotGuessable: indexes and key parts come from the random
+// source, key parts differ from the previous key of the same index, and
+// both are reproducible with a seed.
 func TestKeysNotGuessable(t *testing.T) {
 	keysOf := func(tb *Table) []uint32 {
 		pd := mustPD(t, tb)
@@ -216,12 +217,19 @@ func TestKeysNotGuessable(t *testing.T) {
 	}
 	a, b := keysOf(newTestTable(t)), keysOf(newTestTable(t))
 	require.Equal(t, a, b, "same seed, same keys")
-	parts := map[uint8]bool{}
+	parts, idx := map[uint8]bool{}, map[uint32]bool{}
+	sequential := 0
 	for i, k := range a {
-		require.Equal(t, MinMRIndex+uint32(i), KeyIndex(k))
+		require.True(t, KeyIndex(k) >= MinMRIndex && KeyIndex(k) <= MaxMRIndex, "index %#x in the region range", KeyIndex(k))
+		if i > 0 && KeyIndex(k) == KeyIndex(a[i-1])+1 {
+			sequential++
+		}
 		parts[KeyPart(k)] = true
+		idx[KeyIndex(k)] = true
 	}
 	require.Greater(t, len(parts), 32, "key parts vary")
+	require.Len(t, idx, len(a), "indexes are distinct")
+	require.Less(t, sequential, 4, "indexes are not allocated in sequence")
 
 	// A source that always yields the previous key part forces a retry;
 	// a dead source is an error, not a predictable key.

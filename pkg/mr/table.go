@@ -16,7 +16,7 @@ import (
 type Table struct {
 	mu   sync.Mutex // control path
 	rnd  io.Reader
-	rbuf [1]byte // guarded by mu
+	rbuf [4]byte // guarded by mu
 	log  *slog.Logger
 
 	mrs slots[MR]
@@ -75,7 +75,7 @@ func NewTable(rnd io.Reader, opts ...TableOption) *Table {
 // again. last < 0 means no constraint. Called with t.mu held.
 func (t *Table) newKeyPart(last int) (uint8, error) {
 	for range 1024 {
-		if _, err := io.ReadFull(t.rnd, t.rbuf[:]); err != nil {
+		if _, err := io.ReadFull(t.rnd, t.rbuf[:1]); err != nil {
 			return 0, fmt.Errorf("mr: reading key randomness: %w", err)
 		}
 		if int(t.rbuf[0]) != last {
@@ -104,7 +104,6 @@ func (t *Table) Counts() (pds, mrs, mws int) {
 type slots[T any] struct {
 	min, max uint32
 	chunks   []atomic.Pointer[slotChunk[T]]
-	next     uint32 // cyclic allocation cursor (position, not index)
 	count    int
 	limit    int
 }
@@ -144,15 +143,17 @@ func (s *slots[T]) get(idx uint32) *T {
 	return c[pos&chunkMask].p.Load()
 }
 
-// alloc reserves the next free index cyclically (like xa_alloc_cyclic), so
-// a just-freed index is not reused until the whole range has been cycled.
-func (s *slots[T]) alloc() (uint32, *slot[T], error) {
+// alloc reserves the first free index at or after position start
+// (wrapping). The index is three quarters of the key (keys.go), so
+// allocKey draws start at random: a peer that knows one key learns
+// nothing of the next.
+func (s *slots[T]) alloc(start uint32) (uint32, *slot[T], error) {
 	if s.count >= s.limit {
 		return 0, nil, wrapf(ErrNoResources, "%d of %d in use", s.count, s.limit)
 	}
 	n := uint32(s.capacity())
 	for i := range n {
-		pos := (s.next + i) % n
+		pos := (start + i) % n
 		ci := pos >> chunkShift
 		c := s.chunks[ci].Load()
 		if c == nil {
@@ -167,7 +168,6 @@ func (s *slots[T]) alloc() (uint32, *slot[T], error) {
 			continue
 		}
 		sl.used = true
-		s.next = (pos + 1) % n
 		s.count++
 		return s.min + pos, sl, nil
 	}
@@ -176,7 +176,10 @@ func (s *slots[T]) alloc() (uint32, *slot[T], error) {
 
 // allocKey reserves the next free index and draws its key. t.mu held.
 func (s *slots[T]) allocKey(t *Table) (uint32, *slot[T], error) {
-	idx, sl, err := s.alloc()
+	if _, err := io.ReadFull(t.rnd, t.rbuf[:]); err != nil {
+		return 0, nil, fmt.Errorf("mr: reading key randomness: %w", err)
+	}
+	idx, sl, err := s.alloc(randomPos(t.rbuf, uint32(s.capacity())))
 	if err != nil {
 		return 0, nil, err
 	}
