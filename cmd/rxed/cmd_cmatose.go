@@ -163,7 +163,7 @@ func runCmaTool(o *cmaOpts, stdout, stderr io.Writer, tool func(context.Context,
 }
 
 // cmaNode is one ucmatose connection: its QP, two CQs and the message
-// buffer its sends and receives share (struct cmatest_node).
+// buffer (struct cmatest_node).
 type cmaNode struct {
 	id     int
 	qp     *ib.QP
@@ -205,11 +205,14 @@ func newCmaNode(o *cmaOpts, pd *ib.PD, dev *ib.Device, id int) (_ *cmaNode, err 
 	if o.count == 0 {
 		return n, nil
 	}
-	n.mem = make([]byte, o.size)
+	// ucmatose sends from and receives into one buffer; rxed gives the
+	// receives the second half, so the engine never reads a message to
+	// send (or resend) while it writes one received.
+	n.mem = make([]byte, 2*o.size)
 	if n.mr, err = pd.RegMR(n.mem, ib.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("failed to reg MR: %v", err)
 	}
-	wr := ib.RecvWR{ID: uint64(id), SGL: []ib.SGE{{Addr: n.mr.IOVA(), Length: uint32(o.size), LKey: n.mr.LKey()}}}
+	wr := ib.RecvWR{ID: uint64(id), SGL: []ib.SGE{{Addr: n.mr.IOVA() + uint64(o.size), Length: uint32(o.size), LKey: n.mr.LKey()}}}
 	for range o.count {
 		if err := n.qp.PostRecv(wr); err != nil {
 			return nil, fmt.Errorf("failed to post receives: %v", err)
@@ -333,13 +336,15 @@ func cmaEach(n int, f func(i int) error) error {
 }
 
 func cmatoseServer(ctx context.Context, o *cmaOpts, dev *ib.Device, pd *ib.PD, nodes []*cmaNode, local netip.Addr, stdout io.Writer) error {
-	o.printf(stdout, "cmatose: starting server")
 	laddr := o.listenAddr()
 	ln, err := cmListen(dev, laddr, false)
 	if err != nil {
 		return fmt.Errorf("listen %s: %v", laddr, err)
 	}
 	defer ln.close()
+	// ucmatose prints this before it listens; rxed once it listens, so
+	// the line tells a script (or a test) that clients may connect.
+	o.printf(stdout, "cmatose: starting server")
 	// connect_events: accept until every connection is established.
 	wctx, cancel := withWait(ctx, o.wait)
 	defer cancel()

@@ -56,6 +56,7 @@ type rpingOpts struct {
 	verbose    bool
 	validate   bool
 	persistent bool
+	debug      bool
 	clients    int           // -P: stop after this many clients (0: serve forever)
 	wait       time.Duration // server: give up when no client comes
 }
@@ -74,7 +75,7 @@ func parseRping(args []string, stderr io.Writer) (*rpingOpts, int, bool) {
 	fs.BoolVar(&o.verbose, "v", false, "display ping data to stdout")
 	fs.BoolVar(&o.validate, "V", false, "validate ping data")
 	fs.BoolVar(&o.persistent, "P", false, "persistent server mode allowing multiple connections")
-	debug := fs.Bool("d", false, "debug logging (same as --debug)")
+	fs.BoolVar(&o.debug, "d", false, "debug printfs (rping's DEBUG_LOG lines on stdout; --debug logs the engine)")
 	fs.IntVar(&o.clients, "clients", 0, "with -P: exit after serving this many clients (0: serve forever, as rping)")
 	fs.DurationVar(&o.wait, "wait", 0, "server: give up when no client connects within this `duration` (0 waits forever)")
 	rest, code, ok := parseArgs(fs, args, stderr)
@@ -85,7 +86,6 @@ func parseRping(args []string, stderr io.Writer) (*rpingOpts, int, bool) {
 		fmt.Fprintf(stderr, "rxed rping: "+format+"\n", a...)
 		return nil, 2, false
 	}
-	o.ef.verbose = o.ef.verbose || *debug
 	o.server = *server
 	var err error
 	switch {
@@ -219,6 +219,7 @@ func rping(ctx context.Context, o *rpingOpts, stdout, stderr io.Writer) (err err
 	if err != nil {
 		return connectError(raddr, err)
 	}
+	o.debugf(stdout, "rdma_connect successful")
 	runErr := e.client(ctx, stdout)
 	dctx, cancel := context.WithTimeout(ctx, o.ef.timeout)
 	defer cancel()
@@ -226,6 +227,13 @@ func rping(ctx context.Context, o *rpingOpts, stdout, stderr io.Writer) (err err
 		runErr = fmt.Errorf("disconnect: %v", derr)
 	}
 	return runErr
+}
+
+// debugf prints one of rping's -d lines.
+func (o *rpingOpts) debugf(w io.Writer, format string, a ...any) {
+	if o.debug {
+		fmt.Fprintf(w, format+"\n", a...)
+	}
 }
 
 // rpingParams are rping_init_conn_param's: one read each way, retry 7,
@@ -249,6 +257,8 @@ func rpingServe(ctx context.Context, o *rpingOpts, dev *ib.Device, stdout, stder
 		return fmt.Errorf("listen %s: %v", laddr, err)
 	}
 	defer ln.close()
+	o.debugf(stdout, "rdma_bind_addr successful")
+	o.debugf(stdout, "rdma_listen")
 	if !o.persistent {
 		actx, cancel := withWait(ctx, o.wait)
 		req, err := ln.accept(actx)

@@ -39,13 +39,17 @@ func runUdaddy(args []string, stdout, stderr io.Writer) int {
 	return runCmaTool(o, stdout, stderr, udaddy)
 }
 
-// udNode is one udaddy "connection": a UD QP, its CQ, a buffer with room
-// for the GRH, and where replies go (struct cmatest_node).
+// udNode is one udaddy "connection": a UD QP, its CQ, its buffers, and
+// where replies go (struct cmatest_node). udaddy points every receive and
+// its sends at one buffer; rxed gives each receive its own slot of
+// size+40 bytes and the sends one more, so that reading a GRH never
+// races with the engine writing the next message.
 type udNode struct {
 	id       int
 	qp       *ib.QP
 	cq       *ib.CQ
-	mem      []byte
+	mem      []byte // count receive slots, then the send slot
+	slot     int    // size + 40
 	mr       *ib.MR
 	ah       *ib.AH
 	remoteQP uint32
@@ -76,12 +80,13 @@ func newUDNode(o *cmaOpts, pd *ib.PD, dev *ib.Device, id int) (_ *udNode, err er
 	if o.count == 0 {
 		return n, nil
 	}
-	n.mem = make([]byte, o.size+grhLen)
+	n.slot = o.size + grhLen
+	n.mem = make([]byte, (o.count+1)*n.slot)
 	if n.mr, err = pd.RegMR(n.mem, ib.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("failed to reg MR: %v", err)
 	}
-	wr := ib.RecvWR{ID: uint64(id), SGL: []ib.SGE{{Addr: n.mr.IOVA(), Length: uint32(len(n.mem)), LKey: n.mr.LKey()}}}
-	for range o.count {
+	for i := range o.count {
+		wr := ib.RecvWR{ID: uint64(i), SGL: []ib.SGE{{Addr: n.mr.IOVA() + uint64(i*n.slot), Length: uint32(n.slot), LKey: n.mr.LKey()}}}
 		if err := n.qp.PostRecv(wr); err != nil {
 			return nil, fmt.Errorf("failed to post receives: %v", err)
 		}
@@ -107,8 +112,9 @@ func (n *udNode) postSends(o *cmaOpts, signaled bool) error {
 	if o.count == 0 {
 		return nil
 	}
+	send := uint64(o.count*n.slot + grhLen)
 	wr := ib.SendWR{ID: uint64(n.id), Opcode: ib.WRSendWithImm, Imm: n.qp.Num(),
-		SGL: []ib.SGE{{Addr: n.mr.IOVA(), Length: uint32(o.size), LKey: n.mr.LKey()}}}
+		SGL: []ib.SGE{{Addr: n.mr.IOVA() + send, Length: uint32(o.size), LKey: n.mr.LKey()}}}
 	if signaled {
 		wr.Flags = ib.SendSignaled
 	}
@@ -125,7 +131,8 @@ func (n *udNode) postSends(o *cmaOpts, signaled bool) error {
 // received GRH (ibv_create_ah_from_wc), the peer's QPN from the
 // immediate data, and our own Q_Key (both sides use rdma_cm's).
 func (n *udNode) replyAH(pd *ib.PD, dev *ib.Device, local netip.Addr, wc ib.WC) error {
-	src, ok := grhSource(n.mem[:grhLen])
+	off := int(wc.ID) * n.slot
+	src, ok := grhSource(n.mem[off : off+grhLen])
 	if !ok {
 		return fmt.Errorf("connection %d: the first message has no IPv4/IPv6 GRH", n.id)
 	}
@@ -202,13 +209,13 @@ func udaddy(ctx context.Context, o *cmaOpts, dev *ib.Device, stdout io.Writer) e
 }
 
 func udaddyServer(ctx context.Context, o *cmaOpts, dev *ib.Device, pd *ib.PD, nodes []*udNode, local netip.Addr, stdout io.Writer) error {
-	o.printf(stdout, "udaddy: starting server")
 	laddr := o.listenAddr()
 	ln, err := cmListen(dev, laddr, true)
 	if err != nil {
 		return fmt.Errorf("listen %s: %v", laddr, err)
 	}
 	defer ln.close()
+	o.printf(stdout, "udaddy: starting server") // once listening, as cmatose's
 	wctx, cancel := withWait(ctx, o.wait)
 	defer cancel()
 	var wg sync.WaitGroup
