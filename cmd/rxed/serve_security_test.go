@@ -234,3 +234,24 @@ func TestServePerftestGIDRules(t *testing.T) {
 	require.NoError(t, err, "--allow-unverified-gid")
 	require.NotZero(t, k.RKey)
 }
+
+// TestServeBudgets: --max-read refuses READs longer than the cap (the
+// client's READ fails, the daemon sends none of it) and --session-bytes
+// stops a session's responses at its budget; READs within both run.
+func TestServeBudgets(t *testing.T) {
+	t.Parallel()
+	a, b := addrPair(t)
+	port := reservePort(t)
+	d, _, _, _ := startServe(t, "--addr", a, "-p", port, "--export", "data=anon,size=1M", "--max-read", "4K", "--session-bytes", "1M")
+	perf := func(size, n string) result {
+		return runCmd("perf", "read", "--addr", b, "-p", port, "-s", size, "-n", n, "--timeout", "5s", "--qp-timeout", "10", "--progress", "0", a)
+	}
+	requireOK(t, "READs of 4 KiB, 100 KiB in all", perf("4096", "25"))
+	r := perf("8192", "5")
+	require.NotEqual(t, 0, r.code, "a READ longer than --max-read")
+	require.Contains(t, d.Metrics(), "rxed_read_cap_drops_total ")
+	require.NotContains(t, d.Metrics(), "rxed_read_cap_drops_total 0\n")
+	r = perf("4096", "1000")
+	require.NotEqual(t, 0, r.code, "4 MB of READ responses against a 1 MiB budget")
+	require.NotContains(t, d.Metrics(), "rxed_budget_drops_total 0\n")
+}
