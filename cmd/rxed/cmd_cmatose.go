@@ -33,6 +33,7 @@ type cmaOpts struct {
 	size    int
 	port    uint
 	wait    time.Duration
+	ackTO   uint   // --ack-timeout (RC)
 	tool    string // "cmatose" or "udaddy": the prefix of its lines
 	command string // the rxed subcommand
 }
@@ -49,6 +50,9 @@ func parseCma(name, tool string, defPort uint, args []string, stderr io.Writer) 
 	fs.IntVar(&o.size, "S", 100, "message `size` in bytes")
 	fs.UintVar(&o.port, "p", defPort, "rdma_cm `port`")
 	ps := ""
+	if name == "cmatose" {
+		fs.UintVar(&o.ackTO, "ack-timeout", 0, "local ACK timeout `exponent` (4.096 µs * 2^N, RDMA_OPTION_ID_ACK_TIMEOUT); 0 lets rdma_cm derive it (2.1 s on RoCE)")
+	}
 	if name == "udaddy" {
 		fs.StringVar(&ps, "P", "udp", "port `space`: udp (the only one rxed has for UD)")
 	}
@@ -73,6 +77,8 @@ func parseCma(name, tool string, defPort uint, args []string, stderr io.Writer) 
 		return bad("-S %d: message size must be 0..%d", o.size, 1<<24)
 	case o.port == 0 || o.port > 65535:
 		return bad("-p %d out of range 1..65535", o.port)
+	case o.ackTO > 31:
+		return bad("--ack-timeout %d: want 0..31", o.ackTO)
 	case ps != "" && ps != "udp":
 		return bad("-P %q: only the udp port space", ps)
 	}
@@ -290,8 +296,8 @@ func pollNodes(ctx context.Context, o *cmaOpts, nodes []*cmaNode, index int) err
 
 // cmaParams are ucmatose's connect parameters: one read each way, retry
 // 5, RNR retry 0 (its receives are posted before it connects).
-func cmaParams(local netip.Addr, timeout time.Duration) cmParams {
-	return cmParams{local: local, respResources: 1, initiatorDepth: 1, retryCount: 5, timeout: timeout}
+func cmaParams(local netip.Addr, o *cmaOpts) cmParams {
+	return cmParams{local: local, respResources: 1, initiatorDepth: 1, retryCount: 5, ackTimeout: uint8(o.ackTO), timeout: o.ef.timeout}
 }
 
 func cmatose(ctx context.Context, o *cmaOpts, dev *ib.Device, stdout io.Writer) error {
@@ -368,7 +374,7 @@ func cmatoseServer(ctx context.Context, o *cmaOpts, dev *ib.Device, pd *ib.PD, n
 				nodes[i], n.remote = n, req.remote()
 				actx, cancel := context.WithTimeout(ctx, o.ef.timeout)
 				defer cancel()
-				if n.conn, err = req.accept(actx, n.qp, cmaParams(local, o.ef.timeout)); err != nil {
+				if n.conn, err = req.accept(actx, n.qp, cmaParams(local, o)); err != nil {
 					return fmt.Errorf("accept %s: %v", req.remote(), err)
 				}
 				return nil
@@ -423,8 +429,8 @@ func cmatoseClient(ctx context.Context, o *cmaOpts, dev *ib.Device, pd *ib.PD, n
 		nodes[i] = n
 		cctx, cancel := context.WithTimeout(ctx, o.ef.timeout)
 		defer cancel()
-		if n.conn, err = cmDial(cctx, n.qp, raddr, cmaParams(local, o.ef.timeout)); err != nil {
-			return connectError(raddr, err)
+		if n.conn, err = cmDial(cctx, n.qp, raddr, cmaParams(local, o)); err != nil {
+			return connectError(raddr, err, o.ef.timeout)
 		}
 		return nil
 	}); err != nil {

@@ -57,6 +57,7 @@ type rpingOpts struct {
 	validate   bool
 	persistent bool
 	debug      bool
+	ackTimeout uint          // --ack-timeout: 0 as rdma_cm derives it
 	clients    int           // -P: stop after this many clients (0: serve forever)
 	wait       time.Duration // server: give up when no client comes
 }
@@ -76,6 +77,7 @@ func parseRping(args []string, stderr io.Writer) (*rpingOpts, int, bool) {
 	fs.BoolVar(&o.validate, "V", false, "validate ping data")
 	fs.BoolVar(&o.persistent, "P", false, "persistent server mode allowing multiple connections")
 	fs.BoolVar(&o.debug, "d", false, "debug printfs (rping's DEBUG_LOG lines on stdout; --debug logs the engine)")
+	fs.UintVar(&o.ackTimeout, "ack-timeout", 0, "local ACK timeout `exponent` (4.096 µs * 2^N, rdma_set_option's RDMA_OPTION_ID_ACK_TIMEOUT); 0 lets rdma_cm derive it (2.1 s on RoCE)")
 	fs.IntVar(&o.clients, "clients", 0, "with -P: exit after serving this many clients (0: serve forever, as rping)")
 	fs.DurationVar(&o.wait, "wait", 0, "server: give up when no client connects within this `duration` (0 waits forever)")
 	rest, code, ok := parseArgs(fs, args, stderr)
@@ -99,6 +101,8 @@ func parseRping(args []string, stderr io.Writer) (*rpingOpts, int, bool) {
 		return bad("-C %d: invalid count", o.count)
 	case o.port == 0 || o.port > 65535:
 		return bad("-p %d out of range 1..65535", o.port)
+	case o.ackTimeout > 31:
+		return bad("--ack-timeout %d: want 0..31", o.ackTimeout)
 	case o.clients < 0:
 		return bad("--clients %d: must be 0 or more", o.clients)
 	case o.clients > 0 && !o.persistent:
@@ -214,10 +218,10 @@ func rping(ctx context.Context, o *rpingOpts, stdout, stderr io.Writer) (err err
 	}
 	defer e.close()
 	cctx, cancel := context.WithTimeout(ctx, o.ef.timeout)
-	e.conn, err = cmDial(cctx, e.qp, raddr, rpingParams(local, o.ef.timeout))
+	e.conn, err = cmDial(cctx, e.qp, raddr, rpingParams(local, o))
 	cancel()
 	if err != nil {
-		return connectError(raddr, err)
+		return connectError(raddr, err, o.ef.timeout)
 	}
 	o.debugf(stdout, "rdma_connect successful")
 	runErr := e.client(ctx, stdout)
@@ -238,8 +242,9 @@ func (o *rpingOpts) debugf(w io.Writer, format string, a ...any) {
 
 // rpingParams are rping_init_conn_param's: one read each way, retry 7,
 // RNR retry 7 (infinite).
-func rpingParams(local netip.Addr, timeout time.Duration) cmParams {
-	return cmParams{local: local, respResources: 1, initiatorDepth: 1, retryCount: 7, rnrRetryCount: 7, timeout: timeout}
+func rpingParams(local netip.Addr, o *rpingOpts) cmParams {
+	return cmParams{local: local, respResources: 1, initiatorDepth: 1, retryCount: 7, rnrRetryCount: 7,
+		ackTimeout: uint8(o.ackTimeout), timeout: o.ef.timeout}
 }
 
 // rpingServe listens and serves one client, or with -P successive and
@@ -316,7 +321,7 @@ func rpingServeOne(ctx context.Context, o *rpingOpts, dev *ib.Device, req *cmReq
 	if !local.IsValid() || local.IsUnspecified() {
 		local = o.ef.addrs[0]
 	}
-	e.conn, err = req.accept(actx, e.qp, rpingParams(local, o.ef.timeout))
+	e.conn, err = req.accept(actx, e.qp, rpingParams(local, o))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("accept %s: %v", req.remote(), err)

@@ -29,7 +29,11 @@ type cmParams struct {
 	initiatorDepth uint8
 	retryCount     uint8
 	rnrRetryCount  uint8
-	timeout        time.Duration // bound on the whole exchange
+	// ackTimeout is the local ACK timeout exponent (rdma_set_option's
+	// RDMA_OPTION_ID_ACK_TIMEOUT); 0 derives it from the CM exchange as
+	// rdma_cm does (19 on RoCE: 2.1 s before a lost packet is resent).
+	ackTimeout uint8
+	timeout    time.Duration // bound on the whole exchange
 }
 
 // initQPForCM moves a new RC QP to INIT as rdma_create_qp does
@@ -126,6 +130,9 @@ func parseHost(flagName, s string) (netip.Addr, error) {
 
 // connectError is the one-line error of a failed connect: the peer and
 // why (rejected with the reason, or no answer).
-func connectError(raddr netip.AddrPort, err error) error {
-	return fmt.Errorf("connect %s: %w", raddr, err)
+func connectError(raddr netip.AddrPort, err error, timeout time.Duration) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("connect %s: no answer within --timeout %v", raddr, timeout)
+	}
+	return fmt.Errorf("connect %s: %w", raddr, cmError(err))
 }

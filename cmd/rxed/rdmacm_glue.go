@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 
 	"github.com/rxed/rxed/pkg/ib"
@@ -46,7 +47,7 @@ func (l *cmListener) close() error { return l.l.Close() }
 type cmRequest struct{ r *rdmacm.Request }
 
 func (r *cmRequest) remote() netip.AddrPort { return r.r.Remote }
-func (r *cmRequest) isUD() bool             { return r.r.UD }
+func (r *cmRequest) isUD() bool             { return r.r.UD() }
 
 // accept connects q (in INIT, its receives posted) and returns once the
 // connection is established.
@@ -97,5 +98,26 @@ func cmDialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p cmPar
 
 func connParam(p cmParams) *rdmacm.ConnParam {
 	return &rdmacm.ConnParam{Local: p.local, ResponderResources: p.respResources, InitiatorDepth: p.initiatorDepth,
-		RetryCount: p.retryCount, RNRRetryCount: p.rnrRetryCount, Timeout: p.timeout}
+		RetryCount: p.retryCount, RNRRetryCount: p.rnrRetryCount, ACKTimeout: p.ackTimeout, Timeout: p.timeout}
+}
+
+// errNoAnswer is rdmacm.ErrTimeout without the package's prefix.
+var errNoAnswer = errors.New("no answer from the peer (CM timeout)")
+
+// cmError is the part of a connect error worth a line: the REJ's reason
+// ("rejected: invalid service ID (8)"), the SIDR status, or the CM's
+// timeout, without the package's wrapping (the tool names the peer).
+func cmError(err error) error {
+	var rej *rdmacm.RejectError
+	if errors.As(err, &rej) {
+		return rej
+	}
+	var sidr *rdmacm.SIDRError
+	if errors.As(err, &sidr) {
+		return sidr
+	}
+	if errors.Is(err, rdmacm.ErrTimeout) {
+		return errNoAnswer
+	}
+	return err
 }

@@ -79,17 +79,19 @@ func (r *cmRequest) remote() netip.AddrPort {
 }
 func (r *cmRequest) isUD() bool { return r.req.UD }
 
-func standinConnect(dev *ib.Device, q *ib.QP, local netip.Addr, peer standinMsg, psn uint32) error {
+func cmError(err error) error { return err }
+
+func standinConnect(dev *ib.Device, q *ib.QP, local netip.Addr, peer standinMsg, psn uint32, p cmParams) error {
 	av := ib.AddrVector{DGID: peer.GID, SGIDIndex: uint8(max(dev.GIDIndex(local), 0)), PortNum: 1, DestPort: dev.UDPPort()}
 	_, err := connectQP(q.PD(), q, ib.RC, qpPath{av: av, mtu: ib.MTU1024, destQPN: peer.QPN, rqPSN: peer.PSN, sqPSN: psn,
-		timeout: 14, maxDestRdAtom: 1, maxRdAtomic: 1})
+		timeout: max(p.ackTimeout, 14), maxDestRdAtom: 1, maxRdAtomic: 1})
 	return err
 }
 
 func (r *cmRequest) accept(ctx context.Context, q *ib.QP, p cmParams) (*cmConn, error) {
 	psn := rand.Uint32() & 0xffffff
 	local := r.c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	if err := standinConnect(r.dev, q, local, r.req, psn); err != nil {
+	if err := standinConnect(r.dev, q, local, r.req, psn, p); err != nil {
 		return nil, err
 	}
 	b, _ := json.Marshal(standinMsg{QPN: q.Num(), PSN: psn, GID: local})
@@ -173,7 +175,7 @@ func cmDial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p cmParams) (*c
 	if err != nil {
 		return nil, err
 	}
-	if err := standinConnect(q.PD().Device(), q, p.local, rep, psn); err != nil {
+	if err := standinConnect(q.PD().Device(), q, p.local, rep, psn, p); err != nil {
 		c.Close()
 		return nil, err
 	}

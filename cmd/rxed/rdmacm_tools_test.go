@@ -177,8 +177,8 @@ func TestRpingUnderLoss(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
 	srv, cli := runToolPair(t,
-		[]string{"rping", "-s", "-a", a, "-v", "-d", "-S", "3000", "--timeout", "20s", "--fault", "loss=0.05,seed=21"}, "rdma_listen",
-		[]string{"rping", "-c", "-a", a, "-I", b, "-C", "30", "-S", "3000", "-V", "-v", "--timeout", "20s", "--fault", "loss=0.05,seed=22"})
+		[]string{"rping", "-s", "-a", a, "-v", "-d", "-S", "3000", "--timeout", "20s", "--ack-timeout", "14", "--fault", "loss=0.05,seed=21"}, "rdma_listen",
+		[]string{"rping", "-c", "-a", a, "-I", b, "-C", "30", "-S", "3000", "-V", "-v", "--timeout", "20s", "--ack-timeout", "14", "--fault", "loss=0.05,seed=22"})
 	requireOK(t, "server", srv)
 	requireOK(t, "client", cli)
 	require.Equal(t, rpingData("ping data: ", 30, 3000), outLines(cli.stdout))
@@ -195,7 +195,7 @@ func TestCmatoseMatchesRdmaCoreOutput(t *testing.T) {
 		{"three", "rdmacm_ucmatose_3conn", []string{"-c", "3", "-C", "2"}},
 		{"eight", "rdmacm_ucmatose_3conn", []string{"-c", "8", "-C", "20", "-S", "3000"}},
 		{"defaults", "rdmacm_ucmatose", nil},
-		{"loss", "rdmacm_ucmatose", []string{"-c", "2", "-C", "20", "-S", "2000", "--fault", "loss=0.05,seed=31"}},
+		{"loss", "rdmacm_ucmatose", []string{"-c", "2", "-C", "20", "-S", "2000", "--ack-timeout", "14", "--fault", "loss=0.05,seed=31"}},
 		{"no_messages", "", []string{"-C", "0"}},
 	}
 	for _, tc := range cases {
@@ -310,6 +310,7 @@ func TestRdmacmToolsBadFlags(t *testing.T) {
 		{[]string{"rping", "-s", "-I", "127.0.0.1", "-a", "127.0.0.1"}, "-I is the client's"},
 		{[]string{"rping", "-s"}, "--addr is required"},
 		{[]string{"rping", "-x"}, "flag provided but not defined"},
+		{[]string{"rping", "-s", "-a", "127.0.0.1", "--ack-timeout", "32"}, "--ack-timeout 32"},
 		{[]string{"rping", "-s", "-a", "127.0.0.1", "extra"}, "unexpected arguments"},
 		{[]string{"cmatose", "-c", "0", "-b", "127.0.0.1"}, "-c 0"},
 		{[]string{"cmatose", "-C", "-2", "-b", "127.0.0.1"}, "-C -2"},
