@@ -4,9 +4,11 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/internal/daemon"
 	"github.com/rxed/rxed/pkg/oob"
 	"github.com/stretchr/testify/require"
 )
@@ -68,10 +70,10 @@ func TestServeIdleSessionsReclaimed(t *testing.T) {
 	requireOK(t, "the legitimate client", await(t, legit, 30*time.Second))
 	after := runCmd("perf", "write", "--addr", b, "-p", port, "-s", "4096", "-n", "100", "--progress", "0", a)
 	requireOK(t, "a client after the reclaim", after)
+	waitMetric(t, d, "rxed_sessions_completed_total 2")
 	m := d.Metrics()
 	require.Contains(t, m, "rxed_sessions_idle_reclaimed_total 4")
 	require.Contains(t, m, "rxed_sessions_refused_busy_total 1")
-	require.Contains(t, m, "rxed_sessions_completed_total 2")
 }
 
 // TestServeHandshakeTimeout: silent TCP connections held every slot for
@@ -91,7 +93,7 @@ func TestServeHandshakeTimeout(t *testing.T) {
 	logs.waitForCount(t, "handshake timed out", 3, 10*time.Second)
 	w := runCmd("perf", "write", "--addr", b, "-p", port, "-s", "4096", "-n", "100", "--progress", "0", a)
 	requireOK(t, "perf write after the silent clients", w)
-	require.Contains(t, d.Metrics(), "rxed_sessions_handshake_timeouts_total 3")
+	waitMetric(t, d, "rxed_sessions_handshake_timeouts_total 3")
 }
 
 // TestServePerSourceLimit: --max-sessions-per-source keeps one address
@@ -113,4 +115,17 @@ func TestServePerSourceLimit(t *testing.T) {
 	require.Contains(t, busy.stderr, "server busy")
 	idleClient(t, ctx, net.JoinHostPort(a, port), c)
 	logs.waitForCount(t, "perftest client connected", 2, 10*time.Second)
+}
+
+// waitMetric waits until the daemon's metrics contain line (a session's
+// counters are updated a moment after its client has gone).
+func waitMetric(t *testing.T, d *daemon.Daemon, line string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(d.Metrics(), line+"\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics never showed %q:\n%s", line, d.Metrics())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -27,10 +27,16 @@ func startServe(t *testing.T, args ...string) (*daemon.Daemon, *syncBuffer, cont
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *daemon.Daemon, 1)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, o, logs, func(d *daemon.Daemon) { ready <- d }) }()
+	stopped := make(chan struct{})
+	go func() {
+		done <- serve(ctx, o, logs, func(d *daemon.Daemon) { ready <- d })
+		close(stopped)
+	}()
 	select {
 	case d := <-ready:
-		t.Cleanup(cancel)
+		// The daemon must be gone (its sockets closed) before the test's
+		// addresses go back to the pool.
+		t.Cleanup(func() { cancel(); <-stopped })
 		return d, logs, cancel, done
 	case err := <-done:
 		cancel()

@@ -352,17 +352,17 @@ func (d *Daemon) acceptLoop() {
 		d.active.Add(1)
 		d.total.Add(1)
 		go func() {
-			defer func() {
-				s.cancel(nil)
-				d.reg.release(s)
-				d.active.Add(-1)
-				d.wg.Done()
-			}()
-			if err := d.perftestSession(sctx, sess, s); err != nil {
+			defer d.wg.Done()
+			err := d.perftestSession(sctx, sess, s)
+			if c := context.Cause(sctx); err != nil && c != nil && c != context.Canceled {
+				err = c
+			}
+			// The slot is free before the session counts as over.
+			s.cancel(nil)
+			d.reg.release(s)
+			d.active.Add(-1)
+			if err != nil {
 				d.failed.Add(1)
-				if c := context.Cause(sctx); c != nil && c != context.Canceled {
-					err = c
-				}
 				d.log.Warn("perftest session failed", "peer", sess.RemoteAddr(), "err", err)
 				return
 			}
