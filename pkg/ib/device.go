@@ -81,6 +81,7 @@ type Device struct {
 	mtu    MTU
 	events chan AsyncEvent
 	down   atomic.Bool // Close was called (lock-free check for the post path)
+	hooks  closeHooks  // OnClose
 }
 
 // OpenDevice opens a device as configured.
@@ -154,6 +155,9 @@ func OpenDevice(cfg Config) (*Device, error) {
 
 // Close stops the engine and releases the transport (ibv_close_device).
 func (d *Device) Close() error {
+	// The hooks run first, while the device still works: a service on
+	// top of it may need verbs to tear itself down.
+	d.runCloseHooks()
 	if d.down.Swap(true) {
 		return nil
 	}

@@ -1,0 +1,136 @@
+package rdmacm
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"net/netip"
+	"sync"
+
+	"github.com/rxed/rxed/pkg/cm"
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/wire/mad"
+)
+
+// agent is one device's connection manager: the MAD agent on QP 1, the
+// cm.Manager it feeds, and rdma_cm's listeners by service ID.
+//
+// Lifetime: an agent is created on a device's first use and lives until
+// the device closes (ib.Device.OnClose), as the kernel's CM serves every
+// device: a REQ for a port nobody listens on must still get its REJ.
+//
+// Locking: registryMu guards the registry; a.mu guards a.listeners. Lock
+// order: registryMu, then a.mu. The cm.Manager has its own lock and calls
+// our handlers with it released.
+type agent struct {
+	dev *ib.Device
+	mad *ib.MADAgent
+	cm  *cm.Manager
+
+	mu        sync.Mutex
+	listeners map[uint64]*serviceListeners // by service ID
+}
+
+// serviceListeners are the rdma_cm listeners of one port (one cm.Listener
+// for the service ID; rdma_cm chooses among them by address).
+type serviceListeners struct {
+	cml  *cm.Listener
+	byIP []*Listener
+}
+
+var (
+	registryMu sync.Mutex
+	registry   = map[*ib.Device]*agent{}
+)
+
+// Enable starts the connection manager on dev (QP 1 and the IB CM) if it
+// is not running yet, so that the device answers CM requests (with a REJ
+// when nobody listens) before any Listen or Dial. Listen, Dial and DialUD
+// enable it themselves. It stops when the device closes.
+func Enable(dev *ib.Device) error {
+	_, err := acquire(dev)
+	return err
+}
+
+// acquire returns dev's agent, creating it on first use.
+func acquire(dev *ib.Device) (*agent, error) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if a := registry[dev]; a != nil {
+		return a, nil
+	}
+	a := &agent{dev: dev, listeners: map[uint64]*serviceListeners{}}
+	// The Manager's Send goes to the MAD agent, which does not exist yet
+	// when the Manager is made; nothing is sent before both exist.
+	a.cm = cm.New(cm.Config{
+		NodeGUID: nodeGUID(dev),
+		Send:     a.send,
+	})
+	m, err := ib.OpenMADAgent(dev, ib.MADAgentConfig{Handler: a.cm.HandleMAD})
+	if err != nil {
+		a.cm.Close()
+		return nil, err
+	}
+	a.mad = m
+	registry[dev] = a
+	dev.OnClose(a.close)
+	return a, nil
+}
+
+// send is the Manager's Config.Send.
+func (a *agent) send(dst, src netip.Addr, b []byte) error {
+	return a.mad.Send(src, dst, b)
+}
+
+// close stops the agent when its device closes.
+func (a *agent) close() {
+	registryMu.Lock()
+	delete(registry, a.dev)
+	registryMu.Unlock()
+	a.cm.Close()
+	_ = a.mad.Close()
+}
+
+// release and ref are kept for the reference points that mark who needs
+// the agent; the agent itself lives as long as the device.
+func (a *agent) release() {}
+
+// nodeGUID derives the device's CA GUID from its GID table: stable for
+// the device (and across restarts with the same addresses), as peers key
+// duplicate and stale-connection detection on it. The top byte is 0x02
+// (a locally administered EUI-64, like the U/L bit of a MAC-derived one)
+// so it cannot collide with a NIC's.
+func nodeGUID(dev *ib.Device) uint64 {
+	h := fnv.New64a()
+	for _, g := range dev.GIDs() {
+		b := g.As16()
+		h.Write(b[:])
+	}
+	var p [2]byte
+	binary.BigEndian.PutUint16(p[:], dev.UDPPort())
+	h.Write(p[:])
+	return 0x02<<56 | h.Sum64()&(1<<56-1)
+}
+
+// localGID picks our GID for a connection to peer: want when valid (it
+// must be in the table), else the first GID of peer's family.
+func localGID(dev *ib.Device, want, peer netip.Addr) (netip.Addr, bool) {
+	if want.IsValid() {
+		want = want.Unmap()
+		return want, dev.GIDIndex(want) >= 0
+	}
+	v4 := peer.Unmap().Is4()
+	for _, g := range dev.GIDs() {
+		if g.Unmap().Is4() == v4 {
+			return g.Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// serviceID is rdma_cm's service ID for a port in a port space.
+func serviceID(ps mad.PortSpace, port uint16) uint64 {
+	if ps == 0 {
+		ps = mad.PortSpaceTCP
+	}
+	return mad.ServiceID(ps, port)
+}

@@ -1,0 +1,235 @@
+package rdmacm
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+
+	"github.com/rxed/rxed/pkg/cm"
+	"github.com/rxed/rxed/pkg/ib"
+)
+
+// EventType is what happened to an established connection.
+type EventType int
+
+const (
+	// EventDisconnected: the connection ended (the peer's DREQ, our
+	// Disconnect answered or timed out); Err says which. The QP is in ERR.
+	EventDisconnected EventType = iota + 1
+	// EventTimewaitExit: the CM has forgotten the connection; its QP may
+	// be destroyed or reused.
+	EventTimewaitExit
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventDisconnected:
+		return "DISCONNECTED"
+	case EventTimewaitExit:
+		return "TIMEWAIT_EXIT"
+	}
+	return "UNKNOWN"
+}
+
+// Event is one thing that happened to a Conn after it was established.
+type Event struct {
+	Type EventType
+	Err  error
+}
+
+// Conn is one rdma_cm connection: a QP in RTS joined to a peer's.
+//
+// Its methods are safe for concurrent use. mu guards the fields below it;
+// the CM's handler (onEvent) and the application's goroutines meet there.
+type Conn struct {
+	a      *agent
+	id     *cm.ID
+	qp     *ib.QP
+	local  netip.AddrPort
+	remote netip.AddrPort
+
+	// hs carries the handshake's CM events to the goroutine in Dial or
+	// Accept; once established nothing reads it.
+	hs chan cm.Event
+
+	events chan Event
+	done   chan struct{}
+
+	mu          sync.Mutex
+	established bool
+	private     []byte // the peer's private data
+	err         error  // why it ended
+	ended       bool   // done is closed
+	released    bool   // the agent reference is given back
+}
+
+func newConn(a *agent, q *ib.QP) *Conn {
+	return &Conn{a: a, qp: q, hs: make(chan cm.Event, 16), events: make(chan Event, 4), done: make(chan struct{})}
+}
+
+// QP returns the connection's QP.
+func (c *Conn) QP() *ib.QP { return c.qp }
+
+// LocalAddr returns our address and port (rdma_cm's), RemoteAddr the
+// peer's.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// RemoteAddr returns the peer's address and port.
+func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
+
+// PrivateData returns the peer's private data: the REP's for a Dial, the
+// REQ's (after rdma_cm's header) for an Accept, whole as on the wire.
+func (c *Conn) PrivateData() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.private
+}
+
+// Done is closed when the connection has ended.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended (nil while it is up).
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Events delivers EventDisconnected and EventTimewaitExit. Nothing waits
+// for a reader: events beyond the channel's room (4) are dropped.
+func (c *Conn) Events() <-chan Event { return c.events }
+
+// Disconnect ends the connection as rdma_disconnect does: the QP goes to
+// ERR (outstanding work completes with WR_FLUSH_ERR), a DREQ goes to the
+// peer, and Disconnect returns once the peer's DREP arrived, the DREQ
+// timed out, or ctx is done. Disconnecting an ended connection is a
+// no-op.
+func (c *Conn) Disconnect(ctx context.Context) error {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+	_ = c.qp.Modify(&ib.QPAttr{State: ib.QPSErr}, ib.AttrState)
+	if err := c.id.Disconnect(nil); err != nil {
+		// Not ESTABLISHED any more: the peer's DREQ crossed ours.
+		if errors.Is(err, cm.ErrState) {
+			c.end(ErrDisconnected)
+			return nil
+		}
+		return err
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// onEvent is the cm.ID's handler. Before the connection is established it
+// forwards the handshake to the waiting Dial or Accept; afterwards it
+// ends the connection on the peer's DREQ or our DREQ's answer.
+func (c *Conn) onEvent(ev cm.Event) {
+	switch ev.Type {
+	case cm.EventDREQ:
+		_ = c.qp.Modify(&ib.QPAttr{State: ib.QPSErr}, ib.AttrState)
+		c.end(ErrDisconnected)
+		c.post(Event{Type: EventDisconnected, Err: ErrDisconnected})
+		return
+	case cm.EventDisconnected:
+		err := ErrDisconnected
+		if ev.Err != nil {
+			err = ev.Err
+		}
+		c.end(ErrDisconnected)
+		c.post(Event{Type: EventDisconnected, Err: err})
+		return
+	case cm.EventTimewaitExit:
+		c.post(Event{Type: EventTimewaitExit})
+		c.release()
+		return
+	}
+	c.mu.Lock()
+	est := c.established
+	c.mu.Unlock()
+	if est {
+		return
+	}
+	select {
+	case c.hs <- ev:
+	default:
+		// The handshake has at most a handful of events; a full channel
+		// means nobody waits any more (Dial gave up).
+	}
+}
+
+// post delivers an event without waiting for a reader.
+func (c *Conn) post(ev Event) {
+	select {
+	case c.events <- ev:
+	default:
+	}
+}
+
+// setPrivate records the peer's private data.
+func (c *Conn) setPrivate(private []byte) {
+	c.mu.Lock()
+	c.private = private
+	c.mu.Unlock()
+}
+
+// setEstablished marks the handshake done: later CM events are the
+// connection's, not the handshake's.
+func (c *Conn) setEstablished() {
+	c.mu.Lock()
+	c.established = true
+	c.mu.Unlock()
+}
+
+// end records why the connection ended and closes done, once.
+func (c *Conn) end(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return
+	}
+	c.ended, c.err = true, err
+	close(c.done)
+}
+
+// release gives the agent reference back, once.
+func (c *Conn) release() {
+	c.mu.Lock()
+	done := c.released
+	c.released = true
+	c.mu.Unlock()
+	if !done {
+		c.a.release()
+	}
+}
+
+// fail ends a connection whose handshake failed: the CM ID is gone (or is
+// destroyed here) and no timewait follows.
+func (c *Conn) fail(err error, destroy bool) {
+	if destroy && c.id != nil {
+		c.id.Destroy()
+	}
+	c.end(err)
+	c.release()
+}
+
+// handshakeErr maps a CM event that ends a handshake to its error, or nil.
+func handshakeErr(ev cm.Event) error {
+	switch ev.Type {
+	case cm.EventREJ:
+		return &RejectError{Reason: ev.Reason, PrivateData: ev.PrivateData}
+	case cm.EventTimeout:
+		return ErrTimeout
+	case cm.EventDREQ, cm.EventDisconnected:
+		return ErrDisconnected
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package rdmacm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+
+	"github.com/rxed/rxed/pkg/cm"
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/wire/mad"
+)
+
+// Dial connects q, an RC or UC QP in RESET or INIT (ib.InitQP; receives
+// may be posted there), to the rdma_cm listener at
+// raddr (rdma_resolve_addr, rdma_resolve_route and rdma_connect in one):
+// it sends the REQ, takes q to RTR and RTS from the REP, sends the RTU,
+// and returns the established connection. A refusal is a *RejectError
+// (reason 8: nobody listens on the port; 28: the application or rdma_cm
+// refused), silence ErrTimeout after the CM's retries. p may be nil.
+func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*Conn, error) {
+	if p == nil {
+		p = &ConnParam{}
+	}
+	if err := checkConnQP(q); err != nil {
+		return nil, fmt.Errorf("rdmacm: Dial: %w", err)
+	}
+	if !raddr.Addr().IsValid() || raddr.Addr().IsUnspecified() || raddr.Port() == 0 {
+		return nil, fmt.Errorf("rdmacm: Dial: invalid address %v", raddr)
+	}
+	if len(p.PrivateData) > maxPrivateREQ {
+		return nil, fmt.Errorf("rdmacm: Dial: %d bytes of private data (a REQ carries at most %d after rdma_cm's header)", len(p.PrivateData), maxPrivateREQ)
+	}
+	if p.RetryCount > maxRetry || p.RNRRetryCount > maxRetry {
+		return nil, fmt.Errorf("rdmacm: Dial: retry counts are at most %d", maxRetry)
+	}
+	peer := raddr.Addr().Unmap()
+	dev := q.PD().Device()
+	local, ok := localGID(dev, p.Local, peer)
+	if !ok {
+		return nil, fmt.Errorf("rdmacm: Dial: no local address for %v (device GIDs %v)", peer, dev.GIDs())
+	}
+	if local.Is4() != peer.Is4() {
+		return nil, fmt.Errorf("rdmacm: Dial: local %v and remote %v are of different families", local, peer)
+	}
+	if p.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
+		defer cancel()
+	}
+	a, err := acquire(dev)
+	if err != nil {
+		return nil, fmt.Errorf("rdmacm: Dial: %w", err)
+	}
+	lport := p.LocalPort
+	if lport == 0 {
+		lport = uint16(32768 + rand.IntN(61000-32768))
+	}
+	hdr := mad.CMAHeader{IPVersion: ipVersion(peer), SrcPort: lport, Src: local, Dst: peer}
+	priv := append(hdr.Append(nil), p.PrivateData...)
+	mtu := activeMTU(dev, local)
+	psn := a.cm.NewPSN()
+	transport := uint8(mad.TransportRC)
+	if q.Type() == ib.UC {
+		transport = mad.TransportUC
+	}
+	c := newConn(a, q)
+	c.local, c.remote = netip.AddrPortFrom(local, lport), netip.AddrPortFrom(peer, raddr.Port())
+	id, err := a.cm.Connect(cm.ConnectParams{
+		Src: local, Dst: peer, ServiceID: serviceID(p.PortSpace, raddr.Port()),
+		QPN: q.Num(), StartingPSN: psn, TransportType: transport,
+		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
+		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount,
+		PathMTU: uint8(mtu), PacketLifeTime: packetLifeTime, HopLimit: hopLimit,
+		PrivateData: priv,
+	}, c.onEvent)
+	if err != nil {
+		c.fail(err, false)
+		return nil, fmt.Errorf("rdmacm: Dial: %w", err)
+	}
+	c.id = id
+	for {
+		select {
+		case <-ctx.Done():
+			c.fail(ctx.Err(), true)
+			return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, ctx.Err())
+		case <-c.done:
+			return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, c.Err())
+		case ev := <-c.hs:
+			switch ev.Type {
+			case cm.EventREP:
+				s := activeSetup(dev, p, local, peer, mtu, psn, ev.REP, id.ACKTimeout())
+				if err := ib.ConnectQP(q, s.remote, s.attr); err != nil {
+					// cma_rep_recv: a QP that cannot be moved is refused.
+					_ = id.Reject(mad.REJConsumerDefined, nil, nil)
+					c.fail(err, false)
+					return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, err)
+				}
+				c.setPrivate(ev.REP.PrivateData)
+				if err := id.SendRTU(nil); err != nil {
+					c.fail(err, true)
+					return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, err)
+				}
+			case cm.EventEstablished:
+				c.setEstablished()
+				return c, nil
+			case cm.EventMRA:
+				// The peer asked for more time; the CM extended the wait.
+			default:
+				if err := handshakeErr(ev); err != nil {
+					c.fail(err, false)
+					return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, err)
+				}
+			}
+		}
+	}
+}
+
+// checkConnQP checks that q can be connected: RC or UC, in RESET or INIT
+// (where rdma_create_qp leaves it, so that receives can be posted before
+// the peer's first SEND).
+func checkConnQP(q *ib.QP) error {
+	if q == nil {
+		return errors.New("nil QP")
+	}
+	if t := q.Type(); t != ib.RC && t != ib.UC {
+		return fmt.Errorf("QP %#x is %v: connections are RC or UC (UD uses DialUD)", q.Num(), t)
+	}
+	if s := q.State(); s != ib.QPSReset && s != ib.QPSInit {
+		return fmt.Errorf("QP %#x is in %v: it must be in RESET or INIT", q.Num(), s)
+	}
+	return nil
+}
+
+func ipVersion(a netip.Addr) uint8 {
+	if a.Unmap().Is4() {
+		return 4
+	}
+	return 6
+}

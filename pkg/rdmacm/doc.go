@@ -1,0 +1,54 @@
+// Package rdmacm connects RDMA queue pairs the way librdmacm and the Linux
+// kernel's rdma_cm (drivers/infiniband/core/cma.c) do: by IP address and
+// port, over the IB connection manager on QP 1 (pkg/cm), so that an rxed
+// program and a kernel peer running rping, ucmatose, perftest -R, NVMe-oF
+// or any other rdma_cm application connect to each other.
+//
+//	l, _ := rdmacm.Listen(dev, netip.MustParseAddrPort("10.0.0.1:7174"), nil)
+//	req, _ := l.Accept(ctx)           // a REQ: the peer's address and private data
+//	conn, _ := req.Accept(ctx, qp, nil) // qp (RESET) ends in RTS, REP sent, RTU received
+//
+//	conn, err := rdmacm.Dial(ctx, qp, netip.MustParseAddrPort("10.0.0.1:7174"), nil)
+//	var rej *rdmacm.RejectError       // errors.As(err, &rej): the peer refused (rej.Reason)
+//
+// # What rdma_cm adds to the IB CM
+//
+//   - The service ID is port space << 16 | port (RDMA_PS_TCP 0x0106 for
+//     RC, RDMA_PS_UDP 0x0111 for UD via SIDR).
+//   - REQ and SIDR_REQ private data start with a 36-byte header (the IP
+//     version, the active side's port, both IP addresses), so a REQ carries
+//     at most 56 bytes of the application's private data; REP, REJ and RTU
+//     carry none of it (196, 148 and 224 bytes).
+//   - The passive side picks the listener by the header's destination
+//     address; a REQ for a port nobody listens on is rejected by the CM
+//     with reason 8 (invalid service ID), one whose address no listener
+//     covers with reason 28 (consumer defined), as the kernel does.
+//
+// # QP attributes, as the kernel derives them
+//
+// Both sides move their QP INIT -> RTR -> RTS from the REQ and REP (cm.c's
+// cm_init_qp_*_attr with cma.c's overrides): INIT allows remote WRITE, and
+// remote READ and atomics when the side has responder resources; RTR takes
+// the path (the peer's GID), the path MTU, the peer's QPN and starting PSN,
+// max_dest_rd_atomic = our responder resources and min_rnr_timer 0 (the
+// kernel's choice; ConnParam.MinRNRTimer overrides); RTS takes our starting
+// PSN (random, 24 bits), the local ACK timeout (packet life time + 1: 19
+// with rdma_cm's RoCE packet life time 18), the retry count (the active
+// side's, carried in the REQ), the RNR retry count (each side's peer
+// chooses: the REQ carries the active side's, the REP the passive side's)
+// and max_rd_atomic = our initiator depth. The passive side's responder
+// resources default to the REQ's initiator depth and its initiator depth to
+// the REQ's responder resources, as librdmacm's rdma_accept.
+//
+// Deviations, chosen: loopback addresses are accepted (the kernel refuses
+// them on RoCE; rxed's tests and single-host users live there); the passive
+// path MTU is the smaller of the REQ's and the local port's; the active
+// path MTU is the port's active MTU capped by what the local interface
+// carries (iboe_get_mtu: 1024 on an Ethernet link of 1500 bytes).
+//
+// # Goroutines
+//
+// Every function and method here is safe for concurrent use. One CM agent
+// per device (a MAD agent on QP 1 and a cm.Manager) is created on first use
+// and closed when its last listener and connection are gone.
+package rdmacm

@@ -1,0 +1,389 @@
+package rdmacm
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/rxed/rxed/pkg/cm"
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/wire/mad"
+)
+
+// ListenOptions configures Listen; the zero value is rdma_listen's.
+type ListenOptions struct {
+	// PortSpace: 0 is mad.PortSpaceTCP (RC/UC connections); a listener in
+	// mad.PortSpaceUDP answers SIDR requests (UD, Request.AcceptUD).
+	PortSpace mad.PortSpace
+	// Backlog is how many requests may wait for Accept; more are
+	// rejected (reason 28, as the kernel's full backlog). 0 means 64.
+	Backlog int
+}
+
+// Listener accepts rdma_cm connection requests for one address and port.
+// Its methods are safe for concurrent use.
+type Listener struct {
+	a    *agent
+	addr netip.AddrPort
+	ps   mad.PortSpace
+	sid  uint64
+
+	reqs chan *Request
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// Listen starts listening for rdma_cm connection requests on addr (IP and
+// port; an unspecified IP, 0.0.0.0 or ::, covers every GID of the device).
+// opts may be nil.
+func Listen(dev *ib.Device, addr netip.AddrPort, opts *ListenOptions) (*Listener, error) {
+	if opts == nil {
+		opts = &ListenOptions{}
+	}
+	if dev == nil {
+		return nil, fmt.Errorf("rdmacm: Listen: nil device")
+	}
+	if addr.Port() == 0 {
+		return nil, fmt.Errorf("rdmacm: Listen %v: a port is required", addr)
+	}
+	ip := addr.Addr().Unmap()
+	if !ip.IsValid() {
+		return nil, fmt.Errorf("rdmacm: Listen %v: invalid address", addr)
+	}
+	if !ip.IsUnspecified() && dev.GIDIndex(ip) < 0 {
+		return nil, fmt.Errorf("rdmacm: Listen %v: not an address of the device (GIDs %v)", addr, dev.GIDs())
+	}
+	ps := opts.PortSpace
+	if ps == 0 {
+		ps = mad.PortSpaceTCP
+	}
+	backlog := opts.Backlog
+	if backlog <= 0 {
+		backlog = 64
+	}
+	a, err := acquire(dev)
+	if err != nil {
+		return nil, fmt.Errorf("rdmacm: Listen: %w", err)
+	}
+	l := &Listener{a: a, addr: netip.AddrPortFrom(ip, addr.Port()), ps: ps, sid: serviceID(ps, addr.Port()),
+		reqs: make(chan *Request, backlog), closed: make(chan struct{})}
+	if err := a.addListener(l); err != nil {
+		a.release()
+		return nil, fmt.Errorf("rdmacm: Listen %v: %w", addr, err)
+	}
+	return l, nil
+}
+
+// Addr returns the listener's address.
+func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// Accept waits for the next connection request.
+func (l *Listener) Accept(ctx context.Context) (*Request, error) {
+	select {
+	case r := <-l.reqs:
+		return r, nil
+	case <-l.closed:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops the listener; requests not yet accepted are rejected.
+// Connections already accepted live on.
+func (l *Listener) Close() error {
+	l.closeOnce.Do(func() {
+		close(l.closed)
+		l.a.removeListener(l)
+		for {
+			select {
+			case r := <-l.reqs:
+				_ = r.Reject(nil)
+			default:
+				l.a.release()
+				return
+			}
+		}
+	})
+	return nil
+}
+
+// covers reports whether the listener takes requests for dst.
+func (l *Listener) covers(dst netip.Addr) bool {
+	ip := l.addr.Addr()
+	if ip.IsUnspecified() {
+		return ip.Is4() == dst.Is4() || ip.Is6() && !ip.Is4In6()
+	}
+	return ip == dst
+}
+
+// addListener registers l under its service ID, creating the CM listener
+// for the port on first use.
+func (a *agent) addListener(l *Listener) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sl := a.listeners[l.sid]
+	if sl == nil {
+		cml, err := a.cm.Listen(l.sid, 0, a.onListenEvent)
+		if err != nil {
+			return err
+		}
+		sl = &serviceListeners{cml: cml}
+		a.listeners[l.sid] = sl
+	}
+	for _, o := range sl.byIP {
+		if o.addr.Addr() == l.addr.Addr() {
+			return ErrAddrInUse
+		}
+	}
+	sl.byIP = append(sl.byIP, l)
+	return nil
+}
+
+func (a *agent) removeListener(l *Listener) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sl := a.listeners[l.sid]
+	if sl == nil {
+		return
+	}
+	for i, o := range sl.byIP {
+		if o == l {
+			sl.byIP = append(sl.byIP[:i], sl.byIP[i+1:]...)
+			break
+		}
+	}
+	if len(sl.byIP) == 0 {
+		_ = sl.cml.Close()
+		delete(a.listeners, l.sid)
+	}
+}
+
+// route picks the listener for a request to dst on service sid: an exact
+// address first, then an unspecified one.
+func (a *agent) route(sid uint64, dst netip.Addr) *Listener {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sl := a.listeners[sid]
+	if sl == nil {
+		return nil
+	}
+	var wild *Listener
+	for _, l := range sl.byIP {
+		if l.addr.Addr() == dst {
+			return l
+		}
+		if wild == nil && l.covers(dst) {
+			wild = l
+		}
+	}
+	return wild
+}
+
+// onListenEvent receives the REQs and SIDR_REQs of every rdma_cm port of
+// the device (cma_ib_req_handler, cma_ib_handler's SIDR half): it checks
+// rdma_cm's header, picks the listener by destination address and queues
+// a Request, or rejects.
+func (a *agent) onListenEvent(ev cm.Event) {
+	var priv []byte
+	switch ev.Type {
+	case cm.EventREQ:
+		priv = ev.REQ.PrivateData
+	case cm.EventSIDRREQ:
+		priv = ev.SIDRREQ.PrivateData
+	default:
+		return
+	}
+	refuse := func() {
+		if ev.Type == cm.EventSIDRREQ {
+			_ = ev.ID.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRReject})
+		} else {
+			_ = ev.ID.Reject(mad.REJConsumerDefined, nil, nil)
+		}
+	}
+	hdr, err := mad.ParseCMAHeader(priv)
+	if err != nil || hdr.CMAVersion != mad.CMAVersion || hdr.IPVersion != ipVersion(hdr.Dst) {
+		refuse()
+		return
+	}
+	dst := hdr.Dst.Unmap()
+	l := a.route(ev.ID.ServiceID(), dst)
+	if l == nil || (ev.Type == cm.EventSIDRREQ) != (l.ps == mad.PortSpaceUDP) {
+		refuse()
+		return
+	}
+	r := &Request{l: l, id: ev.ID, ud: ev.Type == cm.EventSIDRREQ,
+		Local:  netip.AddrPortFrom(dst, l.addr.Port()),
+		Remote: netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
+		gid:    ev.ID.LocalAddr(), peerGID: ev.ID.RemoteAddr(),
+		PrivateData: append([]byte(nil), priv[mad.CMAHeaderLen:]...)}
+	if !r.ud {
+		r.req = ev.REQ
+		r.ResponderResources, r.InitiatorDepth = ev.REQ.ResponderResources, ev.REQ.InitiatorDepth
+		r.RetryCount, r.RNRRetryCount = ev.REQ.RetryCount, ev.REQ.RNRRetryCount
+		r.c = newConn(a, nil)
+		r.c.id = ev.ID
+		r.c.local, r.c.remote = r.Local, r.Remote
+		ev.ID.SetHandler(r.c.onEvent)
+	}
+	a.ref()
+	select {
+	case l.reqs <- r:
+	default:
+		a.release()
+		refuse()
+	}
+}
+
+func (a *agent) ref() {}
+
+// Request is a connection request waiting for Accept or Reject
+// (RDMA_CM_EVENT_CONNECT_REQUEST).
+type Request struct {
+	// Local is the address and port the peer connected to; Remote the
+	// peer's, both from rdma_cm's header.
+	Local, Remote netip.AddrPort
+	// PrivateData is the peer's private data after rdma_cm's header, whole
+	// as on the wire (56 bytes for a REQ, 180 for a SIDR_REQ).
+	PrivateData []byte
+	// What the peer's REQ offered: its responder resources and initiator
+	// depth, its retry counts.
+	ResponderResources, InitiatorDepth, RetryCount, RNRRetryCount uint8
+
+	l       *Listener
+	id      *cm.ID
+	req     *mad.REQ
+	ud      bool
+	c       *Conn // RC/UC: the connection Accept completes
+	gid     netip.Addr
+	peerGID netip.Addr
+
+	mu       sync.Mutex
+	answered bool
+}
+
+// UD reports whether this is a UD request (a SIDR_REQ: answer with
+// AcceptUD).
+func (r *Request) UD() bool { return r.ud }
+
+// answer marks the request answered, once.
+func (r *Request) answer() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.answered {
+		return ErrAnswered
+	}
+	r.answered = true
+	return nil
+}
+
+// Accept takes q (an RC or UC QP in RESET or INIT) to RTS with the attributes the
+// REQ and p imply, sends the REP, and returns once the connection is
+// established (the RTU arrived). p may be nil (rdma_accept's defaults:
+// the resources the REQ offered). On failure the peer gets a REJ.
+func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, error) {
+	if r.ud {
+		return nil, fmt.Errorf("rdmacm: Accept: a UD (SIDR) request is answered with AcceptUD")
+	}
+	if err := checkConnQP(q); err != nil {
+		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
+	}
+	if p == nil {
+		p = &ConnParam{}
+	}
+	if len(p.PrivateData) > mad.REPPrivateLen {
+		return nil, fmt.Errorf("rdmacm: Accept: %d bytes of private data (a REP carries at most %d)", len(p.PrivateData), mad.REPPrivateLen)
+	}
+	if err := r.answer(); err != nil {
+		return nil, err
+	}
+	c := r.c
+	c.qp = q
+	dev := q.PD().Device()
+	pp := acceptDefaults(dev, *p, r.req)
+	if p.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
+		defer cancel()
+	}
+	psn := c.a.cm.NewPSN()
+	s := passiveSetup(dev, &pp, r.gid, r.peerGID, r.req, psn)
+	if err := ib.ConnectQP(q, s.remote, s.attr); err != nil {
+		_ = r.id.Reject(mad.REJConsumerDefined, nil, nil)
+		c.fail(err, false)
+		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
+	}
+	c.setPrivate(r.PrivateData)
+	if err := r.id.Accept(cm.AcceptParams{QPN: q.Num(), StartingPSN: psn,
+		ResponderResources: pp.ResponderResources, InitiatorDepth: pp.InitiatorDepth,
+		RNRRetryCount: pp.RNRRetryCount, PrivateData: pp.PrivateData}); err != nil {
+		c.fail(err, true)
+		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			c.fail(ctx.Err(), true)
+			return nil, fmt.Errorf("rdmacm: Accept: %w", ctx.Err())
+		case <-c.done:
+			return nil, fmt.Errorf("rdmacm: Accept: %w", c.Err())
+		case ev := <-c.hs:
+			switch ev.Type {
+			case cm.EventEstablished:
+				c.setEstablished()
+				return c, nil
+			case cm.EventMRA:
+			default:
+				if err := handshakeErr(ev); err != nil {
+					c.fail(err, false)
+					return nil, fmt.Errorf("rdmacm: Accept: %w", err)
+				}
+			}
+		}
+	}
+}
+
+// Reject refuses the request with reason 28 (consumer defined) and
+// privateData (at most 148 bytes), as rdma_reject; a UD request gets a
+// SIDR_REP with status REJECT.
+func (r *Request) Reject(privateData []byte) error {
+	limit := mad.REJPrivateLen
+	if r.ud {
+		limit = mad.SIDRREPPrivateLen
+	}
+	if len(privateData) > limit {
+		return fmt.Errorf("rdmacm: Reject: %d bytes of private data (at most %d)", len(privateData), limit)
+	}
+	if err := r.answer(); err != nil {
+		return err
+	}
+	if r.ud {
+		defer r.l.a.release()
+		return r.id.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRReject, PrivateData: privateData})
+	}
+	err := r.id.Reject(mad.REJConsumerDefined, nil, privateData)
+	r.c.fail(ErrRejected, false) // the connection's agent reference goes with it
+	return err
+}
+
+// AcceptUD answers a UD request (SIDR_REQ) with q's number and qkey: the
+// peer then sends its datagrams to q with that Q_Key. q should be a UD QP
+// in RTS.
+func (r *Request) AcceptUD(q *ib.QP, qkey uint32, privateData []byte) error {
+	if !r.ud {
+		return fmt.Errorf("rdmacm: AcceptUD: not a UD request (use Accept)")
+	}
+	if q == nil || q.Type() != ib.UD {
+		return fmt.Errorf("rdmacm: AcceptUD: a UD QP is required")
+	}
+	if len(privateData) > mad.SIDRREPPrivateLen {
+		return fmt.Errorf("rdmacm: AcceptUD: %d bytes of private data (a SIDR_REP carries at most %d)", len(privateData), mad.SIDRREPPrivateLen)
+	}
+	if err := r.answer(); err != nil {
+		return err
+	}
+	defer r.l.a.release()
+	return r.id.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRSuccess, QPN: q.Num(), QKey: qkey, PrivateData: privateData})
+}

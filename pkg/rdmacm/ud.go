@@ -1,0 +1,86 @@
+package rdmacm
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+
+	"github.com/rxed/rxed/pkg/cm"
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/wire/mad"
+)
+
+// UDRemote is a UD service resolved by SIDR: where to send datagrams.
+type UDRemote struct {
+	Addr netip.AddrPort // the service's address and port
+	GID  netip.Addr     // the peer's GID, for the address handle
+	QPN  uint32         // the peer's UD QP
+	QKey uint32         // the Q_Key its QP accepts (rdma_cm's RDMA_UDP_QKEY 0x01234567 for librdmacm peers)
+	// PrivateData is the SIDR_REP's, whole as on the wire.
+	PrivateData []byte
+}
+
+// DialUD resolves the UD service at raddr by SIDR (rdma_connect on a UD
+// rdma_cm ID): it sends a SIDR_REQ in the UDP port space with rdma_cm's
+// header and p.PrivateData (at most 180 bytes), and returns the QPN and
+// Q_Key from the SIDR_REP. A status other than success is a *SIDRError
+// (no listener: unsupported service), silence ErrTimeout. p may be nil.
+func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnParam) (*UDRemote, error) {
+	if p == nil {
+		p = &ConnParam{}
+	}
+	if dev == nil {
+		return nil, fmt.Errorf("rdmacm: DialUD: nil device")
+	}
+	if !raddr.Addr().IsValid() || raddr.Addr().IsUnspecified() || raddr.Port() == 0 {
+		return nil, fmt.Errorf("rdmacm: DialUD: invalid address %v", raddr)
+	}
+	if len(p.PrivateData) > maxPrivateSIDR {
+		return nil, fmt.Errorf("rdmacm: DialUD: %d bytes of private data (a SIDR_REQ carries at most %d after rdma_cm's header)", len(p.PrivateData), maxPrivateSIDR)
+	}
+	peer := raddr.Addr().Unmap()
+	local, ok := localGID(dev, p.Local, peer)
+	if !ok || local.Is4() != peer.Is4() {
+		return nil, fmt.Errorf("rdmacm: DialUD: no local address for %v (device GIDs %v)", peer, dev.GIDs())
+	}
+	if p.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
+		defer cancel()
+	}
+	a, err := acquire(dev)
+	if err != nil {
+		return nil, fmt.Errorf("rdmacm: DialUD: %w", err)
+	}
+	defer a.release()
+	lport := p.LocalPort
+	if lport == 0 {
+		lport = uint16(32768 + rand.IntN(61000-32768))
+	}
+	hdr := mad.CMAHeader{IPVersion: ipVersion(peer), SrcPort: lport, Src: local, Dst: peer}
+	ps := p.PortSpace
+	if ps == 0 {
+		ps = mad.PortSpaceUDP
+	}
+	res := make(chan cm.SIDRResult, 1)
+	err = a.cm.SIDRQuery(cm.SIDRParams{Src: local, Dst: peer, ServiceID: serviceID(ps, raddr.Port()),
+		PrivateData: append(hdr.Append(nil), p.PrivateData...)}, func(r cm.SIDRResult) { res <- r })
+	if err != nil {
+		return nil, fmt.Errorf("rdmacm: DialUD: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		// The query runs out its retries in the CM; its answer, if any,
+		// goes to the buffered channel nobody reads.
+		return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, ctx.Err())
+	case r := <-res:
+		switch {
+		case r.Err != nil:
+			return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, ErrTimeout)
+		case r.Status != mad.SIDRSuccess:
+			return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, &SIDRError{Status: r.Status})
+		}
+		return &UDRemote{Addr: raddr, GID: peer, QPN: r.QPN, QKey: r.QKey, PrivateData: r.PrivateData}, nil
+	}
+}
