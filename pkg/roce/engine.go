@@ -350,7 +350,10 @@ func (e *Engine) DestroyQP(q *qp.QP) error {
 			removed = true
 		}
 	})
-	if removed {
+	// On ErrClosed the call may still run later on the worker: removed is
+	// only ours to read when it returned nil (and a closed engine hands
+	// out no more numbers).
+	if err == nil && removed {
 		e.qpns.release(num, true)
 	}
 	return err
