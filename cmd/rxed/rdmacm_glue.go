@@ -1,4 +1,3 @@
-//go:build rdmacm
 
 package main
 
