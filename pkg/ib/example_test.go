@@ -66,14 +66,9 @@ func connectRC(p *peer, q *ib.QP, r *peer, rq *ib.QP) {
 
 // connectRCAccess is connectRC with the remote operations q accepts.
 func connectRCAccess(p *peer, q *ib.QP, r *peer, rq *ib.QP, access uint32) {
-	check(q.Modify(&ib.QPAttr{State: ib.QPSInit, PKeyIndex: 0, PortNum: 1, AccessFlags: access},
-		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))
-	check(q.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: rq.Num(), RQPSN: 100,
-		MaxDestRdAtomic: 4, MinRNRTimer: 1,
-		AV: ib.AddrVector{DGID: r.addr, DestPort: r.dev.UDPPort(), PortNum: 1}},
-		ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer))
-	check(q.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-		ib.AttrState|ib.AttrSQPSN|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrMaxQPRdAtomic))
+	check(ib.ConnectQP(q, ib.RemoteQP{QPN: rq.Num(), PSN: 100, GID: r.addr, UDPPort: r.dev.UDPPort(), MTU: ib.MTU1024},
+		ib.ConnectAttr{SGIDIndex: -1, PSN: 100, AccessFlags: access, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+			MinRNRTimer: 1, MaxRdAtomic: 4, MaxDestRdAtomic: 4}))
 }
 
 // rcPair opens two peers with one connected RC QP each.
