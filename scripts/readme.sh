@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Rebuilds README.md from its parts: docs/readme-head.md (the two commands,
 # overview, layout, library), docs/tools.md (every command), docs/decode.md
-# (decoding captures) and docs/readme-tail.md (tests, interop, benchmarks).
+# (decoding captures), docs/readme-tail.md (tests, interop, benchmarks) and
+# docs/security.md (the threat model).
 # With --check it only reports whether README.md is up to date (make vet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,9 @@ fi
 	sed -e 's/^## Decoding captures/### Decoding captures/' docs/decode.md
 	echo
 	cat docs/readme-tail.md
+	echo
+	# The threat model, one level down.
+	sed -e 's/^## /### /' -e 's/^# Security and threat model/## Security and threat model/' docs/security.md
 } > "$out"
 if [ "${1:-}" = --check ] && ! cmp -s "$out" README.md; then
 	echo "README.md is out of date with docs/: run scripts/readme.sh" >&2
