@@ -2,7 +2,9 @@ package rdmacm
 
 import (
 	"encoding/binary"
+	"errors"
 	"hash/fnv"
+	"log/slog"
 	"net/netip"
 	"sync"
 
@@ -42,30 +44,68 @@ var (
 	registry   = map[*ib.Device]*agent{}
 )
 
-// Enable starts the connection manager on dev (QP 1 and the IB CM) if it
-// is not running yet, so that the device answers CM requests (with a REJ
-// when nobody listens) before any Listen or Dial. Listen, Dial and DialUD
-// enable it themselves. It stops when the device closes.
-func Enable(dev *ib.Device) error {
-	_, err := acquire(dev)
+// Config configures a device's connection manager (Enable).
+type Config struct {
+	// Clock drives the CM's retransmission and timewait timers; nil is
+	// the system clock (cmtest.FakeClock in tests).
+	Clock cm.Clock
+	// Logger receives the CM's debug logs; nil is silent.
+	Logger *slog.Logger
+	// MaxHalfOpen caps passive connections between their REQ and their
+	// RTU (REJ 3 beyond it, counted); 0 is the CM's default (1024).
+	MaxHalfOpen int
+}
+
+// ErrEnabled: Enable with a configuration on a device whose connection
+// manager already runs.
+var ErrEnabled = errors.New("rdmacm: the device's connection manager is already running")
+
+// Enable starts the connection manager on dev (QP 1 and the IB CM), so
+// that the device answers CM requests (with a REJ when nobody listens)
+// before any Listen or Dial, which otherwise start it with the defaults
+// (cfg nil). It stops when the device closes. Enabling a running one with
+// a nil cfg is a no-op; with a cfg it is ErrEnabled.
+func Enable(dev *ib.Device, cfg *Config) error {
+	if dev == nil {
+		return errors.New("rdmacm: Enable: nil device")
+	}
+	registryMu.Lock()
+	running := registry[dev] != nil
+	registryMu.Unlock()
+	if running && cfg != nil {
+		return ErrEnabled
+	}
+	_, err := acquireWith(dev, cfg)
 	return err
 }
 
-// acquire returns dev's agent, creating it on first use.
-func acquire(dev *ib.Device) (*agent, error) {
+// acquire returns dev's agent, creating it with the defaults on first use.
+func acquire(dev *ib.Device) (*agent, error) { return acquireWith(dev, nil) }
+
+func acquireWith(dev *ib.Device, cfg *Config) (*agent, error) {
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	if a := registry[dev]; a != nil {
 		return a, nil
 	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	a := &agent{dev: dev, listeners: map[uint64]*serviceListeners{}}
 	// The Manager's Send goes to the MAD agent, which does not exist yet
 	// when the Manager is made; nothing is sent before both exist.
 	a.cm = cm.New(cm.Config{
-		NodeGUID: nodeGUID(dev),
-		Send:     a.send,
+		NodeGUID:    nodeGUID(dev),
+		Send:        a.send,
+		Clock:       cfg.Clock,
+		Logger:      log,
+		MaxHalfOpen: cfg.MaxHalfOpen,
 	})
-	m, err := ib.OpenMADAgent(dev, ib.MADAgentConfig{Handler: a.cm.HandleMAD})
+	m, err := ib.OpenMADAgent(dev, ib.MADAgentConfig{Handler: a.cm.HandleMAD, Logger: cfg.Logger})
 	if err != nil {
 		a.cm.Close()
 		return nil, err

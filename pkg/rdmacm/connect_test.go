@@ -331,7 +331,7 @@ func TestManyConnectionsLossy(t *testing.T) {
 				return
 			}
 			go func() {
-				_, err := req.Accept(ctx, srv.qp(ib.RC), nil)
+				_, err := req.Accept(ctx, srv.qp(ib.RC), &rdmacm.ConnParam{ACKTimeout: 14})
 				srvErr <- err
 			}()
 		}
@@ -339,7 +339,7 @@ func TestManyConnectionsLossy(t *testing.T) {
 	conns := make(chan error, n)
 	for i := 0; i < n; i++ {
 		go func() {
-			c, err := rdmacm.Dial(ctx, cli.qp(ib.RC), ap("10.7.0.1:7471"), &rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7,
+			c, err := rdmacm.Dial(ctx, cli.qp(ib.RC), ap("10.7.0.1:7471"), &rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7, ACKTimeout: 14,
 				PrivateData: []byte(fmt.Sprint(i))})
 			if err == nil && c.QP().State() != ib.QPSRTS {
 				err = errors.New("not in RTS")
