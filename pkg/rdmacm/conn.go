@@ -8,6 +8,7 @@ import (
 
 	"github.com/rxed/rxed/pkg/cm"
 	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/wire/mad"
 )
 
 // EventType is what happened to an established connection.
@@ -219,6 +220,40 @@ func (c *Conn) fail(err error, destroy bool) {
 	}
 	c.end(err)
 	c.release()
+}
+
+// await runs the rest of a handshake: onREP (active side) answers the
+// REP; the ID's EventEstablished ends it; a REJ, a timeout, a DREQ or ctx
+// fail it (the connection is then ended and its ID gone).
+func (c *Conn) await(ctx context.Context, onREP func(*mad.REP) error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			c.fail(ctx.Err(), true)
+			return ctx.Err()
+		case <-c.done:
+			return c.Err()
+		case ev := <-c.hs:
+			switch ev.Type {
+			case cm.EventREP:
+				if onREP != nil {
+					if err := onREP(ev.REP); err != nil {
+						return err
+					}
+				}
+			case cm.EventEstablished:
+				c.setEstablished()
+				return nil
+			case cm.EventMRA:
+				// The peer asked for more time; the CM extended the wait.
+			default:
+				if err := handshakeErr(ev); err != nil {
+					c.fail(err, false)
+					return err
+				}
+			}
+		}
+	}
 }
 
 // handshakeErr maps a CM event that ends a handshake to its error, or nil.

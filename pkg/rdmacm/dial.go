@@ -35,15 +35,12 @@ func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*C
 	if p.RetryCount > maxRetry || p.RNRRetryCount > maxRetry {
 		return nil, fmt.Errorf("rdmacm: Dial: retry counts are at most %d", maxRetry)
 	}
-	peer := raddr.Addr().Unmap()
 	dev := q.PD().Device()
-	local, ok := localGID(dev, p.Local, peer)
-	if !ok {
-		return nil, fmt.Errorf("rdmacm: Dial: no local address for %v (device GIDs %v)", peer, dev.GIDs())
+	local, hdr, err := activeEnd(dev, p, raddr)
+	if err != nil {
+		return nil, fmt.Errorf("rdmacm: Dial: %w", err)
 	}
-	if local.Is4() != peer.Is4() {
-		return nil, fmt.Errorf("rdmacm: Dial: local %v and remote %v are of different families", local, peer)
-	}
+	peer := hdr.Dst
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
@@ -53,11 +50,6 @@ func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*C
 	if err != nil {
 		return nil, fmt.Errorf("rdmacm: Dial: %w", err)
 	}
-	lport := p.LocalPort
-	if lport == 0 {
-		lport = uint16(32768 + rand.IntN(61000-32768))
-	}
-	hdr := mad.CMAHeader{IPVersion: ipVersion(peer), SrcPort: lport, Src: local, Dst: peer}
 	priv := append(hdr.Append(nil), p.PrivateData...)
 	mtu := activeMTU(dev, local)
 	psn := a.cm.NewPSN()
@@ -66,7 +58,7 @@ func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*C
 		transport = mad.TransportUC
 	}
 	c := newConn(a, q)
-	c.local, c.remote = netip.AddrPortFrom(local, lport), netip.AddrPortFrom(peer, raddr.Port())
+	c.local, c.remote = netip.AddrPortFrom(local, hdr.SrcPort), netip.AddrPortFrom(peer, raddr.Port())
 	id, err := a.cm.Connect(cm.ConnectParams{
 		Src: local, Dst: peer, ServiceID: serviceID(p.PortSpace, raddr.Port()),
 		QPN: q.Num(), StartingPSN: psn, TransportType: transport,
@@ -80,41 +72,44 @@ func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*C
 		return nil, fmt.Errorf("rdmacm: Dial: %w", err)
 	}
 	c.id = id
-	for {
-		select {
-		case <-ctx.Done():
-			c.fail(ctx.Err(), true)
-			return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, ctx.Err())
-		case <-c.done:
-			return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, c.Err())
-		case ev := <-c.hs:
-			switch ev.Type {
-			case cm.EventREP:
-				s := activeSetup(dev, p, local, peer, mtu, psn, ev.REP, id.ACKTimeout())
-				if err := ib.ConnectQP(q, s.remote, s.attr); err != nil {
-					// cma_rep_recv: a QP that cannot be moved is refused.
-					_ = id.Reject(mad.REJConsumerDefined, nil, nil)
-					c.fail(err, false)
-					return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, err)
-				}
-				c.setPrivate(ev.REP.PrivateData)
-				if err := id.SendRTU(nil); err != nil {
-					c.fail(err, true)
-					return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, err)
-				}
-			case cm.EventEstablished:
-				c.setEstablished()
-				return c, nil
-			case cm.EventMRA:
-				// The peer asked for more time; the CM extended the wait.
-			default:
-				if err := handshakeErr(ev); err != nil {
-					c.fail(err, false)
-					return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, err)
-				}
-			}
+	onREP := func(rep *mad.REP) error {
+		s := activeSetup(dev, p, local, peer, mtu, psn, rep, id.ACKTimeout())
+		if err := ib.ConnectQP(q, s.remote, s.attr); err != nil {
+			// cma_rep_recv: a QP that cannot be moved is refused.
+			_ = id.Reject(mad.REJConsumerDefined, nil, nil)
+			c.fail(err, false)
+			return err
 		}
+		c.setPrivate(rep.PrivateData)
+		if err := id.SendRTU(nil); err != nil {
+			c.fail(err, true)
+			return err
+		}
+		return nil
 	}
+	if err := c.await(ctx, onREP); err != nil {
+		return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, err)
+	}
+	return c, nil
+}
+
+// activeEnd resolves the active side of a connection to raddr: our GID
+// (p.Local or the device's first of the peer's family), our rdma_cm port
+// (p.LocalPort or an ephemeral one) and rdma_cm's header naming both.
+func activeEnd(dev *ib.Device, p *ConnParam, raddr netip.AddrPort) (netip.Addr, mad.CMAHeader, error) {
+	peer := raddr.Addr().Unmap()
+	local, ok := localGID(dev, p.Local, peer)
+	if !ok {
+		return local, mad.CMAHeader{}, fmt.Errorf("no local address for %v (device GIDs %v)", peer, dev.GIDs())
+	}
+	if local.Is4() != peer.Is4() {
+		return local, mad.CMAHeader{}, fmt.Errorf("local %v and remote %v are of different families", local, peer)
+	}
+	lport := p.LocalPort
+	if lport == 0 {
+		lport = uint16(32768 + rand.IntN(61000-32768))
+	}
+	return local, mad.CMAHeader{IPVersion: ipVersion(peer), SrcPort: lport, Src: local, Dst: peer}, nil
 }
 
 // checkConnQP checks that q can be connected: RC or UC, in RESET or INIT

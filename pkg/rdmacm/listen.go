@@ -322,27 +322,10 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 		c.fail(err, true)
 		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			c.fail(ctx.Err(), true)
-			return nil, fmt.Errorf("rdmacm: Accept: %w", ctx.Err())
-		case <-c.done:
-			return nil, fmt.Errorf("rdmacm: Accept: %w", c.Err())
-		case ev := <-c.hs:
-			switch ev.Type {
-			case cm.EventEstablished:
-				c.setEstablished()
-				return c, nil
-			case cm.EventMRA:
-			default:
-				if err := handshakeErr(ev); err != nil {
-					c.fail(err, false)
-					return nil, fmt.Errorf("rdmacm: Accept: %w", err)
-				}
-			}
-		}
+	if err := c.await(ctx, nil); err != nil {
+		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
 	}
+	return c, nil
 }
 
 // Reject refuses the request with reason 28 (consumer defined) and

@@ -3,7 +3,6 @@ package rdmacm
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 
 	"github.com/rxed/rxed/pkg/cm"
@@ -39,11 +38,11 @@ func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnPa
 	if len(p.PrivateData) > maxPrivateSIDR {
 		return nil, fmt.Errorf("rdmacm: DialUD: %d bytes of private data (a SIDR_REQ carries at most %d after rdma_cm's header)", len(p.PrivateData), maxPrivateSIDR)
 	}
-	peer := raddr.Addr().Unmap()
-	local, ok := localGID(dev, p.Local, peer)
-	if !ok || local.Is4() != peer.Is4() {
-		return nil, fmt.Errorf("rdmacm: DialUD: no local address for %v (device GIDs %v)", peer, dev.GIDs())
+	local, hdr, err := activeEnd(dev, p, raddr)
+	if err != nil {
+		return nil, fmt.Errorf("rdmacm: DialUD: %w", err)
 	}
+	peer := hdr.Dst
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
@@ -53,12 +52,6 @@ func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnPa
 	if err != nil {
 		return nil, fmt.Errorf("rdmacm: DialUD: %w", err)
 	}
-	defer a.release()
-	lport := p.LocalPort
-	if lport == 0 {
-		lport = uint16(32768 + rand.IntN(61000-32768))
-	}
-	hdr := mad.CMAHeader{IPVersion: ipVersion(peer), SrcPort: lport, Src: local, Dst: peer}
 	ps := p.PortSpace
 	if ps == 0 {
 		ps = mad.PortSpaceUDP
