@@ -63,8 +63,11 @@ type heldRequest struct {
 }
 
 // replying reports whether a READ reply is being sent or requests wait
-// behind one.
-func (r *responder) replying() bool { return r.reply.active || r.heldLen > 0 }
+// behind one. Requests held behind a FLUSH waiting for its msync are not
+// Run's work until PersistDone (persist.go).
+func (r *responder) replying() bool {
+	return r.reply.active || (r.heldLen > 0 && !r.persisting())
+}
 
 // hold queues a copy of the request packet raw; false when it is too long
 // or the queue is full.
@@ -131,6 +134,8 @@ func (q *QP) runResponder(env Env, budget int) int {
 	for budget > 0 {
 		if r.reply.active {
 			budget = q.sendReadReply(env, budget)
+		} else if r.persisting() {
+			break // a held FLUSH went off to its msync; the rest waits
 		} else if h := r.popHeld(); h != nil {
 			p := &r.heldPkt
 			if p.Parse(h.raw[:h.n]) != nil {

@@ -37,6 +37,12 @@ type responder struct {
 	heldHead int
 	heldLen  int
 	heldPkt  wire.Packet
+
+	// persist is the FLUSH to persistence waiting for its msync
+	// (persist.go); persistGen numbers them and survives reset, so a
+	// completion of a FLUSH from before a reset is recognised as stale.
+	persist    persistWait
+	persistGen uint64
 }
 
 // resource remembers an executed READ or atomic so a duplicate request is
@@ -111,8 +117,8 @@ const (
 )
 
 func (r *responder) reset() {
-	res, held := r.res, r.held
-	*r = responder{opcode: -1, res: res, held: held}
+	res, held, gen := r.res, r.held, r.persistGen
+	*r = responder{opcode: -1, res: res, held: held, persistGen: gen}
 	clear(r.res)
 }
 
@@ -171,7 +177,8 @@ var ackUnlimited = wire.ACKSyndrome(0x1F)
 
 // handleRequest is the responder for one request packet that passed the
 // receive checks. While a READ reply is being sent the request waits
-// behind it (readreply.go).
+// behind it (readreply.go), and so it does while a FLUSH waits for its
+// msync (persist.go).
 func (q *QP) handleRequest(env Env, p *wire.Packet, ri *RecvInfo) {
 	if q.resp.replying() {
 		if q.resp.hold(p.Raw, ri) {
@@ -181,6 +188,10 @@ func (q *QP) handleRequest(env Env, p *wire.Packet, ri *RecvInfo) {
 		if !q.responding() {
 			return
 		}
+	}
+	if q.resp.persisting() {
+		q.holdBehindPersist(p, ri)
+		return
 	}
 	q.processRequest(env, p, ri)
 }
@@ -618,9 +629,11 @@ func (q *QP) acceptSingle(psn PSN, orig uint64) {
 	r.opcode = -1
 }
 
-// executeFlush checks the target and answers with an ACK (the memory is
-// already globally visible in this process; persistence is the region's
-// Persist).
+// executeFlush checks the target and accepts the FLUSH. To global
+// visibility it is answered at once (the memory is already globally
+// visible in this process); to persistence the ACK waits until the
+// region's Persist (an msync) returned, which runs off the QP's goroutine
+// when the Env can (persist.go).
 func (q *QP) executeFlush(env Env, p *wire.Packet, psn PSN) {
 	need := mr.FlushGlobal
 	if p.FETH != nil && p.FETH.PlacementType()&2 != 0 {
@@ -632,11 +645,12 @@ func (q *QP) executeFlush(env Env, p *wire.Packet, psn PSN) {
 		q.rkeyError(env, psn, err)
 		return
 	}
-	if need == mr.FlushPersistent {
-		_ = reg.Persist()
+	q.acceptSingle(psn, 0)
+	if need == mr.FlushPersistent && reg.Len() > 0 {
+		q.flushPersist(env, reg, psn) // takes reg over
+		return
 	}
 	reg.Release()
-	q.acceptSingle(psn, 0)
 	q.sendAck(env, ackUnlimited, psn)
 }
 

@@ -91,6 +91,10 @@ type worker struct {
 	pkt wire.Packet
 	ri  qp.RecvInfo
 
+	// persist makes a FLUSH's bytes durable (StartPersist); nil is
+	// Region.Persist. Tests set it before any QP exists, to gate it.
+	persist func(*mr.Region) error
+
 	// ctr counts for the shard's QPs (qp.Config.Counters): one writer at a
 	// time, so no cache line is shared between shards on the per-packet
 	// path; Engine.Counters sums the shards.
@@ -427,7 +431,9 @@ func (w *worker) handle(ev event) {
 		}
 	case evCall:
 		ev.fn()
-		close(ev.done)
+		if ev.done != nil { // nil: nobody waits (persistDone)
+			close(ev.done)
+		}
 	}
 }
 
@@ -587,6 +593,34 @@ func (w *worker) checkICRC(raw []byte, ep *transport.Endpoint) qp.DropReason {
 		w.e.idResyncs.Add(1)
 	}
 	return qp.DropNone
+}
+
+// StartPersist implements qp.PersistEnv: the msync of a FLUSH to
+// persistence runs in a goroutine of its own (a QP has at most one FLUSH
+// waiting, so there are at most as many as QPs), and its result comes
+// back to the worker as an event, which completes the FLUSH if the QP is
+// still the one that asked. The worker and its other QPs carry on.
+func (w *worker) StartPersist(q *qp.QP, reg mr.Region, t qp.PersistToken) {
+	persist := w.persist
+	if persist == nil {
+		persist = (*mr.Region).Persist
+	}
+	go func() {
+		err := persist(&reg)
+		reg.Release()
+		// On a closed engine nobody waits for the answer.
+		w.enqueue(event{kind: evCall, fn: func() { w.persistDone(q, t, err) }})
+	}()
+}
+
+// persistDone hands a FLUSH's msync result to its QP (on the worker).
+func (w *worker) persistDone(q *qp.QP, t qp.PersistToken, err error) {
+	ent := w.qps[q.Num()]
+	if ent == nil || ent.q != q {
+		return // destroyed meanwhile
+	}
+	q.PersistDone(w, t, err)
+	w.runQP(ent)
 }
 
 // TxBuffer implements qp.Env.
