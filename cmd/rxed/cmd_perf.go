@@ -68,6 +68,9 @@ type perfOpts struct {
 	// token is the shared secret of a token-mode rxed serve (--token,
 	// --token-file); clients only.
 	token []byte
+	// rdmaCM is perftest's -R: connect with rdma_cm, exchange over it
+	// (perf_rdmacm.go).
+	rdmaCM bool
 }
 
 // perfMaxOutReads is rxe's max_qp_rd_atom, perftest's default -o for read and atomic tests.
@@ -126,6 +129,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	fs.DurationVar(&o.progress, "progress", 2*time.Second, "print a progress line to stderr this often during long runs (0: never)")
 	token := fs.String("token", "", "client: the shared `secret` of an rxed serve started with --token/--token-file")
 	tokenFile := fs.String("token-file", "", "client: read the shared secret from `file` (trailing newline ignored)")
+	fs.BoolVar(&o.rdmaCM, "R", false, "connect with rdma_cm (perftest -R): no TCP, the exchange runs over an rdma_cm control connection on port -p")
 	rest, code, ok := parseArgs(fs, args[1:], stderr)
 	if !ok {
 		return nil, code, false
@@ -164,6 +168,12 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 		return bad("-c %q: want RC, UC or UD", *connType)
 	}
 	o.connName = strings.ToUpper(*connType)
+	if o.rdmaCM && o.conn != ib.RC {
+		return bad("-R: only RC connections (-c RC)")
+	}
+	if o.rdmaCM && len(o.token) > 0 {
+		return bad("-R: --token is for serve's TCP exchange; rdma_cm sessions carry no token")
+	}
 	switch {
 	case o.conn == ib.UC && (o.test.Verb == oob.VerbRead || o.test.Verb == oob.VerbAtomic):
 		return bad("-c UC: %s needs RC (UC has no reads or atomics)", o.test)
@@ -335,6 +345,9 @@ func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error
 	}()
 	if err := r.setup(); err != nil {
 		return err
+	}
+	if o.rdmaCM {
+		return r.rdmaCMSession(ctx)
 	}
 	cfg := &oob.SessionConfig{Options: oob.Options{Timeout: o.ef.timeout, Logger: log}, DontXchgVersions: o.noVersions}
 	if !r.server() && !o.noVersions {

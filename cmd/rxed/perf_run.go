@@ -21,7 +21,7 @@ import (
 const perfSwapValue = 0x0123456789abcdef
 
 // run performs the measured part and the closing exchanges.
-func (r *perfRun) run(ctx context.Context, sess *oob.Session, local oob.Key, closed *bool) error {
+func (r *perfRun) run(ctx context.Context, sess perfFinisher, local oob.Key, closed *bool) error {
 	o := r.o
 	t := o.test
 	var my oob.BWReport

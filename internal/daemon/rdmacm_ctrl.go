@@ -1,0 +1,394 @@
+package daemon
+
+// perftest's rdma_cm mode (-R) has no TCP: its out-of-band exchange runs
+// over a "control" RC connection that rdma_cm sets up first, on the same
+// port as the test connections that follow (18515 by default), as SENDs of
+// exactly the size of each message, one each way at a time (the client
+// writes first, the server reads and answers the same size; each side
+// keeps one receive of sizeof(struct pingpong_dest) = 56 bytes posted).
+// The messages are those of the TCP exchange (pkg/oob's codecs) except
+// the keys, which are binary (rdmacm_key.go), and the end, where no
+// "done" follows the last key. Measured on
+// /work/shared/pcaps/perftest_write_bw_rc_4096_rdmacm.pcap,
+// rdmacm_read_bw_R.pcap and rdmacm_send_bw_R.pcap:
+//
+//	control: REQ/REP/RTU (responder resources and initiator depth 0,
+//	         retry 7, RNR retry 7, no private data)
+//	version 16, cycle buffer 4, cache line 4, MTU 2       (Negotiate)
+//	key 56 of zeros                                       (HandShake)
+//	test QPs: REQ/REP/RTU per QP (out_reads both ways for read/atomic)
+//	key 56 of zeros                                       (HandShake)
+//	key 56 per QP, then 2 (write/read/atomic bw) or 3 barriers
+//	... run ...
+//	key 56, report 8+8+8+8+8 (write/read/atomic bw)       (Finish)
+//	key 56 (all but ib_write_lat)                          (Finish)
+//	DREQ/DREP: the test connections (the client), then the control one
+//
+// CMControl is that control connection. Both rxed perf -R and rxed serve's
+// rdma_cm listener use it.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/oob"
+	"github.com/rxed/rxed/pkg/rdmacm"
+)
+
+// Control QP resources: one send slot and cmCtrlRecvs receive slots of
+// cmCtrlSlot bytes (perftest posts one of 56; more costs nothing and
+// keeps a confused peer from an RNR loop).
+const (
+	cmCtrlSlot  = 64
+	cmCtrlRecvs = 4
+	cmCtrlSend  = ^uint64(0) // wr_id of the send
+)
+
+// CMControlConfig configures a CMControl.
+type CMControlConfig struct {
+	Role     oob.Role      // the client (Dial side) writes first
+	Timeout  time.Duration // bound of every step but an idle server's wait (0: oob.DefaultTimeout)
+	GIDIndex int           // the gid_index field of our keys (perftest's -x)
+	// DontXchgVersions mirrors --dont_xchg_versions.
+	DontXchgVersions bool
+	// MaxMsg bounds what the peer may send in one message (0: 56, the
+	// largest perftest sends); a longer SEND fails the receive.
+	MaxMsg int
+}
+
+// CMControl is the control connection of one perftest -R session.
+//
+// It is not safe for concurrent use, except Close after the exchange
+// has stopped. The QP, CQ and buffer are its own.
+type CMControl struct {
+	cfg   CMControlConfig
+	qp    *ib.QP
+	cq    *ib.CQ
+	mr    *ib.MR
+	buf   []byte // slot 0 sends, slots 1.. receive
+	conn  *rdmacm.Conn
+	peer  string
+	inbox [][]byte // received, not yet read
+	wcs   [8]ib.WC
+
+	sendBusy      bool
+	bytesIn       int64
+	remoteVersion string
+}
+
+// NewCMControl creates the control QP (RC, in INIT with its receives
+// posted, ready for rdmacm.Dial or Request.Accept) on pd.
+func NewCMControl(dev *ib.Device, pd *ib.PD, cfg CMControlConfig) (c *CMControl, err error) {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = oob.DefaultTimeout
+	}
+	if cfg.MaxMsg <= 0 || cfg.MaxMsg > cmCtrlSlot {
+		cfg.MaxMsg = CMKeyLen
+	}
+	c = &CMControl{cfg: cfg, buf: make([]byte, cmCtrlSlot*(1+cmCtrlRecvs)), remoteVersion: oob.PerftestVersion}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	if c.cq, err = dev.CreateCQ(2 * (1 + cmCtrlRecvs)); err != nil {
+		return nil, err
+	}
+	if c.mr, err = pd.RegMR(c.buf, ib.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	if c.qp, err = pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: c.cq, RecvCQ: c.cq,
+		Cap: ib.QPCap{MaxSendWR: 2, MaxRecvWR: cmCtrlRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return nil, err
+	}
+	if err = ib.InitQP(c.qp, ib.ConnectAttr{AccessFlags: ib.QPAccessRemoteWrite}); err != nil {
+		return nil, fmt.Errorf("control QP to INIT: %v", err)
+	}
+	for i := 1; i <= cmCtrlRecvs; i++ {
+		if err = c.postRecv(i); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// QP is the control QP, to Dial or Accept with.
+func (c *CMControl) QP() *ib.QP { return c.qp }
+
+// Attach records the established connection of the control QP; waits
+// end early when it is disconnected.
+func (c *CMControl) Attach(conn *rdmacm.Conn) {
+	c.conn = conn
+	c.peer = conn.RemoteAddr().String()
+}
+
+// Conn is the attached connection (nil before Attach).
+func (c *CMControl) Conn() *rdmacm.Conn { return c.conn }
+
+// BytesRead is how many bytes the peer has sent over the control
+// connection.
+func (c *CMControl) BytesRead() int64 { return c.bytesIn }
+
+// RemoteVersion is the peer's version string (ours until exchanged).
+func (c *CMControl) RemoteVersion() string { return c.remoteVersion }
+
+// Close destroys the QP and CQ and deregisters the buffer; disconnect
+// first (the QP is simply destroyed otherwise).
+func (c *CMControl) Close() {
+	if c.qp != nil {
+		_ = c.qp.Destroy()
+	}
+	if c.cq != nil {
+		_ = c.cq.Destroy()
+	}
+	if c.mr != nil {
+		_ = c.mr.Dereg()
+	}
+}
+
+func (c *CMControl) slot(i int) []byte { return c.buf[i*cmCtrlSlot : (i+1)*cmCtrlSlot] }
+
+func (c *CMControl) postRecv(i int) error {
+	wr := ib.RecvWR{ID: uint64(i), SGL: []ib.SGE{{Addr: c.mr.IOVA() + uint64(i*cmCtrlSlot), Length: uint32(c.cfg.MaxMsg), LKey: c.mr.LKey()}}}
+	if err := c.qp.PostRecv(wr); err != nil {
+		return fmt.Errorf("posting a control receive: %v", err)
+	}
+	return nil
+}
+
+// errorf names the peer and the step, wrapping one of oob's sentinels.
+func (c *CMControl) errorf(cause error, what, format string, a ...any) error {
+	return fmt.Errorf("rdma_cm control connection with %s: %s: %s: %w", c.peer, what, fmt.Sprintf(format, a...), cause)
+}
+
+// wait handles the next completions: at most the step timeout when
+// bounded, never longer than ctx or the connection.
+func (c *CMControl) wait(ctx context.Context, bounded bool, what string) error {
+	if n := c.cq.Poll(c.wcs[:]); n > 0 {
+		return c.handle(n, what)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if bounded {
+		var cancelT context.CancelFunc
+		wctx, cancelT = context.WithTimeout(wctx, c.cfg.Timeout)
+		defer cancelT()
+	}
+	var done <-chan struct{}
+	if c.conn != nil {
+		done = c.conn.Done()
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-stop:
+			}
+		}()
+	}
+	n, err := c.cq.WaitPoll(wctx, c.wcs[:])
+	if n > 0 {
+		return c.handle(n, what)
+	}
+	select {
+	case <-done:
+		if n := c.cq.Poll(c.wcs[:]); n > 0 {
+			return c.handle(n, what)
+		}
+		return c.errorf(oob.ErrClosed, what, "the peer disconnected")
+	default:
+	}
+	if ctx.Err() != nil {
+		return c.errorf(oob.ErrCanceled, what, "%v", ctx.Err())
+	}
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		return c.errorf(oob.ErrTimeout, what, "nothing within %v", c.cfg.Timeout)
+	}
+	return c.errorf(oob.ErrClosed, what, "%v", err)
+}
+
+func (c *CMControl) handle(n int, what string) error {
+	for _, wc := range c.wcs[:n] {
+		if wc.Status != ib.WCSuccess {
+			return c.errorf(oob.ErrClosed, what, "control QP completion %v", wc.Status)
+		}
+		if wc.ID == cmCtrlSend {
+			c.sendBusy = false
+			continue
+		}
+		i := int(wc.ID)
+		if i < 1 || i > cmCtrlRecvs {
+			continue
+		}
+		c.inbox = append(c.inbox, append([]byte(nil), c.slot(i)[:wc.ByteLen]...))
+		c.bytesIn += int64(wc.ByteLen)
+		if err := c.postRecv(i); err != nil {
+			return c.errorf(oob.ErrClosed, what, "%v", err)
+		}
+	}
+	return nil
+}
+
+// send sends msg as one SEND and waits for its completion.
+func (c *CMControl) send(ctx context.Context, msg []byte, what string) error {
+	if len(msg) > cmCtrlSlot {
+		return fmt.Errorf("control message %s of %d bytes: at most %d", what, len(msg), cmCtrlSlot)
+	}
+	copy(c.slot(0), msg)
+	wr := ib.SendWR{ID: cmCtrlSend, Opcode: ib.WRSend, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{{Addr: c.mr.IOVA(), Length: uint32(len(msg)), LKey: c.mr.LKey()}}}
+	if err := c.qp.PostSend(wr); err != nil {
+		return c.errorf(oob.ErrClosed, what, "posting the send: %v", err)
+	}
+	c.sendBusy = true
+	for c.sendBusy {
+		if err := c.wait(ctx, true, what); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recv returns the peer's next message, which must be n bytes.
+func (c *CMControl) recv(ctx context.Context, n int, what string, bounded bool) ([]byte, error) {
+	for len(c.inbox) == 0 {
+		if err := c.wait(ctx, bounded, what); err != nil {
+			return nil, err
+		}
+	}
+	m := c.inbox[0]
+	c.inbox = c.inbox[1:]
+	if len(m) != n {
+		return nil, c.errorf(oob.ErrMalformed, what, "the peer sent %d bytes, want %d", len(m), n)
+	}
+	return m, nil
+}
+
+// xchg is perftest's ctx_xchg_data: the client sends then reads, the
+// server reads then answers; both messages have len(my) bytes.
+func (c *CMControl) xchg(ctx context.Context, my []byte, what string, bounded bool) ([]byte, error) {
+	if c.cfg.Role == oob.Client {
+		if err := c.send(ctx, my, what); err != nil {
+			return nil, err
+		}
+		return c.recv(ctx, len(my), what, true)
+	}
+	m, err := c.recv(ctx, len(my), what, bounded)
+	if err != nil {
+		return nil, err
+	}
+	return m, c.send(ctx, my, what)
+}
+
+// Negotiate is exchange_versions, check_sys_data and check_mtu (as
+// oob.Session.Negotiate): localMTU is our ibv_mtu enum.
+func (c *CMControl) Negotiate(ctx context.Context, localMTU int) (oob.Negotiated, error) {
+	neg := oob.Negotiated{RemoteVersion: oob.PerftestVersion, SysData: oob.SysData{CycleBuffer: 4096, CacheLineSize: 64}, MTU: localMTU}
+	if c.cfg.DontXchgVersions {
+		return neg, nil
+	}
+	var v [oob.VersionMsgLen]byte
+	_ = oob.EncodeVersion(v[:], oob.PerftestVersion)
+	m, err := c.xchg(ctx, v[:], "version", true)
+	if err != nil {
+		return neg, err
+	}
+	rv, err := oob.ParseVersion(m)
+	if err != nil {
+		return neg, c.errorf(oob.ErrMalformed, "version", "%v", err)
+	}
+	c.remoteVersion, neg.RemoteVersion = rv, rv
+	if oob.VersionNumber(rv) < oob.MinPerftestVersion {
+		return neg, c.errorf(oob.ErrVersion, "version", "the peer runs %q, older than %.2f", rv, oob.MinPerftestVersion)
+	}
+	for _, f := range []struct {
+		what string
+		v    *uint32
+	}{{"cycle buffer", &neg.SysData.CycleBuffer}, {"cache line size", &neg.SysData.CacheLineSize}} {
+		var b [oob.SysDataMsgLen]byte
+		binary.BigEndian.PutUint32(b[:], *f.v)
+		m, err := c.xchg(ctx, b[:], f.what, true)
+		if err != nil {
+			return neg, err
+		}
+		*f.v = max(*f.v, binary.BigEndian.Uint32(m))
+	}
+	var mb [oob.MTUMsgLen]byte
+	_ = oob.EncodeMTU(mb[:], localMTU)
+	if m, err = c.xchg(ctx, mb[:], "MTU", true); err != nil {
+		return neg, err
+	}
+	if rm, ok := oob.ParseMTU(m); ok && rm < localMTU {
+		neg.MTU = rm
+	}
+	return neg, nil
+}
+
+// HandShake is ctx_hand_shake with binary keys: one each way. bounded
+// false leaves the wait for the peer to ctx alone (an idle server waiting
+// for the client's run).
+func (c *CMControl) HandShake(ctx context.Context, k oob.Key, bounded bool) (oob.Key, error) {
+	gidx := c.cfg.GIDIndex
+	if k == (oob.Key{}) {
+		gidx = 0 // perftest's all-zero my_dest of the hand shakes around the CM connection
+	}
+	m, err := c.xchg(ctx, AppendCMKey(nil, k, gidx), "key message", bounded)
+	if err != nil {
+		return oob.Key{}, err
+	}
+	rk, err := ParseCMKey(m)
+	if err != nil {
+		return oob.Key{}, c.errorf(oob.ErrMalformed, "key message", "%v", err)
+	}
+	return rk, nil
+}
+
+// ExchangeBWReports is xchg_bw_reports: each field its own exchange.
+func (c *CMControl) ExchangeBWReports(ctx context.Context, my oob.BWReport) (oob.BWReport, error) {
+	itersLen := oob.ReportItersLen(oob.VersionNumber(c.remoteVersion))
+	all := oob.AppendBWReport(nil, my, itersLen, false)
+	sizes := []int{8, itersLen, 8, 8, 8}
+	var got []byte
+	for i, off := 0, 0; i < len(sizes); off, i = off+sizes[i], i+1 {
+		m, err := c.xchg(ctx, all[off:off+sizes[i]], "bandwidth report", true)
+		if err != nil {
+			return oob.BWReport{}, err
+		}
+		got = append(got, m...)
+	}
+	rep, err := oob.ParseBWReport(got, itersLen, false)
+	if err != nil {
+		return oob.BWReport{}, c.errorf(oob.ErrMalformed, "bandwidth report", "%v", err)
+	}
+	return rep, nil
+}
+
+// Finish runs the exchanges after the test, as oob.Session.Finish does
+// over TCP, without the "done" (rdma_cm mode has none): for
+// write/read/atomic bandwidth a key and the reports (the peer's is
+// returned), then the closing key unless the test is ib_write_lat. An
+// idle server's first wait is bounded by ctx alone.
+func (c *CMControl) Finish(ctx context.Context, t oob.Test, local oob.Key, my oob.BWReport) (oob.BWReport, error) {
+	var remote oob.BWReport
+	bounded := !(c.cfg.Role == oob.Server && t.ServerIdles())
+	if t.ExchangesReports() {
+		if _, err := c.HandShake(ctx, local, bounded); err != nil {
+			return remote, err
+		}
+		bounded = true
+		var err error
+		if remote, err = c.ExchangeBWReports(ctx, my); err != nil {
+			return remote, err
+		}
+	}
+	if !t.ClosesWithExchange() {
+		return remote, nil
+	}
+	_, err := c.HandShake(ctx, local, bounded)
+	return remote, err
+}
