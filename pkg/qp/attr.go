@@ -135,6 +135,24 @@ type AddrVector struct {
 	// useful to run several engines on one host (tests, loopback demos):
 	// a real rxe peer always listens on 4791.
 	DestPort uint16
+	// PinSrcPort makes an RC or UC QP accept packets only from UDP source
+	// port DestPort (4791 when 0), and drop the rest as drop_address. An
+	// rxed engine sends every packet from the port it receives on, so
+	// between rxed peers a forger must then also hit the right source
+	// port, not only the source address and PSN. Off by default and only
+	// for rxed peers: rdma_rxe and RoCE NICs send from a port derived from
+	// the QPNs (0xC000 | hash), which a pinned QP would drop. UD and the
+	// requester side ignore it.
+	PinSrcPort bool
+}
+
+// peerPort is the UDP port the peer receives on, and with PinSrcPort the
+// one its packets must come from.
+func (av *AddrVector) peerPort() uint16 {
+	if av.DestPort == 0 {
+		return 4791
+	}
+	return av.DestPort
 }
 
 // Attr holds QP attributes, field for field like struct ibv_qp_attr. Which

@@ -94,6 +94,9 @@ func (q *QP) Check(p *wire.Packet, ri *RecvInfo, local netip.Addr) DropReason {
 		if local.IsValid() && ri.Dst.Addr().Unmap() != local.Unmap() {
 			return DropAddress
 		}
+		if q.attr.AV.PinSrcPort && ri.Src.Port() != q.attr.AV.peerPort() {
+			return DropAddress // attr.go: between rxed peers only
+		}
 	}
 	if p.BTH.PKey()&0x7FFF != DefaultPKey&0x7FFF {
 		return DropPKey
