@@ -1,0 +1,392 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/rdmacm"
+)
+
+// ErrConnLost is wrapped by every error of a client whose connection
+// ended (the server closed or restarted, or stopped answering): Reconnect
+// and go on.
+var ErrConnLost = errors.New("connection lost")
+
+// ConnLostError says which server went away and why.
+type ConnLostError struct {
+	Server netip.AddrPort
+	Cause  error
+}
+
+func (e *ConnLostError) Error() string {
+	return fmt.Sprintf("kv: connection to %v lost (server closed, restarted or unreachable): %v; reconnect to go on", e.Server, e.Cause)
+}
+
+func (e *ConnLostError) Unwrap() []error { return []error{ErrConnLost, e.Cause} }
+
+// ClientStats counts what a client's GETs did.
+type ClientStats struct {
+	Gets, Puts, Deletes uint64
+	Reads               uint64 // RDMA READs posted
+	BytesRead           uint64 // bytes those READs brought (the engine copied them into our buffer)
+	BytesCopiedOut      uint64 // value bytes copied from our buffer into results
+	RetryWriting        uint64 // bucket read with an odd version
+	RetryTorn           uint64 // bucket or inline value whose checksum failed
+	RetryStale          uint64 // extent whose checksum is not the bucket's (changed after the bucket was read)
+}
+
+// Retries is the number of re-reads.
+func (s ClientStats) Retries() uint64 { return s.RetryWriting + s.RetryTorn + s.RetryStale }
+
+// RDMAClientConfig configures DialRDMA. Zero values take the defaults.
+type RDMAClientConfig struct {
+	// Local is the device address to connect from; invalid: the first
+	// of the server's family.
+	Local netip.Addr
+	// ACKTimeout is the QP's local ACK timeout exponent (default 14:
+	// 67 ms, so a dead server is noticed within about half a second).
+	ACKTimeout uint8
+	// MaxRetries bounds the re-reads of one GET (default 100000).
+	MaxRetries int
+}
+
+// RDMAClient is one client connection: its own RC QP, CQ and buffer. Not
+// safe for concurrent use: open one per goroutine.
+type RDMAClient struct {
+	dev    *ib.Device
+	server netip.AddrPort
+	cfg    RDMAClientConfig
+
+	pd   *ib.PD
+	cq   *ib.CQ
+	mr   *ib.MR
+	buf  []byte
+	qp   *ib.QP
+	conn *rdmacm.Conn
+	h    hello
+	id   uint32
+	wcs  []ib.WC
+
+	stats ClientStats
+
+	// afterBucketRead, if set (tests), runs between a GET's bucket READ
+	// and its value READ: a writer injected there makes the read stale.
+	afterBucketRead func()
+}
+
+// Client buffer layout: bucket | value | request | response.
+func (c *RDMAClient) offValue() int { return BucketSize }
+func (c *RDMAClient) offReq() int   { return BucketSize + int(c.h.extentSize) }
+func (c *RDMAClient) offResp() int  { return c.offReq() + int(c.h.maxMsg) }
+
+// DialRDMA connects to the kv server at server (its rdma_cm address).
+func DialRDMA(ctx context.Context, dev *ib.Device, server netip.AddrPort, cfg *RDMAClientConfig) (*RDMAClient, error) {
+	c := &RDMAClient{dev: dev, server: server, wcs: make([]ib.WC, 4)}
+	if cfg != nil {
+		c.cfg = *cfg
+	}
+	if c.cfg.ACKTimeout == 0 {
+		c.cfg.ACKTimeout = 14
+	}
+	if c.cfg.MaxRetries == 0 {
+		c.cfg.MaxRetries = 100000
+	}
+	var err error
+	if c.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	if c.cq, err = dev.CreateCQ(16); err != nil {
+		_ = c.pd.Dealloc()
+		return nil, err
+	}
+	if err := c.connect(ctx); err != nil {
+		c.free()
+		return nil, err
+	}
+	return c, nil
+}
+
+// connect makes a QP and dials; on success c.h describes the table and
+// c.buf is sized for it.
+func (c *RDMAClient) connect(ctx context.Context) error {
+	q, err := c.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: c.cq, RecvCQ: c.cq,
+		Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return err
+	}
+	conn, err := rdmacm.Dial(ctx, q, c.server, &rdmacm.ConnParam{Local: c.cfg.Local, InitiatorDepth: 1,
+		RetryCount: 7, RNRRetryCount: 7, ACKTimeout: c.cfg.ACKTimeout, Timeout: 10 * time.Second})
+	if err != nil {
+		_ = q.Destroy()
+		return fmt.Errorf("kv: connecting to %v: %w", c.server, err)
+	}
+	h, err := parseHello(conn.PrivateData())
+	if err != nil {
+		c.qp, c.conn = q, conn
+		c.dropConn()
+		return err
+	}
+	need := BucketSize + int(h.extentSize) + int(h.maxMsg) + respHdrLen
+	if len(c.buf) < need {
+		if c.mr != nil {
+			_ = c.mr.Dereg()
+			c.mr = nil
+		}
+		c.buf = make([]byte, need)
+		if c.mr, err = c.pd.RegMR(c.buf, ib.AccessLocalWrite); err != nil {
+			c.qp, c.conn = q, conn
+			c.dropConn()
+			return err
+		}
+	}
+	c.qp, c.conn, c.h = q, conn, h
+	return nil
+}
+
+// Reconnect drops the connection (if any is left) and dials the server
+// again, learning its table anew (a restarted server has a new rkey).
+func (c *RDMAClient) Reconnect(ctx context.Context) error {
+	c.dropConn()
+	return c.connect(ctx)
+}
+
+// Epoch identifies the server instance the client is connected to.
+func (c *RDMAClient) Epoch() uint64 { return c.h.epoch }
+
+// Stats returns the client's counters.
+func (c *RDMAClient) Stats() ClientStats { return c.stats }
+
+func (c *RDMAClient) dropConn() {
+	if c.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.conn.Disconnect(ctx)
+		cancel()
+		c.conn = nil
+	}
+	if c.qp != nil {
+		_ = c.qp.Destroy()
+		c.qp = nil
+	}
+	for c.cq.Poll(c.wcs) > 0 { // flushed work of the old QP
+	}
+}
+
+func (c *RDMAClient) free() {
+	c.dropConn()
+	if c.mr != nil {
+		_ = c.mr.Dereg()
+	}
+	_ = c.cq.Destroy()
+	_ = c.pd.Dealloc()
+}
+
+// Close disconnects and frees the client.
+func (c *RDMAClient) Close() error {
+	c.free()
+	return nil
+}
+
+func (c *RDMAClient) lost(cause error) error {
+	return &ConnLostError{Server: c.server, Cause: cause}
+}
+
+// usable fails fast when the connection already ended.
+func (c *RDMAClient) usable() error {
+	if c.conn == nil {
+		return c.lost(errors.New("not connected"))
+	}
+	select {
+	case <-c.conn.Done():
+		return c.lost(c.conn.Err())
+	default:
+		return nil
+	}
+}
+
+// wait waits for n completions and fails on the first bad one.
+func (c *RDMAClient) wait(ctx context.Context, n int) error {
+	for n > 0 {
+		k, err := c.cq.WaitPoll(ctx, c.wcs[:n])
+		if err != nil {
+			// Work is still outstanding: this QP cannot be trusted to
+			// pair completions with requests any more.
+			c.dropConn()
+			return c.lost(err)
+		}
+		for _, wc := range c.wcs[:k] {
+			if wc.Status != ib.WCSuccess {
+				cause := fmt.Errorf("work completion %v", wc.Status)
+				if c.conn != nil {
+					select {
+					case <-c.conn.Done():
+						cause = fmt.Errorf("%w (%v)", c.conn.Err(), wc.Status)
+					default:
+					}
+				}
+				return c.lost(cause)
+			}
+		}
+		n -= k
+	}
+	return nil
+}
+
+// read copies n bytes of the server's table at raddr into our buffer at off.
+func (c *RDMAClient) read(ctx context.Context, off int, raddr uint64, n int) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	err := c.qp.PostSend(ib.SendWR{Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
+		SGL:        []ib.SGE{{Addr: c.mr.IOVA() + uint64(off), Length: uint32(n), LKey: c.mr.LKey()}},
+		RemoteAddr: raddr, RKey: c.h.rkey})
+	if err != nil {
+		return c.lost(err)
+	}
+	c.stats.Reads++
+	c.stats.BytesRead += uint64(n)
+	return c.wait(ctx, 1)
+}
+
+// Get returns key's value, read with one-sided RDMA READs: the server
+// runs no code for it.
+func (c *RDMAClient) Get(ctx context.Context, key []byte) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	c.stats.Gets++
+	nb := int(c.h.nbuckets)
+	start := home(key, nb)
+	retries := 0
+	for p := 0; p < int(c.h.maxProbe); {
+		i := (start + p) % nb
+		val, next, err := c.getAt(ctx, i, key)
+		switch {
+		case err != nil:
+			return nil, err
+		case next == stepFound:
+			return val, nil
+		case next == stepAbsent:
+			return nil, ErrNotFound
+		case next == stepNextBucket:
+			p++
+			continue
+		}
+		// stepRetry: read bucket i again.
+		retries++
+		if retries > c.cfg.MaxRetries {
+			return nil, ErrContention
+		}
+		if retries%64 == 0 {
+			runtime.Gosched()
+		}
+	}
+	return nil, ErrNotFound
+}
+
+type step int
+
+const (
+	stepFound step = iota
+	stepAbsent
+	stepNextBucket
+	stepRetry
+)
+
+// getAt reads bucket i and, when it holds key out of line, its extent.
+func (c *RDMAClient) getAt(ctx context.Context, i int, key []byte) ([]byte, step, error) {
+	if err := c.read(ctx, 0, c.h.bucketAddr(i), BucketSize); err != nil {
+		return nil, 0, err
+	}
+	b := bucket(c.buf[:BucketSize])
+	switch b.check(int(c.h.extentSize)) {
+	case verdictEmpty:
+		return nil, stepAbsent, nil
+	case verdictWriting:
+		c.stats.RetryWriting++
+		return nil, stepRetry, nil
+	case verdictTorn, verdictBadLength:
+		c.stats.RetryTorn++
+		return nil, stepRetry, nil
+	}
+	if b.flags()&flagTombstone != 0 || string(b.key()) != string(key) {
+		return nil, stepNextBucket, nil
+	}
+	n := b.valLen()
+	var val []byte
+	if b.flags()&flagInline != 0 {
+		val = b.inline()
+		if crc32c(val) != b.valCRC() {
+			c.stats.RetryTorn++
+			return nil, stepRetry, nil
+		}
+	} else {
+		want := b.valCRC()
+		if c.afterBucketRead != nil {
+			c.afterBucketRead()
+		}
+		if err := c.read(ctx, c.offValue(), c.h.extentAddr(i), n); err != nil {
+			return nil, 0, err
+		}
+		val = c.buf[c.offValue() : c.offValue()+n]
+		if crc32c(val) != want {
+			c.stats.RetryStale++
+			return nil, stepRetry, nil
+		}
+	}
+	c.stats.BytesCopiedOut += uint64(n)
+	return append([]byte(nil), val...), stepFound, nil
+}
+
+// Put stores val under key (a SEND to the server, which answers by SEND).
+func (c *RDMAClient) Put(ctx context.Context, key, val []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if len(val) > int(c.h.extentSize) {
+		return ErrValueLen
+	}
+	c.stats.Puts++
+	return c.call(ctx, opPut, key, val)
+}
+
+// Delete removes key.
+func (c *RDMAClient) Delete(ctx context.Context, key []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	c.stats.Deletes++
+	return c.call(ctx, opDelete, key, nil)
+}
+
+// call sends one request and waits for the response: the receive for
+// the response is posted before the request leaves.
+func (c *RDMAClient) call(ctx context.Context, o op, key, val []byte) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	c.id++
+	req := appendRequest(c.buf[c.offReq():c.offReq()], o, c.id, key, val)
+	if err := c.qp.PostRecv(ib.RecvWR{SGL: []ib.SGE{{Addr: c.mr.IOVA() + uint64(c.offResp()), Length: respHdrLen, LKey: c.mr.LKey()}}}); err != nil {
+		return c.lost(err)
+	}
+	if err := c.qp.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendSignaled,
+		SGL: []ib.SGE{{Addr: c.mr.IOVA() + uint64(c.offReq()), Length: uint32(len(req)), LKey: c.mr.LKey()}}}); err != nil {
+		return c.lost(err)
+	}
+	if err := c.wait(ctx, 2); err != nil {
+		return err
+	}
+	r, err := parseResponseHdr(c.buf[c.offResp() : c.offResp()+respHdrLen])
+	if err != nil {
+		return err
+	}
+	if r.id != c.id {
+		return fmt.Errorf("kv: response to request %d while waiting for %d", r.id, c.id)
+	}
+	return r.status.err()
+}

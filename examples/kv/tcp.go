@@ -1,0 +1,254 @@
+package kv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// TCPServer serves an App's table over TCP: the request/response design
+// a Go developer would write instead, one goroutine per connection, GETs
+// read under the table's lock.
+//
+// mu guards conns and closed.
+type TCPServer struct {
+	app *App
+	ln  net.Listener
+	wg  sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+// ServeTCP serves a's table on ln until Close.
+func ServeTCP(a *App, ln net.Listener) *TCPServer {
+	s := &TCPServer{app: a, ln: ln, conns: map[net.Conn]struct{}{}}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s
+}
+
+// Addr is the listener's address.
+func (s *TCPServer) Addr() net.Addr { return s.ln.Addr() }
+
+func (s *TCPServer) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go s.serve(c)
+	}
+}
+
+// serve handles one connection. The goroutine is locked to its thread so
+// the thread's CPU time (read, handle, write) is the application's work
+// for this connection.
+func (s *TCPServer) serve(c net.Conn) {
+	defer s.wg.Done()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	maxMsg := reqHdrLen + MaxKey + s.app.table.Config().ExtentSize
+	r := bufio.NewReaderSize(c, 2*maxMsg)
+	msg := make([]byte, maxMsg)
+	out := make([]byte, 0, respHdrLen+s.app.table.Config().ExtentSize+2*statsFields*8)
+	t0 := threadCPU()
+	for {
+		if _, err := io.ReadFull(r, msg[:reqHdrLen]); err != nil {
+			return
+		}
+		n := reqBodyLen(msg)
+		if reqHdrLen+n > maxMsg {
+			return // not ours to parse: drop the connection
+		}
+		if _, err := io.ReadFull(r, msg[reqHdrLen:reqHdrLen+n]); err != nil {
+			return
+		}
+		out = s.app.handle(&s.app.tcp, msg[:reqHdrLen+n], out[:0])
+		_, err := c.Write(out)
+		t1 := threadCPU()
+		s.app.tcp.cpuNanos.Add(t1 - t0)
+		t0 = t1
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Close stops the server and closes every connection.
+func (s *TCPServer) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	err := s.ln.Close()
+	s.wg.Wait()
+	return err
+}
+
+// TCPClient is one TCP connection to a kv server. Not safe for
+// concurrent use.
+type TCPClient struct {
+	addr  string
+	c     net.Conn
+	r     *bufio.Reader
+	out   []byte
+	id    uint32
+	stats ClientStats
+}
+
+// DialTCP connects to the kv server's TCP address.
+func DialTCP(ctx context.Context, addr string) (*TCPClient, error) {
+	cl := &TCPClient{addr: addr}
+	if err := cl.Reconnect(ctx); err != nil {
+		return nil, err
+	}
+	return cl, nil
+}
+
+// Reconnect dials the server again.
+func (cl *TCPClient) Reconnect(ctx context.Context) error {
+	if cl.c != nil {
+		cl.c.Close()
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", cl.addr)
+	if err != nil {
+		return fmt.Errorf("kv: connecting to %s: %w", cl.addr, err)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	cl.c, cl.r = c, bufio.NewReaderSize(c, 4096)
+	return nil
+}
+
+// Close closes the connection.
+func (cl *TCPClient) Close() error { return cl.c.Close() }
+
+// Stats returns the client's counters (BytesRead: response bytes).
+func (cl *TCPClient) Stats() ClientStats { return cl.stats }
+
+func (cl *TCPClient) lost(err error) error {
+	return fmt.Errorf("kv: connection to %s lost (server closed, restarted or unreachable): %w; reconnect to go on",
+		cl.addr, errors.Join(ErrConnLost, err))
+}
+
+// call sends one request and reads its response; val receives the value.
+func (cl *TCPClient) call(ctx context.Context, o op, key, val []byte) ([]byte, error) {
+	cl.id++
+	cl.out = appendRequest(cl.out[:0], o, cl.id, key, val)
+	if dl, ok := ctx.Deadline(); ok {
+		_ = cl.c.SetDeadline(dl)
+	} else {
+		_ = cl.c.SetDeadline(time.Time{})
+	}
+	if _, err := cl.c.Write(cl.out); err != nil {
+		return nil, cl.lost(err)
+	}
+	var h [respHdrLen]byte
+	if _, err := io.ReadFull(cl.r, h[:]); err != nil {
+		return nil, cl.lost(err)
+	}
+	r, _ := parseResponseHdr(h[:])
+	if r.id != cl.id {
+		return nil, cl.lost(fmt.Errorf("response to request %d while waiting for %d", r.id, cl.id))
+	}
+	var v []byte
+	if r.valLen > 0 {
+		v = make([]byte, r.valLen)
+		if _, err := io.ReadFull(cl.r, v); err != nil {
+			return nil, cl.lost(err)
+		}
+		cl.stats.BytesCopiedOut += uint64(r.valLen)
+	}
+	cl.stats.BytesRead += uint64(respHdrLen + r.valLen)
+	return v, r.status.err()
+}
+
+// Get returns key's value.
+func (cl *TCPClient) Get(ctx context.Context, key []byte) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	cl.stats.Gets++
+	v, err := cl.call(ctx, opGet, key, nil)
+	if err == nil && v == nil {
+		v = []byte{}
+	}
+	return v, err
+}
+
+// Put stores val under key.
+func (cl *TCPClient) Put(ctx context.Context, key, val []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	cl.stats.Puts++
+	_, err := cl.call(ctx, opPut, key, val)
+	return err
+}
+
+// Delete removes key.
+func (cl *TCPClient) Delete(ctx context.Context, key []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	cl.stats.Deletes++
+	_, err := cl.call(ctx, opDelete, key, nil)
+	return err
+}
+
+// ServerStats asks the server for its application's counters (RDMA and
+// TCP handlers): how a benchmark in another process learns them.
+func (cl *TCPClient) ServerStats(ctx context.Context) (rdma, tcp HandlerStats, err error) {
+	v, err := cl.call(ctx, opStats, []byte("stats"), nil)
+	if err != nil {
+		return rdma, tcp, err
+	}
+	rdma, tcp, ok := decodeStats(v)
+	if !ok {
+		return rdma, tcp, errors.New("kv: malformed stats from the server")
+	}
+	return rdma, tcp, nil
+}
+
+// Client is what both transports' clients do.
+type Client interface {
+	Get(ctx context.Context, key []byte) ([]byte, error)
+	Put(ctx context.Context, key, val []byte) error
+	Delete(ctx context.Context, key []byte) error
+	Reconnect(ctx context.Context) error
+	Stats() ClientStats
+	Close() error
+}
+
+var (
+	_ Client = (*RDMAClient)(nil)
+	_ Client = (*TCPClient)(nil)
+)
