@@ -1,0 +1,502 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rxed/rxed/examples/kv"
+	"github.com/rxed/rxed/pkg/ib"
+)
+
+func init() {
+	register(&command{
+		name:    "kv",
+		summary: "Pilaf-style key-value store: GETs by one-sided RDMA READ, PUTs by SEND, the same table over TCP (serve|get|put|del|bench)",
+		run:     runKV,
+	})
+}
+
+const (
+	kvCMPort  = 7471 // rdma_cm port of `rxed kv serve`
+	kvTCPPort = 7472 // its TCP port
+)
+
+func runKV(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: rxed kv serve|get|put|del|bench [flags] (see rxed kv serve -h)")
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return runKVServe(args[1:], stdout, stderr)
+	case "get", "put", "del":
+		return runKVOp(args[0], args[1:], stdout, stderr)
+	case "bench":
+		return runKVBench(args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "rxed kv: unknown subcommand %q (serve, get, put, del, bench)\n", args[0])
+	return 2
+}
+
+// kvTableFlags size the server's table.
+type kvTableFlags struct{ buckets, extent, probe int }
+
+func (t *kvTableFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&t.buckets, "buckets", 4096, "index `buckets`")
+	fs.IntVar(&t.extent, "extent", 1024, "value extent `bytes` (the largest value)")
+	fs.IntVar(&t.probe, "probe", 16, "probe window in `buckets`")
+}
+
+func (t *kvTableFlags) config() kv.TableConfig {
+	return kv.TableConfig{NBuckets: t.buckets, ExtentSize: t.extent, MaxProbe: t.probe}
+}
+
+// kvServer is a running server: the engine, the table and both front ends.
+type kvServer struct {
+	en    *engine
+	table *kv.Table
+	app   *kv.App
+	rdma  *kv.RDMAServer
+	tcp   *kv.TCPServer
+}
+
+func startKVServer(ef *engineFlags, tf kvTableFlags, cmPort uint, tcpAddr string, stderr io.Writer) (*kvServer, error) {
+	s := &kvServer{}
+	var err error
+	if s.table, err = kv.NewTable(tf.config()); err != nil {
+		return nil, err
+	}
+	s.app = kv.NewApp(s.table)
+	if s.en, err = ef.open(ef.logger(stderr)); err != nil {
+		s.table.Close()
+		return nil, err
+	}
+	if s.rdma, err = kv.ServeRDMA(s.app, s.en.dev, netip.AddrPortFrom(ef.addrs[0], uint16(cmPort)),
+		&kv.RDMAServerConfig{Logger: ef.logger(stderr)}); err != nil {
+		s.close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", tcpAddr)
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("tcp: %v", err)
+	}
+	s.tcp = kv.ServeTCP(s.app, ln)
+	return s, nil
+}
+
+func (s *kvServer) close() error {
+	if s.tcp != nil {
+		s.tcp.Close()
+	}
+	if s.rdma != nil {
+		s.rdma.Close()
+	}
+	var err error
+	if s.en != nil {
+		err = s.en.close()
+	}
+	s.table.Close()
+	return err
+}
+
+func runKVServe(args []string, stdout, stderr io.Writer) int {
+	var ef engineFlags
+	var tf kvTableFlags
+	fs := flag.NewFlagSet("kv serve", flag.ContinueOnError)
+	ef.register(fs, false)
+	tf.register(fs)
+	cmPort := fs.Uint("cm-port", kvCMPort, "rdma_cm `port`")
+	tcpAddr := fs.String("tcp", "", "TCP `address` (default the first --addr, port 7472)")
+	dur := fs.Duration("for", 0, "stop after this `duration` (default: until SIGINT/SIGTERM)")
+	if _, code, ok := parseArgs(fs, args, stderr); !ok {
+		return code
+	}
+	if err := ef.check(); err != nil {
+		return fail(stderr, "kv serve", err)
+	}
+	if *tcpAddr == "" {
+		*tcpAddr = netip.AddrPortFrom(ef.addrs[0], kvTCPPort).String()
+	}
+	s, err := startKVServer(&ef, tf, *cmPort, *tcpAddr, stderr)
+	if err != nil {
+		return fail(stderr, "kv serve", err)
+	}
+	c := tf.config()
+	fmt.Fprintf(stdout, "kv: serving %d buckets, values up to %d bytes; rdma_cm %v, tcp %v\n",
+		c.NBuckets, c.ExtentSize, s.rdma.Addr(), s.tcp.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if *dur > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *dur)
+		defer cancel()
+	}
+	<-ctx.Done()
+	rs, ts := s.app.Stats()
+	fmt.Fprintf(stdout, "kv: stopped; rdma handler: %d puts %d deletes, tcp handler: %d gets %d puts %d deletes\n",
+		rs.Puts, rs.Deletes, ts.Gets, ts.Puts, ts.Deletes)
+	if err := s.close(); err != nil {
+		return fail(stderr, "kv serve", err)
+	}
+	return 0
+}
+
+// runKVOp is one GET, PUT or DELETE against a running server.
+func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
+	var ef engineFlags
+	fs := flag.NewFlagSet("kv "+name, flag.ContinueOnError)
+	ef.register(fs, false)
+	cmPort := fs.Uint("cm-port", kvCMPort, "server's rdma_cm `port`")
+	useTCP := fs.String("tcp", "", "use TCP to this `address` instead of RDMA (no --addr needed)")
+	rest, code, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return code
+	}
+	want := map[string]int{"get": 2, "put": 3, "del": 2}[name]
+	if len(rest) != want {
+		usage := map[string]string{"get": "SERVER KEY", "put": "SERVER KEY VALUE", "del": "SERVER KEY"}[name]
+		return fail(stderr, "kv "+name, fmt.Errorf("want %s", usage))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ef.timeout)
+	defer cancel()
+	var c kv.Client
+	if *useTCP != "" {
+		tc, err := kv.DialTCP(ctx, *useTCP)
+		if err != nil {
+			return fail(stderr, "kv "+name, err)
+		}
+		c = tc
+	} else {
+		if ef.timeout <= 0 {
+			ef.timeout = 30 * time.Second
+		}
+		if err := ef.check(); err != nil {
+			return fail(stderr, "kv "+name, err)
+		}
+		srv, err := netip.ParseAddr(rest[0])
+		if err != nil {
+			return fail(stderr, "kv "+name, fmt.Errorf("server %q: not an IP address", rest[0]))
+		}
+		en, err := ef.open(ef.logger(stderr))
+		if err != nil {
+			return fail(stderr, "kv "+name, err)
+		}
+		defer en.close()
+		rc, err := kv.DialRDMA(ctx, en.dev, netip.AddrPortFrom(srv, uint16(*cmPort)), nil)
+		if err != nil {
+			return fail(stderr, "kv "+name, cmError(err))
+		}
+		c = rc
+	}
+	defer c.Close()
+	key := []byte(rest[1])
+	var err error
+	switch name {
+	case "get":
+		var v []byte
+		if v, err = c.Get(ctx, key); err == nil {
+			fmt.Fprintf(stdout, "%s\n", v)
+		}
+	case "put":
+		err = c.Put(ctx, key, []byte(rest[2]))
+	case "del":
+		err = c.Delete(ctx, key)
+	}
+	if err != nil {
+		return fail(stderr, "kv "+name, err)
+	}
+	return 0
+}
+
+// kvDialAll opens n clients of one transport.
+func kvDialAll(ctx context.Context, n int, dial func() (kv.Client, error)) ([]kv.Client, error) {
+	var cs []kv.Client
+	for range n {
+		c, err := dial()
+		if err != nil {
+			for _, c := range cs {
+				c.Close()
+			}
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+func kvRDMADialer(ctx context.Context, dev *ib.Device, srv netip.AddrPort) func() (kv.Client, error) {
+	return func() (kv.Client, error) {
+		c, err := kv.DialRDMA(ctx, dev, srv, nil)
+		if err != nil {
+			return nil, cmError(err)
+		}
+		return c, nil
+	}
+}
+
+func parseIntList(s string) ([]int, error) {
+	var out []int
+	for f := range splitComma(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q: not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+func splitComma(s string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for f := range strings.SplitSeq(s, ",") {
+			if f = strings.TrimSpace(f); f != "" && !yield(f) {
+				return
+			}
+		}
+	}
+}
+
+type kvBenchOpts struct {
+	ef       engineFlags
+	tf       kvTableFlags
+	server   netip.Addr
+	cmPort   uint
+	tcpPort  uint
+	spawn    bool
+	inproc   bool
+	clients  []int
+	gets     []int
+	dur      time.Duration
+	ops      int
+	keys     int
+	valueLen int
+}
+
+func parseKVBench(args []string, stderr io.Writer) (*kvBenchOpts, int, bool) {
+	o := &kvBenchOpts{}
+	fs := flag.NewFlagSet("kv bench", flag.ContinueOnError)
+	o.ef.register(fs, false)
+	o.tf.register(fs)
+	server := fs.String("server", "", "the server's `address` (its engine, rdma_cm and TCP)")
+	fs.UintVar(&o.cmPort, "cm-port", kvCMPort, "server's rdma_cm `port`")
+	fs.UintVar(&o.tcpPort, "tcp-port", kvTCPPort, "server's TCP `port`")
+	fs.BoolVar(&o.spawn, "spawn", true, "start `rxed kv serve` on --server as a child process (its CPU is then measured)")
+	fs.BoolVar(&o.inproc, "inproc", false, "run the server in this process instead (no separate server CPU)")
+	clients := fs.String("clients", "1,4,16", "client `counts`")
+	gets := fs.String("get", "100,90", "GET `percentages` (the rest are PUTs)")
+	fs.DurationVar(&o.dur, "D", 2*time.Second, "`duration` of each cell")
+	fs.IntVar(&o.ops, "n", 0, "operations per client per cell instead of -D")
+	fs.IntVar(&o.keys, "keys", 1000, "`keys` preloaded and read uniformly")
+	fs.IntVar(&o.valueLen, "s", 256, "value `size` in bytes (at most 64 is one READ, else two)")
+	if _, code, ok := parseArgs(fs, args, stderr); !ok {
+		return nil, code, false
+	}
+	bad := func(err error) (*kvBenchOpts, int, bool) {
+		fail(stderr, "kv bench", err)
+		return nil, 2, false
+	}
+	if err := o.ef.check(); err != nil {
+		return bad(err)
+	}
+	var err error
+	if o.server, err = netip.ParseAddr(*server); err != nil {
+		return bad(fmt.Errorf("--server %q: not an IP address", *server))
+	}
+	if o.clients, err = parseIntList(*clients); err != nil {
+		return bad(fmt.Errorf("--clients: %v", err))
+	}
+	if o.gets, err = parseIntList(*gets); err != nil || slices.ContainsFunc(o.gets, func(p int) bool { return p > 100 }) {
+		return bad(fmt.Errorf("--get %q: percentages 1..100", *gets))
+	}
+	if o.keys < 1 || o.keys > o.tf.buckets/2 {
+		return bad(fmt.Errorf("--keys %d: 1..%d (half the buckets)", o.keys, o.tf.buckets/2))
+	}
+	if o.valueLen < 0 || o.valueLen > o.tf.extent {
+		return bad(fmt.Errorf("-s %d: 0..%d (--extent)", o.valueLen, o.tf.extent))
+	}
+	if o.server == o.ef.addrs[0] {
+		return bad(errors.New("--server and --addr must differ (two engines on one address and port)"))
+	}
+	return o, 0, true
+}
+
+func runKVBench(args []string, stdout, stderr io.Writer) int {
+	o, code, ok := parseKVBench(args, stderr)
+	if !ok {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	tcpAddr := netip.AddrPortFrom(o.server, uint16(o.tcpPort)).String()
+	var serverCPU func() (time.Duration, error)
+	switch {
+	case o.inproc:
+		sf := o.ef
+		sf.addrs = addrList{o.server}
+		sf.pcap, sf.countersOut = "", ""
+		s, err := startKVServer(&sf, o.tf, o.cmPort, tcpAddr, stderr)
+		if err != nil {
+			return fail(stderr, "kv bench", fmt.Errorf("server: %v", err))
+		}
+		defer s.close()
+	case o.spawn:
+		child, err := spawnKVServer(o, tcpAddr, stderr)
+		if err != nil {
+			return fail(stderr, "kv bench", err)
+		}
+		defer child.stop()
+		serverCPU = child.cpu
+	}
+	en, err := o.ef.open(o.ef.logger(stderr))
+	if err != nil {
+		return fail(stderr, "kv bench", err)
+	}
+	defer en.close()
+	stats, err := kv.DialTCP(ctx, tcpAddr)
+	if err != nil {
+		return fail(stderr, "kv bench", err)
+	}
+	defer stats.Close()
+	cm := netip.AddrPortFrom(o.server, uint16(o.cmPort))
+	cfg := kv.BenchConfig{Clients: o.clients, GetPercents: o.gets, Duration: o.dur, Ops: o.ops, Keys: o.keys,
+		ValueLen: o.valueLen, Seed: 1, ServerStats: stats.ServerStats, ServerCPU: serverCPU, ClientCPU: processCPU,
+		Transports: []kv.BenchTransport{
+			{Name: "rdma", Dial: func(ctx context.Context) (kv.Client, error) { return kvRDMADialer(ctx, en.dev, cm)() }},
+			{Name: "tcp", Dial: func(ctx context.Context) (kv.Client, error) { return kv.DialTCP(ctx, tcpAddr) }},
+		}}
+	fmt.Fprintf(stdout, "# kv bench: server %v (%s), clients on %v, %d keys, %d-byte values, %s per cell, load %s\n",
+		o.server, map[bool]string{true: "in process", false: "own process"}[o.inproc || !o.spawn], o.ef.addrs[0],
+		o.keys, o.valueLen, cellLen(o), loadAvg())
+	rs, err := kv.Bench(ctx, cfg)
+	kv.WriteBenchTable(stdout, rs)
+	if err != nil {
+		return fail(stderr, "kv bench", err)
+	}
+	fmt.Fprintf(stdout, "# load after: %s\n", loadAvg())
+	return 0
+}
+
+func cellLen(o *kvBenchOpts) string {
+	if o.ops > 0 {
+		return fmt.Sprintf("%d ops/client", o.ops)
+	}
+	return o.dur.String()
+}
+
+// loadAvg is /proc/loadavg's first three fields ("-" elsewhere).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "-"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "-"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// processCPU is this process's user+system CPU time.
+func processCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// kvChild is `rxed kv serve` run by the benchmark.
+type kvChild struct {
+	cmd *exec.Cmd
+}
+
+func spawnKVServer(o *kvBenchOpts, tcpAddr string, stderr io.Writer) (*kvChild, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"kv", "serve", "--addr", o.server.String(), "--port", strconv.Itoa(int(o.ef.port)),
+		"--cm-port", strconv.Itoa(int(o.cmPort)), "--tcp", tcpAddr,
+		"--buckets", strconv.Itoa(o.tf.buckets), "--extent", strconv.Itoa(o.tf.extent), "--probe", strconv.Itoa(o.tf.probe)}
+	cmd := exec.Command(exe, args...)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the server (%s kv serve): %v", exe, err)
+	}
+	c := &kvChild{cmd: cmd}
+	ready := make(chan error, 1)
+	go func() {
+		r := bufio.NewReader(out)
+		line, err := r.ReadString('\n')
+		if err == nil && !strings.HasPrefix(line, "kv: serving") {
+			err = fmt.Errorf("unexpected output %q", line)
+		}
+		ready <- err
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			c.stop()
+			return nil, fmt.Errorf("the server did not start: %v", err)
+		}
+	case <-time.After(o.ef.timeout):
+		c.stop()
+		return nil, fmt.Errorf("the server did not start within %v", o.ef.timeout)
+	}
+	return c, nil
+}
+
+// cpu is the child's user+system CPU time from /proc/PID/stat.
+func (c *kvChild) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("bad /proc stat")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("bad /proc stat")
+	}
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100, nil // USER_HZ
+}
+
+func (c *kvChild) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// rxed kv serve, then put/get/del against it over RDMA and over TCP.
+func TestKVServeAndOps(t *testing.T) {
+	srv, cli := addrPair(t)
+	tcpAddr := srv + ":" + "17472"
+	sout, _, sdone := startCmd("kv", "serve", "--addr", srv, "--tcp", tcpAddr, "--buckets", "64", "--extent", "256", "--for", "4s")
+	sout.waitFor(t, "kv: serving 64 buckets", 20*time.Second)
+
+	requireOK(t, "put", runCmd("kv", "put", "--addr", cli, srv, "greeting", "hello over rdma"))
+	r := runCmd("kv", "get", "--addr", cli, srv, "greeting")
+	requireOK(t, "get", r)
+	require.Equal(t, "hello over rdma\n", r.stdout)
+	r = runCmd("kv", "get", "--tcp", tcpAddr, "x", "greeting")
+	requireOK(t, "get over tcp", r)
+	require.Equal(t, "hello over rdma\n", r.stdout)
+	requireOK(t, "del", runCmd("kv", "del", "--tcp", tcpAddr, "x", "greeting"))
+	requireOneLineError(t, runCmd("kv", "get", "--addr", cli, srv, "greeting"), "rxed kv get", "key not found")
+	requireOneLineError(t, runCmd("kv", "put", "--addr", cli, srv, strings.Repeat("k", 40), "v"), "key must be 1..32 bytes")
+
+	res := await(t, sdone, 30*time.Second)
+	requireOK(t, "serve", res)
+	require.Contains(t, res.stdout, "rdma handler: 1 puts 0 deletes, tcp handler: 1 gets 0 puts 1 deletes")
+}
+
+// The benchmark with the server in process: every cell for both
+// transports, RDMA GETs running no server code, TCP GETs one handler call.
+func TestKVBenchInProcess(t *testing.T) {
+	srv, cli := addrPair(t)
+	r := runCmd("kv", "bench", "--inproc", "--addr", cli, "--server", srv, "--tcp-port", "17473",
+		"--clients", "1,3", "--get", "100,90", "-n", "60", "--keys", "50", "--buckets", "256", "--extent", "256", "-s", "100")
+	requireOK(t, "bench", r)
+	rows := map[string][]string{}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 15 && (f[0] == "rdma" || f[0] == "tcp") {
+			rows[f[0]+"/"+f[1]+"/"+f[2]] = f
+		}
+	}
+	require.Len(t, rows, 8, r.stdout)
+	for _, k := range []string{"rdma/1/100", "rdma/3/100", "rdma/1/90", "rdma/3/90"} {
+		require.Equal(t, "0.00", rows[k][7], "%s: server handler calls per RDMA GET", k)
+		require.Equal(t, "0", rows[k][8], "%s: server handler CPU per RDMA GET", k)
+	}
+	for _, k := range []string{"tcp/1/100", "tcp/3/100"} {
+		require.Equal(t, "1.00", rows[k][7], "%s: one handler call per TCP GET", k)
+	}
+	require.Equal(t, "0", rows["rdma/1/100"][6+8], "no PUTs, no torn reads") // retries column
+	require.Contains(t, r.stdout, "rdma/tcp")
+}
+
+func TestKVBadInput(t *testing.T) {
+	requireOneLineError(t, runCmd("kv"), "usage: rxed kv")
+	requireOneLineError(t, runCmd("kv", "frobnicate"), "unknown subcommand")
+	requireOneLineError(t, runCmd("kv", "bench", "--addr", "127.0.2.1"), "--server")
+	requireOneLineError(t, runCmd("kv", "bench", "--addr", "127.0.2.1", "--server", "127.0.2.1"), "must differ")
+	requireOneLineError(t, runCmd("kv", "bench", "--addr", "127.0.2.1", "--server", "127.0.2.2", "--get", "120"), "--get")
+	requireOneLineError(t, runCmd("kv", "get", "--addr", "127.0.2.1", "127.0.2.2"), "want SERVER KEY")
+	requireOneLineError(t, runCmd("kv", "serve"), "--addr is required")
+
+	// Nobody serves: the error names the server, on one line, within --timeout.
+	srv, cli := addrPair(t)
+	requireOneLineError(t, runCmd("kv", "get", "--addr", cli, "--timeout", "1s", srv, "k"), "connecting to "+srv+":7471")
+}
