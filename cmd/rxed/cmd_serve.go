@@ -61,6 +61,9 @@ type serveOpts struct {
 	logFormat   string
 	config      string
 
+	// rdmaCMPort is --rdma-cm-port: perftest -R clients (0: off).
+	rdmaCMPort uint
+
 	// Security (docs/security.md).
 	listen          string
 	allow           prefixList
@@ -117,6 +120,7 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&o.config, "config", "", "read flags from `file` (lines \"name = value\", # comments); command-line flags win")
+	fs.UintVar(&o.rdmaCMPort, "rdma-cm-port", 0, "also accept perftest -R (rdma_cm) clients on this rdma_cm `port` (perftest's is 18515; default 0: off)")
 	fs.StringVar(&o.listen, "listen", "", "TCP `address` of the perftest exchange (default: every address, port -p); e.g. 10.0.0.1 or [::1]:18515")
 	fs.Var(&o.allow, "allow", "only serve clients from this `network` (CIDR or address; repeatable; default: every address)")
 	fs.StringVar(&o.token, "token", "", "require rxed clients to prove this shared `secret` (perftest clients cannot: they are refused)")
@@ -188,6 +192,12 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 		return bad("%v", err)
 	}
 	o.tokenBytes = tok
+	if o.rdmaCMPort > 65535 {
+		return bad("--rdma-cm-port %d out of range 0..65535", o.rdmaCMPort)
+	}
+	if o.rdmaCMPort != 0 && len(tok) > 0 {
+		return bad("--rdma-cm-port: token mode covers the TCP exchange only (perftest -R clients cannot prove a token)")
+	}
 	if o.listen != "" {
 		if _, err := o.listenAddr(); err != nil {
 			return bad("%v", err)
@@ -292,6 +302,7 @@ func serve(ctx context.Context, o *serveOpts, logOut io.Writer, ready func(*daem
 	}
 	cfg.SessionBytes, _ = daemon.ParseBytes(o.sessionBytes)
 	cfg.MaxReadLen, _ = daemon.ParseBytes(o.maxRead)
+	cfg.RDMACMPort = uint16(o.rdmaCMPort)
 	if o.ef.oobPort != 0 {
 		cfg.OOBAddr, _ = o.listenAddr()
 	}

@@ -37,6 +37,9 @@ type Config struct {
 	// OOBAddr is the perftest exchange's TCP listen address, e.g.
 	// ":18515"; "" disables it.
 	OOBAddr string
+	// RDMACMPort is the rdma_cm port perftest -R clients connect to
+	// (rdmacm_serve.go; DefaultRDMACMPort is perftest's); 0 disables it.
+	RDMACMPort uint16
 	// MetricsAddr is the HTTP listen address of /metrics; "" disables it.
 	MetricsAddr string
 	// Exports are the regions to map and register, in order.
@@ -118,6 +121,7 @@ type Daemon struct {
 	target  *Export
 
 	oobLn     *oob.PerftestListener
+	cm        cmServe // the rdma_cm listener (rdmacm_serve.go)
 	metricsLn net.Listener
 	http      *http.Server
 	traffic   *trafficConn
@@ -241,6 +245,9 @@ func (d *Daemon) open() (err error) {
 			return err
 		}
 	}
+	if err := d.openRDMACM(); err != nil {
+		return err
+	}
 	if cfg.MetricsAddr != "" {
 		d.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -309,6 +316,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	} else {
 		close(d.acceptDone)
 	}
+	d.startRDMACM()
 	d.log.Info("serving", "addrs", fmt.Sprint(d.cfg.Addrs), "udp_port", d.dev.UDPPort())
 	<-ctx.Done()
 	return d.shutdown()
@@ -422,6 +430,7 @@ func (d *Daemon) shutdown() error {
 	if d.oobLn != nil {
 		_ = d.oobLn.Close()
 	}
+	d.closeRDMACM()
 	// Running sessions get the grace period, then their context ends.
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
