@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/rxed/rxed/pkg/qp"
 )
 
 // CompChannel is a completion event channel (struct ibv_comp_channel):
@@ -16,6 +14,7 @@ import (
 // only when armed with ReqNotify, once per arm; the usual loop is
 // GetCQEvent, ReqNotify on that CQ, then Poll it empty.
 type CompChannel struct {
+	d       *Device
 	mu      sync.Mutex
 	pending []*CQ         // fired, not yet returned by GetCQEvent
 	ready   chan struct{} // signalled when pending becomes non-empty
@@ -30,7 +29,7 @@ var ErrChannelClosed = errors.New("ib: completion channel destroyed")
 // CreateCompChannel creates a completion event channel
 // (ibv_create_comp_channel).
 func (d *Device) CreateCompChannel() *CompChannel {
-	return &CompChannel{ready: make(chan struct{}, 1), done: make(chan struct{})}
+	return &CompChannel{d: d, ready: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // CreateCQOnChannel creates a CQ of at least cqe entries whose
@@ -45,13 +44,11 @@ func (d *Device) CreateCQOnChannel(cqe int, ch *CompChannel) (*CQ, error) {
 	if ch.closed {
 		return nil, fmt.Errorf("ib: CreateCQOnChannel: %w", ErrChannelClosed)
 	}
-	cq, err := d.CreateCQ(cqe)
+	cq, err := d.newCQ(cqe, ch)
 	if err != nil {
 		return nil, err
 	}
-	cq.CQ.SetNotifyHandler(func(*qp.CQ) { ch.deliver(cq) })
 	ch.users++
-	cq.channel = ch
 	return cq, nil
 }
 
@@ -71,8 +68,9 @@ func (ch *CompChannel) deliver(cq *CQ) {
 
 // GetCQEvent waits for the next notification of any CQ on the channel
 // and returns that CQ (ibv_get_cq_event), in the order they fired. It
-// returns ctx's error when ctx is done first, and ErrChannelClosed once
-// the channel is destroyed.
+// returns ctx's error when ctx is done first, ErrChannelClosed once the
+// channel is destroyed and ErrDeviceClosed once its device is closed
+// (after the notifications already fired).
 func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 	for {
 		ch.mu.Lock()
@@ -88,9 +86,13 @@ func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 			return cq, nil
 		}
 		ch.mu.Unlock()
+		if ch.d.down.Load() {
+			return nil, ErrDeviceClosed
+		}
 		select {
 		case <-ch.ready:
 		case <-ch.done:
+		case <-ch.d.done:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

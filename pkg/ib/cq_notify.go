@@ -2,7 +2,6 @@ package ib
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/rxed/rxed/pkg/qp"
@@ -25,6 +24,7 @@ type cqNotifier struct {
 	pending bool // a notification fired since the runner last called fn
 	running bool // a runner goroutine exists; at most one per CQ
 	stopped bool // the CQ was destroyed
+	chDone  bool // CQ.notifyCh is closed
 	// run is cq.runNotify bound once, so starting a runner does not
 	// allocate a closure per notification.
 	run func()
@@ -38,8 +38,7 @@ var errNotifyOnChannel = errors.New("ib: SetNotifyHandler: the CQ delivers its n
 
 // SetNotifyHandler installs fn to be called each time a notification of
 // the CQ fires (after ReqNotify arms it, as with ibv_req_notify_cq), in
-// place of reading Notify. It shadows the embedded qp.CQ.SetNotifyHandler,
-// which runs its handler inside the engine.
+// place of reading Notify.
 //
 // fn runs on a goroutine of its own, never in the engine, so it may call
 // any verb, including ones that wait for the engine (QP.Modify, QP.Query,
@@ -52,7 +51,8 @@ var errNotifyOnChannel = errors.New("ib: SetNotifyHandler: the CQ delivers its n
 //
 // nil removes the handler; so does Destroy. Neither waits for a call in
 // progress (fn may itself destroy the CQ), but no call starts after they
-// return. SetNotifyHandler fails with ErrDestroyed on a destroyed CQ, and
+// return. SetNotifyHandler fails with ErrDestroyed on a destroyed CQ,
+// with ErrDeviceClosed after Device.Close, and
 // on a CQ created with CreateCQOnChannel, whose notifications go to the
 // channel.
 func (cq *CQ) SetNotifyHandler(fn func(*CQ)) error {
@@ -62,36 +62,58 @@ func (cq *CQ) SetNotifyHandler(fn func(*CQ)) error {
 	n := &cq.notify
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.stopped {
-		return fmt.Errorf("ib: SetNotifyHandler: CQ: %w", ErrDestroyed)
+	if n.stopped || cq.d.down.Load() {
+		if err := cq.emptyErr(); err != nil {
+			return err
+		}
+		return errCQDestroyed
 	}
 	n.fn = fn
 	if fn == nil {
 		n.pending = false
-		cq.CQ.SetNotifyHandler(nil)
 		return nil
 	}
 	if n.run == nil {
 		n.run = cq.runNotify
 	}
-	cq.CQ.SetNotifyHandler(cq.notified)
 	return nil
 }
 
-// notified is the qp-level handler: it runs in the engine goroutine that
-// pushed the completion and must not block, so it only hands over.
-func (cq *CQ) notified(*qp.CQ) {
+// fired is the qp-level handler, installed when the CQ is created: it
+// runs in the engine goroutine that pushed the completion and must not
+// block, so it only hands over: a token on Notify's channel, the CQ to
+// its completion channel, a call to the runner of SetNotifyHandler.
+func (cq *CQ) fired(*qp.CQ) {
 	n := &cq.notify
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.stopped || n.fn == nil {
-		return
+	if !n.chDone {
+		select {
+		case cq.notifyCh <- struct{}{}:
+		default: // an event is already pending; like a comp channel it is not lost
+		}
 	}
-	n.pending = true
-	if !n.running {
-		n.running = true
-		go n.run()
+	if !n.stopped && n.fn != nil {
+		n.pending = true
+		if !n.running {
+			n.running = true
+			go n.run()
+		}
 	}
+	n.mu.Unlock()
+	if cq.channel != nil {
+		cq.channel.deliver(cq)
+	}
+}
+
+// closeNotify closes Notify's channel, once.
+func (cq *CQ) closeNotify() {
+	n := &cq.notify
+	n.mu.Lock()
+	if !n.chDone {
+		n.chDone = true
+		close(cq.notifyCh)
+	}
+	n.mu.Unlock()
 }
 
 // runNotify calls the handler until no notification is pending.

@@ -90,7 +90,7 @@ func TestNotifyHandlerStopsOnDestroy(t *testing.T) {
 	wait(t, h.idle, "the runner's exit")
 	require.Equal(t, int32(1), h.calls.Load(), "a call started after Destroy")
 
-	require.ErrorIs(t, cq.ReqNotify(false), qp.ErrCQClosed)
+	require.ErrorIs(t, cq.ReqNotify(false), ErrDestroyed)
 	require.ErrorIs(t, cq.CQ.Push(WC{ID: 3}), qp.ErrCQClosed)
 	var wcs [4]WC
 	require.Equal(t, 1, cq.Poll(wcs[:]), "queued completions stay pollable")

@@ -27,7 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"runtime"
+	"sync"
 	"sync/atomic"
 
 	"github.com/rxed/rxed/pkg/mr"
@@ -80,8 +80,15 @@ type Device struct {
 	port   uint16
 	mtu    MTU
 	events chan AsyncEvent
-	down   atomic.Bool // Close was called (lock-free check for the post path)
-	hooks  closeHooks  // OnClose
+	down   atomic.Bool   // Close was called (lock-free check for the post path)
+	done   chan struct{} // closed when Close has stopped the engine
+	hooks  closeHooks    // OnClose
+
+	closeOnce sync.Once
+	closeErr  error
+
+	mu  sync.Mutex       // guards cqs
+	cqs map[*CQ]struct{} // live CQs, woken by Close
 }
 
 // OpenDevice opens a device as configured.
@@ -119,7 +126,7 @@ func OpenDevice(cfg Config) (*Device, error) {
 		}
 		conn = w
 	}
-	d := &Device{events: make(chan AsyncEvent, 64), mtu: cfg.ActiveMTU}
+	d := &Device{events: make(chan AsyncEvent, 64), mtu: cfg.ActiveMTU, done: make(chan struct{})}
 	if d.mtu == 0 {
 		d.mtu = MTU4096
 	}
@@ -154,15 +161,37 @@ func OpenDevice(cfg Config) (*Device, error) {
 }
 
 // Close stops the engine and releases the transport (ibv_close_device).
+// The OnClose hooks run first, while the device still works. Then every
+// waiter wakes: CQ.Wait, CQ.WaitPoll and CompChannel.GetCQEvent return
+// ErrDeviceClosed, CQ.PollCQ returns it once the CQ is empty, and the
+// channels of CQ.Notify and Done are closed. Afterwards every verb that
+// creates, posts or modifies fails with ErrDeviceClosed, while
+// destroying what is left (QP.Destroy, SRQ.Destroy, CQ.Destroy,
+// MR.Dereg, PD.Dealloc) succeeds, so a program can tear down in any
+// order. Close may be called more than once and from several
+// goroutines; each call returns when the device is closed.
 func (d *Device) Close() error {
-	// The hooks run first, while the device still works: a service on
-	// top of it may need verbs to tear itself down.
-	d.runCloseHooks()
-	if d.down.Swap(true) {
-		return nil
-	}
-	return d.eng.Close()
+	d.closeOnce.Do(func() {
+		// The hooks run first, while the device still works: a service
+		// on top of it may need verbs to tear itself down.
+		d.runCloseHooks()
+		d.down.Store(true)
+		d.closeErr = d.eng.Close()
+		close(d.done)
+		d.mu.Lock()
+		cqs := d.cqs
+		d.cqs = nil
+		d.mu.Unlock()
+		for cq := range cqs {
+			cq.wake()
+		}
+	})
+	return d.closeErr
 }
+
+// Done returns a channel closed once Close has stopped the device: a
+// goroutine reading Events (which stays open) selects on it too.
+func (d *Device) Done() <-chan struct{} { return d.done }
 
 // Name returns the device name, "rxed0".
 func (d *Device) Name() string { return "rxed0" }
@@ -306,6 +335,9 @@ func (d *Device) QueryPort(port uint8) (PortAttr, error) {
 	if port != 1 {
 		return PortAttr{}, fmt.Errorf("ib: QueryPort: no port %d", port)
 	}
+	if err := d.checkOpen(); err != nil {
+		return PortAttr{}, err
+	}
 	l := &qp.DefaultLimits
 	return PortAttr{State: PortActive, MaxMTU: l.MaxMTU, ActiveMTU: d.mtu, GIDTblLen: l.GIDTableLen,
 		PKeyTblLen: int(l.PKeyTableLen), MaxMsgSz: portMaxMsgSz, LinkLayer: "Ethernet", ActiveSpeed: "software", UDPPort: d.port}, nil
@@ -321,74 +353,4 @@ func (d *Device) AllocPD() (*PD, error) {
 		return nil, err
 	}
 	return &PD{d: d, pd: p}, nil
-}
-
-// CQ is a completion queue (struct ibv_cq): Poll, Wait, WaitPoll,
-// ReqNotify and Notify come from the embedded qp.CQ; SetNotifyHandler is
-// the CQ's own (cq_notify.go), running the handler outside the engine.
-type CQ struct {
-	*qp.CQ
-	d     *Device
-	users atomic.Int32 // QPs using the CQ; Destroy refuses while > 0
-
-	channel  *CompChannel // set by CreateCQOnChannel
-	released atomic.Bool  // the channel was told of Destroy
-	notify   cqNotifier   // SetNotifyHandler's state
-}
-
-// CreateCQ creates a completion queue of at least cqe entries
-// (ibv_create_cq).
-func (d *Device) CreateCQ(cqe int) (*CQ, error) {
-	c, err := qp.NewCQ(cqe)
-	if err != nil {
-		return nil, err
-	}
-	return &CQ{CQ: c, d: d}, nil
-}
-
-// Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy,
-// changing nothing, while QPs use the CQ. No notification handler call
-// starts after it returns.
-func (cq *CQ) Destroy() error {
-	if err := busy("CQ", cq.users.Load()); err != nil {
-		return err
-	}
-	cq.CQ.Close()
-	cq.stopNotify()
-	if cq.channel != nil && !cq.released.Swap(true) {
-		cq.channel.release()
-	}
-	return nil
-}
-
-// cqSink forwards completions to a CQ and raises the CQ error event on
-// overflow, as rxe_cq_post does.
-type cqSink struct{ cq *CQ }
-
-func (s cqSink) Push(wc qp.WC) error {
-	err := s.cq.CQ.Push(wc)
-	if errors.Is(err, qp.ErrCQOverflow) {
-		s.cq.d.post(AsyncEvent{Type: EventCQErr, CQ: s.cq})
-	}
-	return err
-}
-
-// Poll takes up to len(wcs) completions off the queue (ibv_poll_cq) and
-// returns how many it took. When there are none it first receives and
-// handles what the device's socket has queued (roce.Engine.Progress) and
-// looks again: an application that spins on Poll, as a busy-polling
-// RDMA application does, receives its own packets instead of waiting for
-// the engine's receive goroutine to be woken.
-func (cq *CQ) Poll(wcs []WC) int {
-	if n := cq.CQ.Poll(wcs); n > 0 || len(wcs) == 0 {
-		return n
-	}
-	if cq.d.eng.Progress() == 0 {
-		// A goroutine spinning on Poll must not keep a worker or timer
-		// goroutine of the engine from running on a machine with few
-		// CPUs: that work is what the completion it waits for needs.
-		runtime.Gosched()
-		return 0
-	}
-	return cq.CQ.Poll(wcs)
 }

@@ -26,6 +26,9 @@ const WCRegMR = qp.WCRegMR
 // SEND_WITH_INV, returns it to the free state, and it can be registered
 // again with a new key (IncRKey).
 func (pd *PD) AllocMR(maxLen int) (*MR, error) {
+	if err := pd.d.checkOpen(); err != nil {
+		return nil, err
+	}
 	m, err := pd.d.eng.Memory().AllocFastMR(pd.pd, maxLen)
 	if err != nil {
 		return nil, fmt.Errorf("ib: AllocMR: %w", err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/qp"
+	"github.com/rxed/rxed/pkg/roce"
 )
 
 // PD is a protection domain (struct ibv_pd).
@@ -27,11 +28,17 @@ func (pd *PD) Dealloc() error { return pd.pd.Dealloc() }
 // mr.RKey(); local SGEs use mr.LKey(). Remote write or atomic access
 // requires AccessLocalWrite, as in IBA.
 func (pd *PD) RegMR(buf []byte, access Access, opts ...RegOption) (*MR, error) {
+	if err := pd.d.checkOpen(); err != nil {
+		return nil, err
+	}
 	return pd.d.eng.Memory().RegMR(pd.pd, buf, access, opts...)
 }
 
 // AllocMW allocates a memory window (ibv_alloc_mw).
 func (pd *PD) AllocMW(typ MWType) (*MW, error) {
+	if err := pd.d.checkOpen(); err != nil {
+		return nil, err
+	}
 	return pd.d.eng.Memory().AllocMW(pd.pd, typ)
 }
 
@@ -58,6 +65,9 @@ type QP struct {
 // number is random (see pkg/roce's qpn.go), except for Type GSI: the
 // device's QP1, of which there is at most one at a time (gsi.go).
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
+	if err := pd.d.checkOpen(); err != nil {
+		return nil, err
+	}
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, errors.New("ib: CreateQP: send and receive CQs are required")
 	}
@@ -81,6 +91,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	q, err := pd.d.eng.CreateQP(c)
 	if err != nil {
 		releaseQPResources(pd, &attr)
+		if errors.Is(err, roce.ErrClosed) {
+			return nil, ErrDeviceClosed
+		}
 		return nil, fmt.Errorf("ib: CreateQP: %w", err)
 	}
 	// Before any WR can be posted (the QP is in RESET): the verbs layer
@@ -120,7 +133,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if q.destroyed.Load() {
 		return fmt.Errorf("ib: Modify: %w", ErrDestroyed)
 	}
-	return q.pd.d.eng.ModifyQP(q.q, attr, mask)
+	return engineErr(q.pd.d.eng.ModifyQP(q.q, attr, mask))
 }
 
 // Query returns the QP's attributes and creation attributes (ibv_query_qp).
@@ -128,7 +141,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 // outstanding.
 func (q *QP) Query() (QPAttr, QPInitAttr, error) {
 	a, err := q.pd.d.eng.QueryQP(q.q)
-	return a, q.init, err
+	return a, q.init, engineErr(err)
 }
 
 // ErrSQDraining: a QP in SQD whose send queue is still draining may move
@@ -196,7 +209,9 @@ func postErr(err error) error {
 // afterwards; no completions are generated. Its PD, CQs and SRQ are
 // released; later operations on it fail with ErrDestroyed. A post racing
 // with Destroy is either refused with ErrDestroyed or accepted before it
-// and discarded with the QP.
+// and discarded with the QP. After Device.Close it only releases the
+// QP's PD, CQs and SRQ (the engine that ran it has stopped), so they can
+// be destroyed in turn.
 func (q *QP) Destroy() error {
 	if !q.destroyed.CompareAndSwap(false, true) {
 		return fmt.Errorf("ib: Destroy: QP %#x: %w", q.Num(), ErrDestroyed)
@@ -204,7 +219,9 @@ func (q *QP) Destroy() error {
 	// Shut the door on posts already past the destroyed check above
 	// before the engine forgets the QP.
 	q.q.Close()
-	if err := q.pd.d.eng.DestroyQP(q.q); err != nil {
+	// Close marks the device down before it stops the engine, so an
+	// engine refusing the call as closed implies down here.
+	if err := q.pd.d.eng.DestroyQP(q.q); err != nil && !q.pd.d.down.Load() {
 		q.destroyed.Store(false)
 		return err
 	}
@@ -231,6 +248,9 @@ type SRQ struct {
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
+	if err := pd.d.checkOpen(); err != nil {
+		return nil, err
+	}
 	s, err := qp.NewSRQ(attr.MaxWR, attr.MaxSGE, attr.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("ib: CreateSRQ: %w", err)
@@ -245,6 +265,9 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 
 // PostRecv posts receive work requests (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wrs ...RecvWR) error {
+	if err := s.pd.d.checkOpen(); err != nil {
+		return &PostError{Err: err}
+	}
 	for i := range wrs {
 		if err := s.srq.Post(&wrs[i]); err != nil {
 			return &PostError{Index: i, Err: err}
@@ -296,6 +319,9 @@ var ErrBadAV = qp.ErrBadAV
 // sgid_index that is not in the GID table; and a destination of the other
 // IP family than the source GID, which no packet could be sent to.
 func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
+	if err := pd.d.checkOpen(); err != nil {
+		return nil, err
+	}
 	if err := qp.CheckAVSource(&attr, pd.d.gids); err != nil {
 		return nil, fmt.Errorf("ib: CreateAH: %w", err)
 	}

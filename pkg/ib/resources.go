@@ -49,8 +49,17 @@ func busy(what string, users int32) error {
 	return nil
 }
 
-// ErrDeviceClosed is returned by verbs on a closed device.
-var ErrDeviceClosed = roce.ErrClosed
+// ErrDeviceClosed is returned by verbs on a closed device, and by the
+// waits that Device.Close ended.
+var ErrDeviceClosed = errors.New("ib: device closed")
+
+// engineErr gives the engine's "closed" this package's ErrDeviceClosed.
+func engineErr(err error) error {
+	if errors.Is(err, roce.ErrClosed) {
+		return ErrDeviceClosed
+	}
+	return err
+}
 
 // checkOpen fails once Close was called: the engine no longer runs, so a
 // work request posted now would never complete.

@@ -1,0 +1,225 @@
+package ib
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/rxed/rxed/pkg/qp"
+)
+
+// CQ is a completion queue (struct ibv_cq). SetNotifyHandler is in
+// cq_notify.go; it runs the handler outside the engine.
+type CQ struct {
+	*qp.CQ
+	d     *Device
+	users atomic.Int32 // QPs using the CQ; Destroy refuses while > 0
+
+	channel   *CompChannel // set at creation by CreateCQOnChannel
+	released  atomic.Bool  // the channel was told of Destroy
+	destroyed atomic.Bool
+	notify    cqNotifier    // SetNotifyHandler's state and Notify's channel
+	notifyCh  chan struct{} // Notify; closed (under notify.mu) by Destroy and Device.Close
+}
+
+// CreateCQ creates a completion queue of at least cqe entries
+// (ibv_create_cq).
+func (d *Device) CreateCQ(cqe int) (*CQ, error) {
+	return d.newCQ(cqe, nil)
+}
+
+// newCQ creates a CQ whose notifications also go to ch, if not nil.
+func (d *Device) newCQ(cqe int, ch *CompChannel) (*CQ, error) {
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
+	c, err := qp.NewCQ(cqe)
+	if err != nil {
+		return nil, err
+	}
+	cq := &CQ{CQ: c, d: d, channel: ch, notifyCh: make(chan struct{}, 1)}
+	// The one qp-level handler, for the CQ's whole life: it feeds Notify,
+	// the completion channel and SetNotifyHandler's runner.
+	c.SetNotifyHandler(cq.fired)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// Close marks the device down before it collects the CQs under mu:
+	// a CQ added here is either collected or refused.
+	if d.down.Load() {
+		return nil, ErrDeviceClosed
+	}
+	if d.cqs == nil {
+		d.cqs = make(map[*CQ]struct{})
+	}
+	d.cqs[cq] = struct{}{}
+	return cq, nil
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy,
+// changing nothing, while QPs use the CQ. Waiters wake with ErrDestroyed,
+// Notify's channel is closed, and no notification handler call starts
+// after it returns. Completions still queued can be polled. Destroying a
+// CQ twice is harmless.
+func (cq *CQ) Destroy() error {
+	if err := busy("CQ", cq.users.Load()); err != nil {
+		return err
+	}
+	cq.destroyed.Store(true)
+	cq.d.mu.Lock()
+	delete(cq.d.cqs, cq)
+	cq.d.mu.Unlock()
+	cq.wake()
+	cq.stopNotify()
+	if cq.channel != nil && !cq.released.Swap(true) {
+		cq.channel.release()
+	}
+	return nil
+}
+
+// wake ends every wait on the CQ for good (Destroy, Device.Close): the
+// queue refuses further completions, blocked Waits return, Notify's
+// channel is closed.
+func (cq *CQ) wake() {
+	cq.CQ.Close()
+	cq.closeNotify()
+}
+
+// cqSink forwards completions to a CQ and raises the CQ error event on
+// overflow, as rxe_cq_post does.
+type cqSink struct{ cq *CQ }
+
+func (s cqSink) Push(wc qp.WC) error {
+	err := s.cq.CQ.Push(wc)
+	if errors.Is(err, qp.ErrCQOverflow) {
+		s.cq.d.post(AsyncEvent{Type: EventCQErr, CQ: s.cq})
+	}
+	return err
+}
+
+// Poll takes up to len(wcs) completions off the queue (ibv_poll_cq) and
+// returns how many it took. When there are none it first receives and
+// handles what the device's socket has queued (Device.Progress) and
+// looks again: an application that spins on Poll, as a busy-polling
+// RDMA application does, receives its own packets instead of waiting for
+// the engine's receive goroutine to be woken.
+//
+// Poll has no error: a spinner that must notice the device closing (or
+// the CQ failing) uses PollCQ, which is Poll with one.
+func (cq *CQ) Poll(wcs []WC) int {
+	if n := cq.CQ.Poll(wcs); n > 0 || len(wcs) == 0 {
+		return n
+	}
+	if cq.d.down.Load() {
+		return 0
+	}
+	if cq.d.eng.Progress() == 0 {
+		// A goroutine spinning on Poll must not keep a worker or timer
+		// goroutine of the engine from running on a machine with few
+		// CPUs: that work is what the completion it waits for needs.
+		runtime.Gosched()
+		return 0
+	}
+	return cq.CQ.Poll(wcs)
+}
+
+// PollCQ is Poll that also says when the CQ will deliver nothing more:
+// once the queue is empty it returns ErrDeviceClosed after Device.Close
+// and ErrDestroyed after Destroy. Completions queued before either are
+// returned first.
+func (cq *CQ) PollCQ(wcs []WC) (int, error) {
+	if n := cq.Poll(wcs); n > 0 || len(wcs) == 0 {
+		return n, nil
+	}
+	return 0, cq.emptyErr()
+}
+
+// emptyErr is why an empty CQ cannot be waited on, or nil.
+func (cq *CQ) emptyErr() error {
+	switch {
+	case cq.d.down.Load():
+		return ErrDeviceClosed
+	case cq.destroyed.Load():
+		return errCQDestroyed
+	}
+	return nil
+}
+
+// errCQDestroyed is ErrDestroyed for a CQ.
+var errCQDestroyed = errorf(ErrDestroyed, "ib: CQ destroyed")
+
+// waitErr maps the errors of the underlying queue's waits to this
+// package's.
+func (cq *CQ) waitErr(err error) error {
+	if errors.Is(err, qp.ErrCQClosed) {
+		if e := cq.emptyErr(); e != nil {
+			return e
+		}
+		return errCQDestroyed
+	}
+	return err
+}
+
+// Wait blocks until the CQ holds at least one completion and returns
+// nil; the completion may still be taken by a concurrent Poll before the
+// caller polls. It returns ctx's error when ctx ends first, ErrDestroyed
+// when the CQ is destroyed and ErrDeviceClosed when the device closes.
+// Wait does not receive packets itself; WaitPoll does.
+func (cq *CQ) Wait(ctx context.Context) error {
+	if err := cq.CQ.Wait(ctx); err != nil {
+		return cq.waitErr(err)
+	}
+	return nil
+}
+
+// WaitPoll returns at least one completion, waiting for it if none is
+// queued, like ibv_get_cq_event followed by ibv_poll_cq. Before it
+// sleeps it receives and handles what the device's socket has queued,
+// as Poll does, so the engine makes progress in this goroutine. It
+// returns an error instead when ctx ends (ctx's error), once the CQ is
+// empty after Destroy (ErrDestroyed) or after Device.Close
+// (ErrDeviceClosed), and when wcs is empty.
+func (cq *CQ) WaitPoll(ctx context.Context, wcs []WC) (int, error) {
+	if len(wcs) == 0 {
+		return 0, errors.New("ib: WaitPoll: no room for a completion in wcs")
+	}
+	for {
+		if n := cq.CQ.Poll(wcs); n > 0 {
+			return n, nil
+		}
+		if err := cq.emptyErr(); err != nil {
+			return 0, err
+		}
+		if cq.d.eng.Progress() > 0 {
+			continue
+		}
+		if err := cq.CQ.Wait(ctx); err != nil {
+			if n := cq.CQ.Poll(wcs); n > 0 {
+				return n, nil
+			}
+			return 0, cq.waitErr(err)
+		}
+	}
+}
+
+// ReqNotify arms the CQ for one notification, like ibv_req_notify_cq:
+// with solicitedOnly the next solicited or unsuccessful completion fires
+// it, otherwise the next completion of any kind. Completions already
+// queued do not fire it. It fails with ErrDestroyed after Destroy and
+// ErrDeviceClosed after Device.Close.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if err := cq.emptyErr(); err != nil {
+		return err
+	}
+	if err := cq.CQ.ReqNotify(solicitedOnly); err != nil {
+		return cq.waitErr(err)
+	}
+	return nil
+}
+
+// Notify returns the channel a fired notification is delivered on, like
+// a completion channel read with ibv_get_cq_event. It has room for one
+// event: notifications fired while one is pending merge into it. It is
+// closed when the CQ is destroyed or the device closes, so a goroutine
+// blocked on it wakes (and its next ReqNotify says why).
+func (cq *CQ) Notify() <-chan struct{} { return cq.notifyCh }
