@@ -1,6 +1,6 @@
 #!/bin/bash
 # build.sh - build (or reuse) the interop guest: a Debian bookworm kernel with rdma_rxe, rdma-core,
-# ibverbs-utils and perftest, as vmlinuz + initrd.img + an ext4 rootfs image.
+# ibverbs-utils, perftest and rdmacm-utils (rping, ucmatose, udaddy, mckey), as vmlinuz + initrd.img + an ext4 rootfs image.
 #
 # Cache layout under $RXED_INTEROP_CACHE (default /var/tmp/rxed-interop):
 #   dl/linux-image-*.deb        the kernel package (apt-get download)
@@ -13,7 +13,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${RXED_INTEROP_CACHE:-/var/tmp/rxed-interop}
 SUITE=bookworm
-PKGS=rdma-core,ibverbs-utils,ibverbs-providers,perftest,iproute2,openssh-server,kmod,initramfs-tools,linux-base,busybox,zstd,procps,iputils-ping,tcpdump
+PKGS=rdma-core,ibverbs-utils,ibverbs-providers,perftest,rdmacm-utils,iproute2,openssh-server,kmod,initramfs-tools,linux-base,busybox,zstd,procps,iputils-ping,tcpdump
 t0=$(date +%s)
 log() { echo "[build +$(( $(date +%s) - t0 ))s] $*" >&2; }
 
@@ -62,7 +62,7 @@ if [ ! -e "$ROOT/.done" ]; then
   rm -rf "$ROOT"
   # (lines naming the mirror are dropped so no log file records its address)
   debootstrap --variant=minbase --include="$PKGS" "$SUITE" "$ROOT" "$MIRROR" 2>&1 | grep -v -F "$MIRROR" > "$CACHE/debootstrap.log" || true
-  [ -x "$ROOT/usr/bin/ib_write_bw" ] || { echo "build.sh: debootstrap failed:" >&2; tail -30 "$CACHE/debootstrap.log" >&2; exit 1; }
+  [ -x "$ROOT/usr/bin/ib_write_bw" ] && [ -x "$ROOT/usr/bin/rping" ] || { echo "build.sh: debootstrap failed:" >&2; tail -30 "$CACHE/debootstrap.log" >&2; exit 1; }
   log "installing kernel $KVER into the rootfs"
   cp "$KDEB" "$ROOT/tmp/kernel.deb"
   mount -t proc proc "$ROOT/proc"; mount --bind /dev "$ROOT/dev"; mount -t sysfs sysfs "$ROOT/sys"

@@ -101,6 +101,7 @@ type Cell struct {
 	// tool's Rxed column; the rxe tool is its client ServeClients times in a row. rxed is
 	// the server only, so the cell has no rxed-client direction and no rxe-mode run.
 	Serve   bool
+	CM      *CMSpec // an rdma_cm cell (matrix_rdmacm.go): its own command lines, run by runCM
 	Timeout time.Duration
 }
 
@@ -206,6 +207,9 @@ func Matrix() []Cell {
 		add(Cell{Name: "serve/atomic_bw/" + op, Tool: "atomic_bw", Size: 8, Iters: 200, MTU: 1024, Args: "-A " + op + " -o 4", Serve: true})
 	}
 	add(Cell{Name: "read_bw/loss2%/65536B", Tool: "read_bw", Size: 65536, Iters: 50, MTU: 1024, LossPct: 2, Args: "-o 8", Timeout: 180 * time.Second})
+	for _, c := range rdmacmCells() {
+		add(c)
+	}
 	// MTU 1024 first, then 4096; stable otherwise
 	sort.SliceStable(cells, func(i, j int) bool { return cells[i].MTU < cells[j].MTU })
 	return cells

@@ -168,6 +168,9 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 	if c.Serve {
 		return r.runServe(ctx, c)
 	}
+	if c.CM != nil {
+		return r.runCM(ctx, c, d)
+	}
 	t0 := time.Now()
 	res = Result{Cell: c, Dir: d}
 	r.nextPort()

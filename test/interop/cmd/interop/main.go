@@ -122,9 +122,33 @@ func skipOrFail(msg string) int {
 	return 0
 }
 
+// printCM prints an rdma_cm cell's four command lines (rxed at 10.78.0.1, the guest at
+// 10.78.0.11, or fd78::1 / fd78::11).
+func printCM(c interop.Cell) {
+	rxed, guest := interop.HostIP, "10.78.0.11"
+	if c.IPv6 {
+		rxed, guest = interop.HostIP6, "fd78::11"
+	}
+	port := 20000
+	if c.CM.Port != 0 {
+		port = c.CM.Port
+	}
+	v := func(addr, srv string) interop.CMVars {
+		return interop.CMVars{Rxed: "rxed", Addr: addr, SrvAddr: srv, Port: port, Counters: "C.json", Pcap: "P.pcap"}
+	}
+	fmt.Printf("%s (%d client run(s))\n", c.Name, len(c.CM.Steps))
+	fmt.Printf("  rxe  server: %s\n  rxed client: %s\n", interop.RenderCM(c.CM.RxeServer, v(guest, guest)), interop.RenderCM(c.CM.RxedClient, v(rxed, guest)))
+	fmt.Printf("  rxed server: %s\n  rxe  client: %s\n", interop.RenderCM(c.CM.RxedServer, v(rxed, rxed)), interop.RenderCM(c.CM.RxeClient, v(guest, rxed)))
+}
+
 func printMatrix(cells []interop.Cell) {
 	runs := 0
 	for _, c := range cells {
+		if c.CM != nil {
+			printCM(c)
+			runs += 2
+			continue
+		}
 		t := interop.Tools[c.Tool]
 		v := interop.Vars{Rxed: "rxed", Addr: interop.HostIP, GID: 1, Port: 20000, Counters: "C.json"}
 		if c.IPv6 {
