@@ -1,0 +1,87 @@
+package conform
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/rxed/rxed/pkg/wire"
+)
+
+// expectACK waits for the response to psn and requires an ACK with MSN
+// msn (msn < 0: any MSN).
+func expectACK(ctx context.Context, c *Conn, psn uint32, msn int, what string) Outcome {
+	r, ok := c.Response(ctx, answerWait)
+	for ok && r.Syn().Kind() == wire.SynACK && psnBefore(r.PSN(), psn) {
+		// An earlier, coalescible ACK: allowed; wait for the one for psn.
+		r, ok = c.Response(ctx, answerWait)
+	}
+	switch {
+	case !ok:
+		return Failf("%s: no ACK for psn=%#x within %v", what, psn, answerWait)
+	case r.Pkt.Opcode != wire.RCAck || r.Syn().Kind() != wire.SynACK:
+		return Failf("%s: want ACK psn=%#x, got %s", what, psn, r)
+	case r.PSN() != psn:
+		return Failf("%s: ACK for psn=%#x, want psn=%#x (%s)", what, r.PSN(), psn, r)
+	case msn >= 0 && r.MSN() != uint32(msn):
+		return Failf("%s: ACK psn=%#x carries MSN %d, want %d", what, psn, r.MSN(), msn)
+	}
+	return Passf("%s: %s", what, r)
+}
+
+// expectNAK requires the next response to be a NAK with code for psn.
+func expectNAK(ctx context.Context, c *Conn, psn uint32, code uint8, what string) Outcome {
+	r, ok := c.Response(ctx, answerWait)
+	want := "NAK(" + wire.NAKCodeName(code) + ")"
+	switch {
+	case !ok:
+		return Failf("%s: no response within %v, want %s psn=%#x", what, answerWait, want, psn)
+	case r.Syn().Kind() != wire.SynNAK || r.Syn().NAKCode() != code:
+		return Failf("%s: want %s psn=%#x, got %s", what, want, psn, r)
+	case r.PSN() != psn:
+		return Failf("%s: %s names psn=%#x, want %#x", what, want, r.PSN(), psn)
+	}
+	return Passf("%s: %s", what, r)
+}
+
+// expectSilence requires no response (and no echo) for d.
+func expectSilence(ctx context.Context, c *Conn, d time.Duration) (string, bool) {
+	got := c.Collect(ctx, d, func(r *Rx) bool {
+		return r.Err == nil && r.Pkt.BTH.DestQP() == c.OurQPN
+	})
+	if len(got) > 0 {
+		return fmt.Sprintf("the peer answered %s", got[0]), false
+	}
+	return fmt.Sprintf("no answer in %v", d), true
+}
+
+// dropped is the shape of every "silently dropped, keeps serving" case:
+// send the bad packet, hear nothing, then the valid probe is answered.
+func dropped(ctx context.Context, c *Conn, bad []byte, note string) Outcome {
+	if err := c.SendRaw(bad, note); err != nil {
+		return Errorf("send: %v", err)
+	}
+	if ev, ok := expectSilence(ctx, c, silenceWait); !ok {
+		return Failf("%s: %s", note, ev)
+	}
+	ev, ok := c.ProbeAnswered(ctx)
+	if !ok {
+		return Failf("%s was dropped, but the peer stopped serving: %s", note, ev)
+	}
+	return Passf("%s: silently dropped; then %s", note, ev)
+}
+
+// combine joins step outcomes: the first non-PASS decides.
+func combine(outs ...Outcome) Outcome {
+	ev := ""
+	for _, o := range outs {
+		if o.Verdict != Pass {
+			return o
+		}
+		if ev != "" {
+			ev += "; "
+		}
+		ev += o.Evidence
+	}
+	return Passf("%s", ev)
+}

@@ -1,0 +1,373 @@
+package conform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rxed/rxed/pkg/wire"
+)
+
+// Dir is the direction of a traced packet.
+type Dir uint8
+
+const (
+	// Out: from the engine to the peer.
+	Out Dir = iota
+	// In: from the peer to the engine.
+	In
+)
+
+// Event is one packet of a scenario's trace.
+type Event struct {
+	At   time.Duration // since the link opened
+	Dir  Dir
+	Raw  []byte // the UDP payload, BTH ... ICRC
+	Note string // why the engine sent it (Out), or a parse/ICRC problem (In)
+	// ipID is the IPv4 Identification solved from an incoming packet's
+	// ICRC, so that the capture's frame verifies.
+	ipID uint16
+}
+
+// Label is the ladder label of e: opcode, PSN and the deciding field.
+func (e Event) Label() string {
+	var p wire.Packet
+	err := p.Parse(e.Raw)
+	if p.BTH == nil {
+		return fmt.Sprintf("%d bytes (%v)", len(e.Raw), err)
+	}
+	s := fmt.Sprintf("%s psn=%#x", p.Opcode, p.BTH.PSN())
+	if p.BTH.AckReq() && p.Info.Flags&wire.FlagRequest != 0 {
+		s += " A"
+	}
+	if err != nil {
+		s += fmt.Sprintf(" (%v)", err)
+	} else {
+		switch {
+		case p.AETH != nil:
+			s += " " + synName(p.AETH.Syndrome()) + fmt.Sprintf(" msn=%d", p.AETH.MSN())
+		}
+		if p.RETH != nil {
+			s += fmt.Sprintf(" len=%d", p.RETH.DMALen())
+		}
+		if p.AtomicAckETH != nil {
+			s += fmt.Sprintf(" orig=%#x", p.AtomicAckETH.OrigData())
+		}
+		if len(p.Payload) > 0 && p.RETH == nil {
+			s += fmt.Sprintf(" %dB", len(p.Payload))
+		}
+	}
+	if e.Note != "" {
+		s += " [" + e.Note + "]"
+	}
+	return s
+}
+
+// synName names an AETH syndrome: "ACK", "RNR(t=14)", "NAK(PSN seq error)".
+func synName(s wire.Syndrome) string {
+	switch s.Kind() {
+	case wire.SynACK:
+		return "ACK"
+	case wire.SynRNR:
+		return fmt.Sprintf("RNR(t=%d)", s.RNRTimer())
+	case wire.SynNAK:
+		return "NAK(" + wire.NAKCodeName(s.NAKCode()) + ")"
+	}
+	return fmt.Sprintf("syndrome(%#x)", uint8(s))
+}
+
+// Rx is one packet received from the peer, parsed.
+type Rx struct {
+	At  time.Duration
+	Pkt wire.Packet // valid when Err is nil (BTH set when it could be read)
+	Err error       // parse error or bad ICRC
+}
+
+// PSN is the packet's BTH PSN.
+func (r *Rx) PSN() uint32 { return r.Pkt.BTH.PSN() }
+
+// Syn is the AETH syndrome (0 without an AETH).
+func (r *Rx) Syn() wire.Syndrome {
+	if r.Pkt.AETH == nil {
+		return 0
+	}
+	return r.Pkt.AETH.Syndrome()
+}
+
+// MSN is the AETH MSN (0 without an AETH).
+func (r *Rx) MSN() uint32 {
+	if r.Pkt.AETH == nil {
+		return 0
+	}
+	return r.Pkt.AETH.MSN()
+}
+
+// String is the packet's ladder label with its time.
+func (r *Rx) String() string {
+	return fmt.Sprintf("%s at %v", Event{Raw: r.Pkt.Raw}.Label(), r.At.Round(time.Microsecond))
+}
+
+// Link is the engine's own UDP socket towards one peer: it sends packets
+// the scenario crafted (sealing their ICRC for the exact header Linux puts
+// on them) and hands over what the peer sends, recording both in a trace.
+//
+// Locking: mu guards trace and the auto-ACK state; the socket is used by
+// one receiving goroutine and by the scenario's goroutine for sends.
+type Link struct {
+	conn  *net.UDPConn
+	flow  wire.Flow // local -> peer
+	start time.Time
+	rx    chan *Rx
+	done  chan struct{}
+
+	mu    sync.Mutex
+	trace []Event
+	// Peer requests (pingpong servers send their own messages): when
+	// autoAck is set, every request to ourQPN is acknowledged, in order,
+	// with a cumulative MSN, as a plain responder would.
+	autoAck  bool
+	ourQPN   uint32
+	peerQPN  uint32
+	ackPSN   uint32 // the next PSN we expect from the peer
+	ackMSN   uint32
+	peerMsgs int // complete messages received from the peer
+	closeErr error
+	closed   bool
+}
+
+// OpenLink binds local (address and UDP port) and targets peer.
+func OpenLink(local, peer netip.AddrPort) (*Link, error) {
+	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = setSockOpts(int(fd), local.Addr().Unmap().Is4()) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	pc, err := lc.ListenPacket(context.Background(), "udp", netip.AddrPortFrom(local.Addr().Unmap(), local.Port()).String())
+	if err != nil {
+		return nil, fmt.Errorf("binding %s: %v", local, err)
+	}
+	l := &Link{conn: pc.(*net.UDPConn), flow: wire.Flow{Src: local, Dst: peer}, start: time.Now(),
+		rx: make(chan *Rx, 4096), done: make(chan struct{})}
+	go l.receive()
+	return l, nil
+}
+
+// Close stops the link; the trace stays readable.
+func (l *Link) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return l.closeErr
+	}
+	l.closed = true
+	l.mu.Unlock()
+	err := l.conn.Close()
+	<-l.done
+	return err
+}
+
+// Trace returns a copy of the events so far.
+func (l *Link) Trace() []Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Event(nil), l.trace...)
+}
+
+// Since is the link's clock.
+func (l *Link) Since() time.Duration { return time.Since(l.start) }
+
+func (l *Link) record(e Event) {
+	l.mu.Lock()
+	l.trace = append(l.trace, e)
+	l.mu.Unlock()
+}
+
+// SendRaw sends b (a whole UDP payload, ICRC included and already
+// sealed, or deliberately not) and records it with note.
+func (l *Link) SendRaw(b []byte, note string) error {
+	cp := append([]byte(nil), b...)
+	l.record(Event{At: l.Since(), Dir: Out, Raw: cp, Note: note})
+	_, err := l.conn.WriteToUDPAddrPort(cp, l.flow.Dst)
+	return err
+}
+
+// Build encodes h and payload into a new sealed packet.
+func (l *Link) Build(h wire.Headers, payload []byte) ([]byte, error) {
+	b := make([]byte, h.Len(len(payload)))
+	if len(b) == 0 {
+		return nil, fmt.Errorf("opcode %s cannot be encoded", h.Opcode)
+	}
+	if _, err := h.Encode(b, payload); err != nil {
+		return nil, err
+	}
+	l.flow.Seal(b)
+	return b, nil
+}
+
+// Send encodes, seals and sends one packet.
+func (l *Link) Send(h wire.Headers, payload []byte, note string) error {
+	b, err := l.Build(h, payload)
+	if err != nil {
+		return err
+	}
+	return l.SendRaw(b, note)
+}
+
+// Reseal recomputes the ICRC of b after a caller changed its bytes.
+func (l *Link) Reseal(b []byte) { l.flow.Seal(b) }
+
+// setAutoAck turns on acknowledging the peer's own requests.
+func (l *Link) setAutoAck(ourQPN, peerQPN, peerPSN uint32) {
+	l.mu.Lock()
+	l.autoAck, l.ourQPN, l.peerQPN, l.ackPSN = true, ourQPN, peerQPN, peerPSN
+	l.mu.Unlock()
+}
+
+// PeerMessages is how many complete messages the peer sent us (counted
+// while auto-acknowledging).
+func (l *Link) PeerMessages() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.peerMsgs
+}
+
+func (l *Link) receive() {
+	defer close(l.done)
+	rev := l.flow.Reverse()
+	for {
+		buf := make([]byte, 65536)
+		n, from, err := l.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if from.Addr().Unmap() != l.flow.Dst.Addr().Unmap() {
+			continue // not our peer: nothing to judge
+		}
+		b := buf[:n:n]
+		r := &Rx{At: l.Since()}
+		ev := Event{At: r.At, Dir: In, Raw: b}
+		if err := r.Pkt.Parse(b); err != nil {
+			r.Err = err
+			ev.Note = err.Error()
+		} else if v, id := (wire.Flow{Src: netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), Dst: rev.Dst}).Verify(b); v != wire.ICRCOK {
+			r.Err = errors.New("bad ICRC")
+			ev.Note = "bad ICRC"
+		} else {
+			ev.ipID = id
+		}
+		l.record(ev)
+		if r.Err == nil {
+			l.maybeAck(r)
+		}
+		select {
+		case l.rx <- r:
+		default: // a scenario that stopped listening: the trace has it
+		}
+	}
+}
+
+// maybeAck acknowledges a peer request when auto-ACK is on.
+func (l *Link) maybeAck(r *Rx) {
+	p := &r.Pkt
+	l.mu.Lock()
+	if !l.autoAck || p.Info.Flags&wire.FlagRequest == 0 || p.BTH.DestQP() != l.ourQPN {
+		l.mu.Unlock()
+		return
+	}
+	psn := p.BTH.PSN()
+	if p.Info.Transport == wire.TransportUD {
+		l.peerMsgs++
+		l.mu.Unlock()
+		return
+	}
+	var ack bool
+	switch {
+	case psn == l.ackPSN:
+		l.ackPSN = (psn + 1) & 0xffffff
+		if p.Info.Flags&(wire.FlagLast|wire.FlagOnly) != 0 {
+			l.ackMSN = (l.ackMSN + 1) & 0xffffff
+			l.peerMsgs++
+		}
+		ack = p.BTH.AckReq() || p.Info.Flags&(wire.FlagLast|wire.FlagOnly) != 0
+	case psnBefore(psn, l.ackPSN):
+		ack = true // a duplicate: re-acknowledge
+		psn = (l.ackPSN - 1) & 0xffffff
+	}
+	msn := l.ackMSN
+	peer := l.peerQPN
+	l.mu.Unlock()
+	if ack {
+		h := wire.Headers{Opcode: wire.RCAck, PKey: DefaultPKey, DestQP: peer, PSN: psn,
+			Syndrome: wire.ACKSyndrome(0x1f), MSN: msn}
+		_ = l.Send(h, nil, "auto-ACK of the peer's own message")
+	}
+}
+
+// Next waits up to d (and ctx) for the first packet match accepts; other
+// packets are dropped from the queue (they stay in the trace).
+func (l *Link) Next(ctx context.Context, d time.Duration, match func(*Rx) bool) (*Rx, bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-l.rx:
+			if match == nil || match(r) {
+				return r, true
+			}
+		case <-t.C:
+			return nil, false
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}
+
+// Collect gathers every packet match accepts for d (or until ctx ends).
+func (l *Link) Collect(ctx context.Context, d time.Duration, match func(*Rx) bool) []*Rx {
+	var out []*Rx
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-l.rx:
+			if match == nil || match(r) {
+				out = append(out, r)
+			}
+		case <-t.C:
+			return out
+		case <-ctx.Done():
+			return out
+		}
+	}
+}
+
+// Drain discards queued packets.
+func (l *Link) Drain() {
+	for {
+		select {
+		case <-l.rx:
+		default:
+			return
+		}
+	}
+}
+
+// psnBefore reports a < b in 24-bit serial arithmetic.
+func psnBefore(a, b uint32) bool {
+	d := (b - a) & 0xffffff
+	return d != 0 && d < 1<<23
+}
+
+// psnAdd is a + n modulo 2^24.
+func psnAdd(a uint32, n int) uint32 { return uint32(int64(a)+int64(n)) & 0xffffff }

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package conform
+
+func setSockOpts(fd int, ipv4 bool) error { return nil }
