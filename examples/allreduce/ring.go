@@ -1,0 +1,190 @@
+package allreduce
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config is one rank's place in the ring.
+type Config struct {
+	Rank, Ranks int
+	Count       int // float32 elements per vector (the same on every rank)
+	// Timeout bounds connection setup and each step (a rank that died).
+	Timeout time.Duration
+}
+
+func (c Config) check() error {
+	if c.Ranks < 2 {
+		return fmt.Errorf("allreduce: %d ranks (at least 2)", c.Ranks)
+	}
+	if c.Rank < 0 || c.Rank >= c.Ranks {
+		return fmt.Errorf("allreduce: rank %d of %d", c.Rank, c.Ranks)
+	}
+	if c.Count < c.Ranks {
+		return fmt.Errorf("allreduce: %d elements for %d ranks (at least one per rank)", c.Count, c.Ranks)
+	}
+	if c.Timeout <= 0 {
+		return errors.New("allreduce: Timeout must be positive")
+	}
+	return nil
+}
+
+func (c Config) next() int { return (c.Rank + 1) % c.Ranks }
+func (c Config) prev() int { return (c.Rank + c.Ranks - 1) % c.Ranks }
+
+// chunk returns the element range of chunk i.
+func chunk(count, ranks, i int) (lo, hi int) {
+	i = ((i % ranks) + ranks) % ranks
+	return i * count / ranks, (i + 1) * count / ranks
+}
+
+// maxChunk is the largest chunk in elements.
+func maxChunk(count, ranks int) int { return (count + ranks - 1) / ranks }
+
+// link is a rank's two neighbours: send to the next, receive from the
+// previous. Steps are numbered from 0 over the ring's life.
+type link interface {
+	// send starts sending b (chunk data) for step; b stays untouched
+	// until waitSent returns.
+	send(ctx context.Context, step uint32, b []byte) error
+	// recv waits for step's chunk from the previous rank and returns it;
+	// it stays valid until release.
+	recv(ctx context.Context, step uint32, n int) ([]byte, error)
+	release(ctx context.Context, step uint32) error
+	waitSent(ctx context.Context) error
+	close() error
+}
+
+// ring runs the algorithm over a link.
+type ring struct {
+	cfg  Config
+	l    link
+	data []float32
+	step uint32
+	// done is closed when a neighbour left; err says who.
+	done  <-chan struct{}
+	doneE func() error
+}
+
+// allReduce sums r.data over the ring in place.
+func (r *ring) allReduce(ctx context.Context) error {
+	n, me := r.cfg.Ranks, r.cfg.Rank
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-r.done:
+			cancel(r.doneE())
+		case <-ctx.Done():
+		}
+	}()
+	phase := func(name string, s int, sendChunk, recvChunk int, reduce bool) error {
+		step := r.step
+		r.step++
+		slo, shi := chunk(r.cfg.Count, n, sendChunk)
+		rlo, rhi := chunk(r.cfg.Count, n, recvChunk)
+		sctx, scancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		defer scancel()
+		if err := r.l.send(sctx, step, f32bytes(r.data[slo:shi])); err != nil {
+			return r.stepErr(ctx, name, s, err)
+		}
+		b, err := r.l.recv(sctx, step, (rhi-rlo)*4)
+		if err != nil {
+			return r.stepErr(ctx, name, s, err)
+		}
+		dst := r.data[rlo:rhi]
+		if reduce {
+			for i := range dst {
+				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[i*4:])) + dst[i]
+			}
+		} else {
+			for i := range dst {
+				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[i*4:]))
+			}
+		}
+		if err := r.l.release(sctx, step); err != nil {
+			return r.stepErr(ctx, name, s, err)
+		}
+		if err := r.l.waitSent(sctx); err != nil {
+			return r.stepErr(ctx, name, s, err)
+		}
+		return nil
+	}
+	for s := range n - 1 {
+		if err := phase("reduce-scatter", s, me-s, me-s-1, true); err != nil {
+			return err
+		}
+	}
+	for s := range n - 1 {
+		if err := phase("all-gather", s, me+1-s, me-s, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *ring) stepErr(ctx context.Context, phase string, s int, err error) error {
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+		err = c
+	} else if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no data from rank %d within %v (did it die?)", r.cfg.prev(), r.cfg.Timeout)
+	}
+	return fmt.Errorf("allreduce: rank %d, %s step %d: %w", r.cfg.Rank, phase, s, err)
+}
+
+// Reference is what every rank's vector must be after an allreduce of
+// inputs (one vector per rank), summed in the ring's order.
+func Reference(inputs [][]float32) []float32 {
+	n, count := len(inputs), len(inputs[0])
+	out := make([]float32, count)
+	for c := range n {
+		lo, hi := chunk(count, n, c)
+		for i := lo; i < hi; i++ {
+			acc := inputs[c][i]
+			for k := 1; k < n; k++ {
+				acc = inputs[(c+k)%n][i] + acc
+			}
+			out[i] = acc
+		}
+	}
+	return out
+}
+
+// Input is rank's deterministic test vector: values whose sums depend on
+// the order of addition, so a wrong order shows.
+func Input(rank, count int) []float32 {
+	v := make([]float32, count)
+	x := uint32(rank)*2654435761 + 1
+	for i := range v {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		v[i] = float32(int32(x%200001)-100000) / 997
+	}
+	return v
+}
+
+// Mismatches counts elements of got whose bits differ from want.
+func Mismatches(got, want []float32) int {
+	n := 0
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// firstCause picks the error worth reporting from setup's two halves: a
+// neighbour's refusal or mismatch over the timeout it caused elsewhere.
+func firstCause(dialErr, accErr error) error {
+	switch {
+	case errors.Is(accErr, errMismatch) || dialErr == nil:
+		return accErr
+	}
+	return dialErr
+}

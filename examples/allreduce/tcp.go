@@ -1,0 +1,210 @@
+package allreduce
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// tcpLink sends each step's chunk as step u32 | length u32 | bytes on a
+// stream to the next rank; the send runs in its own goroutine so two
+// neighbours writing large chunks at each other cannot deadlock.
+type tcpLink struct {
+	cfg     Config
+	next    net.Conn
+	prev    net.Conn
+	r       *bufio.Reader
+	buf     []byte
+	sendErr chan error
+}
+
+// TCPConfig says where a rank listens and where its next rank is.
+type TCPConfig struct {
+	Listen string // our TCP address
+	Next   string // the next rank's
+}
+
+// DialTCP joins the ring over TCP, with the same checks as DialRDMA.
+func DialTCP(ctx context.Context, cfg Config, tc TCPConfig) (*Ring, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", tc.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("allreduce: rank %d listening on %s: %w", cfg.Rank, tc.Listen, err)
+	}
+	l := &tcpLink{cfg: cfg, buf: make([]byte, maxChunk(cfg.Count, cfg.Ranks)*4), sendErr: make(chan error, 1)}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	accepted := make(chan error, 1)
+	go func() {
+		err := l.acceptPrev(ctx, ln)
+		if errors.Is(err, errMismatch) {
+			cancel()
+		}
+		accepted <- err
+	}()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	dialErr := l.dialNext(ctx, tc.Next)
+	if dialErr != nil {
+		cancel()
+	}
+	accErr := <-accepted
+	stop()
+	ln.Close()
+	if err := firstCause(dialErr, accErr); err != nil {
+		l.close()
+		return nil, err
+	}
+	r := &Ring{ring: ring{cfg: cfg, l: l, data: make([]float32, cfg.Count)}}
+	r.closeFn = l.close
+	// A neighbour leaving shows as an error on the stream itself.
+	r.done, r.doneE = make(chan struct{}), func() error { return nil }
+	return r, nil
+}
+
+func (l *tcpLink) acceptPrev(ctx context.Context, ln net.Listener) error {
+	c, err := ln.Accept()
+	if err != nil {
+		return fmt.Errorf("allreduce: rank %d: no connection from rank %d within %v", l.cfg.Rank, l.cfg.prev(), l.cfg.Timeout)
+	}
+	dl, _ := ctx.Deadline()
+	_ = c.SetDeadline(dl)
+	var b [helloLen]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		c.Close()
+		return fmt.Errorf("allreduce: rank %d: reading rank %d's hello: %w", l.cfg.Rank, l.cfg.prev(), err)
+	}
+	h, err := parseHello(b[:])
+	if err == nil {
+		err = l.cfg.agree(h, l.cfg.prev())
+	}
+	answer := hello{rank: l.cfg.Rank, ranks: l.cfg.Ranks, count: l.cfg.Count}.append(nil)
+	var reason string
+	if err != nil {
+		reason = err.Error()
+	}
+	answer = binary.LittleEndian.AppendUint16(answer, uint16(len(reason)))
+	answer = append(answer, reason...)
+	_, _ = c.Write(answer)
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("allreduce: %w", err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	l.prev, l.r = c, bufio.NewReaderSize(c, 64<<10)
+	return nil
+}
+
+func (l *tcpLink) dialNext(ctx context.Context, addr string) error {
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("allreduce: rank %d: could not connect to rank %d at %s within %v: %v", l.cfg.Rank, l.cfg.next(), addr, l.cfg.Timeout, err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		dl, _ := ctx.Deadline()
+		_ = c.SetDeadline(dl)
+		if _, err := c.Write(hello{rank: l.cfg.Rank, ranks: l.cfg.Ranks, count: l.cfg.Count}.append(nil)); err != nil {
+			c.Close()
+			return fmt.Errorf("allreduce: rank %d: hello to rank %d: %w", l.cfg.Rank, l.cfg.next(), err)
+		}
+		var b [helloLen + 2]byte
+		if _, err := io.ReadFull(c, b[:]); err != nil {
+			c.Close()
+			return fmt.Errorf("allreduce: rank %d: rank %d did not answer: %w", l.cfg.Rank, l.cfg.next(), err)
+		}
+		if n := binary.LittleEndian.Uint16(b[helloLen:]); n > 0 {
+			reason := make([]byte, n)
+			_, _ = io.ReadFull(c, reason)
+			c.Close()
+			return fmt.Errorf("allreduce: rank %d refused rank %d: %w", l.cfg.next(), l.cfg.Rank, &mismatchError{string(reason)})
+		}
+		h, err := parseHello(b[:])
+		if err == nil {
+			err = l.cfg.agree(h, l.cfg.next())
+		}
+		if err != nil {
+			c.Close()
+			return fmt.Errorf("allreduce: %w", err)
+		}
+		_ = c.SetDeadline(time.Time{})
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
+		l.next = c
+		return nil
+	}
+}
+
+func (l *tcpLink) send(ctx context.Context, step uint32, b []byte) error {
+	dl, _ := ctx.Deadline()
+	_ = l.next.SetWriteDeadline(dl)
+	go func() {
+		var h [8]byte
+		binary.LittleEndian.PutUint32(h[:], step)
+		binary.LittleEndian.PutUint32(h[4:], uint32(len(b)))
+		_, err := (&net.Buffers{h[:], b}).WriteTo(l.next)
+		if err != nil {
+			err = fmt.Errorf("sending to rank %d: %w", l.cfg.next(), err)
+		}
+		l.sendErr <- err
+	}()
+	return nil
+}
+
+func (l *tcpLink) recv(ctx context.Context, step uint32, n int) ([]byte, error) {
+	dl, _ := ctx.Deadline()
+	_ = l.prev.SetReadDeadline(dl)
+	var h [8]byte
+	if _, err := io.ReadFull(l.r, h[:]); err != nil {
+		return nil, l.recvErr(err)
+	}
+	if s, m := binary.LittleEndian.Uint32(h[:]), int(binary.LittleEndian.Uint32(h[4:])); s != step || m != n {
+		return nil, fmt.Errorf("rank %d sent step %d (%d bytes) while expecting step %d (%d bytes)", l.cfg.prev(), s, m, step, n)
+	}
+	if _, err := io.ReadFull(l.r, l.buf[:n]); err != nil {
+		return nil, l.recvErr(err)
+	}
+	return l.buf[:n], nil
+}
+
+func (l *tcpLink) recvErr(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("no data from rank %d within %v (did it die?)", l.cfg.prev(), l.cfg.Timeout)
+	}
+	return fmt.Errorf("rank %d left the ring (%v)", l.cfg.prev(), err)
+}
+
+func (l *tcpLink) release(context.Context, uint32) error { return nil }
+
+func (l *tcpLink) waitSent(ctx context.Context) error {
+	select {
+	case err := <-l.sendErr:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *tcpLink) close() error {
+	for _, c := range []net.Conn{l.next, l.prev} {
+		if c != nil {
+			c.Close()
+		}
+	}
+	return nil
+}
