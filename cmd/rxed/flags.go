@@ -17,6 +17,7 @@ import (
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/oob"
+	"github.com/rxed/rxed/pkg/rdmacm"
 	"github.com/rxed/rxed/pkg/roce/transport"
 )
 
@@ -115,6 +116,12 @@ type engine struct {
 	flags    *engineFlags
 }
 
+// cmLinger is how long a command's exit waits for its rdma_cm connections
+// to finish disconnecting (rdmacm.Config.Linger): the kernel's CM outlives
+// the process, rxed's ends with it, so it waits for the timewait (2 s
+// with rdma_cm's values) in which a peer whose DREP was lost retries.
+const cmLinger = 3 * time.Second
+
 // deviceConfig is the device configuration the flags describe. With
 // --pcap it creates the capture file, which the caller closes.
 func (e *engineFlags) deviceConfig(log *slog.Logger) (ib.Config, *os.File, error) {
@@ -145,6 +152,15 @@ func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
 			pcapFile.Close()
 		}
 		return nil, fmt.Errorf("opening the RoCE engine on %s udp/%d: %v", e.addrs.String(), e.port, err)
+	}
+	// Every engine answers the IB CM on QP 1, as a kernel device does: a
+	// peer's rdma_cm REQ gets its REP, or REJ 8 when nobody listens.
+	if err := rdmacm.Enable(dev, &rdmacm.Config{Logger: log, Linger: cmLinger}); err != nil {
+		dev.Close()
+		if pcapFile != nil {
+			pcapFile.Close()
+		}
+		return nil, fmt.Errorf("starting the connection manager: %v", err)
 	}
 	return &engine{dev: dev, pcapFile: pcapFile, flags: e}, nil
 }

@@ -32,7 +32,11 @@ func (m *Manager) sendDREQ(id *ID, pd []byte) {
 		return
 	}
 	m.setState(id, StateDREQSent)
-	m.armRetransmit(id, b, id.timeout, id.maxRetries, mad.AttrDREQ)
+	wait := id.timeout
+	if c := m.cfg.MaxDREQInterval; c > 0 && wait > c {
+		wait = c
+	}
+	m.armRetransmit(id, b, wait, id.maxRetries, mad.AttrDREQ)
 }
 
 // onDREQ is cm_dreq_handler, with the DREP sent at once as rdma_cm does

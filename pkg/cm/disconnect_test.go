@@ -220,3 +220,25 @@ func TestDestroy(t *testing.T) {
 		ida.Destroy() // no-op
 	})
 }
+
+// MaxDREQInterval caps the DREQ's retransmission wait (cm.c waits the
+// REQ's or REP's timeout, seconds): with the cap below the peer's
+// timewait, a DREQ whose DREP was lost is answered by the peer while it
+// still holds the connection, the case of a user-space peer that exits
+// after its timewait.
+func TestMaxDREQIntervalCapsTheRetry(t *testing.T) {
+	const cap = 300 * time.Millisecond
+	l := newLink(t, func(c *cm.Config) { c.MaxDREQInterval = cap })
+	l.listen()
+	_, idb := l.established(0x11, 0x22)
+	l.drop = dropFirst(mad.AttrDREP, 1)
+	require.NoError(t, idb.Disconnect(nil))
+	l.pump()
+	require.Equal(t, []cm.EventType{cm.EventDREQ}, types(l.a.take()), "A answered, its DREP was lost")
+	require.Empty(t, attrs(l.advance(cap-time.Millisecond)))
+	got := l.advance(time.Millisecond)
+	require.Equal(t, []string{"B:DREQ", "A:DREP"}, attrs(got), "retried after the cap; A, in timewait, answers again")
+	evs := l.b.take()
+	require.Equal(t, []cm.EventType{cm.EventDisconnected}, types(evs))
+	require.NoError(t, evs[0].Err)
+}

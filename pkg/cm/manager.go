@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/rxed/rxed/pkg/wire/mad"
 )
@@ -46,6 +47,12 @@ type Config struct {
 	// only when the peer retransmits before we answer). 0 means 24
 	// (about 68.7 s), rdma_cm's CMA_CM_MRA_SETTING.
 	MRAServiceTimeout uint8
+	// MaxDREQInterval caps the wait between DREQ retransmissions; 0 keeps
+	// cm.c's (the REQ's or REP's timeout: 4-6 s with rdma_cm's values). A
+	// shorter wait lets a DREQ whose DREP was lost be answered while the
+	// peer is still in timewait (a peer in user space is gone after it);
+	// a kernel peer answers duplicates with another DREP.
+	MaxDREQInterval time.Duration
 }
 
 // Manager is one device's CM: every MAD received on QP 1 goes to

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"log/slog"
+	"time"
 	"net/netip"
 	"sync"
 
@@ -24,12 +25,17 @@ import (
 // order: registryMu, then a.mu. The cm.Manager has its own lock and calls
 // our handlers with it released.
 type agent struct {
-	dev *ib.Device
-	mad *ib.MADAgent
-	cm  *cm.Manager
+	dev    *ib.Device
+	mad    *ib.MADAgent
+	cm     *cm.Manager
+	linger time.Duration
 
 	mu        sync.Mutex
 	listeners map[uint64]*serviceListeners // by service ID
+	// live are the connections whose CM ID may still exchange MADs (from
+	// the REQ until timewait ends or the handshake fails): what a
+	// lingering close waits for.
+	live map[*Conn]struct{}
 }
 
 // serviceListeners are the rdma_cm listeners of one port (one cm.Listener
@@ -54,7 +60,17 @@ type Config struct {
 	// MaxHalfOpen caps passive connections between their REQ and their
 	// RTU (REJ 3 beyond it, counted); 0 is the CM's default (1024).
 	MaxHalfOpen int
+	// Linger is how long closing the device waits for its connections to
+	// finish disconnecting (DREQ answered, timewait over), as the kernel's
+	// CM outlives the process that used it: a peer whose DREP got lost is
+	// then still answered. 0 closes at once.
+	Linger time.Duration
 }
+
+// dreqInterval caps the CM's DREQ retransmission wait (cm.Config
+// MaxDREQInterval): below the peer's timewait (2 s with rdma_cm's
+// values), so that a lingering peer still answers a retried DREQ.
+const dreqInterval = time.Second
 
 // ErrEnabled: Enable with a configuration on a device whose connection
 // manager already runs.
@@ -95,7 +111,7 @@ func acquireWith(dev *ib.Device, cfg *Config) (*agent, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &agent{dev: dev, listeners: map[uint64]*serviceListeners{}}
+	a := &agent{dev: dev, listeners: map[uint64]*serviceListeners{}, live: map[*Conn]struct{}{}, linger: cfg.Linger}
 	// The Manager's Send goes to the MAD agent, which does not exist yet
 	// when the Manager is made; nothing is sent before both exist.
 	a.cm = cm.New(cm.Config{
@@ -104,6 +120,8 @@ func acquireWith(dev *ib.Device, cfg *Config) (*agent, error) {
 		Clock:       cfg.Clock,
 		Logger:      log,
 		MaxHalfOpen: cfg.MaxHalfOpen,
+
+		MaxDREQInterval: dreqInterval,
 	})
 	m, err := ib.OpenMADAgent(dev, ib.MADAgentConfig{Handler: a.cm.HandleMAD, Logger: cfg.Logger})
 	if err != nil {
@@ -121,8 +139,27 @@ func (a *agent) send(dst, src netip.Addr, b []byte) error {
 	return a.mad.Send(src, dst, b)
 }
 
-// close stops the agent when its device closes.
+// close stops the agent when its device closes, first waiting up to the
+// linger time for live connections to finish.
 func (a *agent) close() {
+	if a.linger > 0 {
+		deadline := time.NewTimer(a.linger)
+		defer deadline.Stop()
+		a.mu.Lock()
+		var gone []chan struct{}
+		for c := range a.live {
+			gone = append(gone, c.gone)
+		}
+		a.mu.Unlock()
+	wait:
+		for _, g := range gone {
+			select {
+			case <-g:
+			case <-deadline.C:
+				break wait
+			}
+		}
+	}
 	registryMu.Lock()
 	delete(registry, a.dev)
 	registryMu.Unlock()
@@ -130,8 +167,21 @@ func (a *agent) close() {
 	_ = a.mad.Close()
 }
 
-// release and ref are kept for the reference points that mark who needs
-// the agent; the agent itself lives as long as the device.
+// track and untrack maintain the live set.
+func (a *agent) track(c *Conn) {
+	a.mu.Lock()
+	a.live[c] = struct{}{}
+	a.mu.Unlock()
+}
+
+func (a *agent) untrack(c *Conn) {
+	a.mu.Lock()
+	delete(a.live, c)
+	a.mu.Unlock()
+}
+
+// release is kept for the places that mark where a user of the agent is
+// done; the agent itself lives as long as the device.
 func (a *agent) release() {}
 
 // nodeGUID derives the device's CA GUID from its GID table: stable for

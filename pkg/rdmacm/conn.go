@@ -56,6 +56,7 @@ type Conn struct {
 
 	events chan Event
 	done   chan struct{}
+	gone   chan struct{} // closed when the CM ID is gone (release)
 
 	mu          sync.Mutex
 	established bool
@@ -66,7 +67,10 @@ type Conn struct {
 }
 
 func newConn(a *agent, q *ib.QP) *Conn {
-	return &Conn{a: a, qp: q, hs: make(chan cm.Event, 16), events: make(chan Event, 4), done: make(chan struct{})}
+	c := &Conn{a: a, qp: q, hs: make(chan cm.Event, 16), events: make(chan Event, 4),
+		done: make(chan struct{}), gone: make(chan struct{})}
+	a.track(c)
+	return c
 }
 
 // QP returns the connection's QP.
@@ -208,6 +212,8 @@ func (c *Conn) release() {
 	c.released = true
 	c.mu.Unlock()
 	if !done {
+		c.a.untrack(c)
+		close(c.gone)
 		c.a.release()
 	}
 }
