@@ -127,6 +127,7 @@ type Engine struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 	wg        sync.WaitGroup
+	persists  sync.WaitGroup // FLUSH msyncs in flight (worker.StartPersist)
 }
 
 // CounterIPv4IDResync counts the IPv4 Identification windows re-anchored
@@ -220,6 +221,9 @@ func (e *Engine) Close() error {
 		close(e.closed)
 		err = e.conn.Close()
 		e.wg.Wait()
+		// A FLUSH's msync holds its region until it returns: wait, so that
+		// the memory can be closed once the engine is.
+		e.persists.Wait()
 	})
 	return err
 }

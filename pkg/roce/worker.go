@@ -605,7 +605,9 @@ func (w *worker) StartPersist(q *qp.QP, reg mr.Region, t qp.PersistToken) {
 	if persist == nil {
 		persist = (*mr.Region).Persist
 	}
+	w.e.persists.Add(1)
 	go func() {
+		defer w.e.persists.Done()
 		err := persist(&reg)
 		reg.Release()
 		// On a closed engine nobody waits for the answer.
