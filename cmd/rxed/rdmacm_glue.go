@@ -1,4 +1,3 @@
-
 package main
 
 // The tools' only calls into pkg/rdmacm: listen, accept (RC or SIDR),

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"hash/fnv"
 	"log/slog"
-	"time"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/rxed/rxed/pkg/cm"
 	"github.com/rxed/rxed/pkg/ib"
