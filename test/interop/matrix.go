@@ -210,6 +210,9 @@ func Matrix() []Cell {
 	for _, c := range rdmacmCells() {
 		add(c)
 	}
+	for _, c := range rdmacmPerfCells() { // perftest -R (matrix_rdmacm_perf.go)
+		add(c)
+	}
 	// MTU 1024 first, then 4096; stable otherwise
 	sort.SliceStable(cells, func(i, j int) bool { return cells[i].MTU < cells[j].MTU })
 	return cells

@@ -227,7 +227,7 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 		return res
 	}
 	defer stopProc(sp)
-	if err := r.waitListen(cctx, srv, sp, r.port); err != nil {
+	if err := r.waitServerListen(cctx, c, srv, sp, r.port); err != nil {
 		fail("server: %v", err)
 		res.ServerOut = sp.out.String()
 		return res

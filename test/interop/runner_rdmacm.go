@@ -127,7 +127,7 @@ func (r *Runner) runCM(ctx context.Context, c Cell, d Direction) (res Result) {
 		return res
 	}
 	defer stopProc(sp)
-	if err := r.waitCMListen(cctx, srv.end, sp, port, s); err != nil {
+	if err := r.waitCMListen(cctx, srv.end, sp, port, cmReadyLine(s.Prog)); err != nil {
 		fail("server: %v", err)
 		res.ServerOut = sp.out.String()
 		return res
@@ -316,6 +316,26 @@ func (r *Runner) startCM(ctx context.Context, e end, timeout time.Duration, pidf
 	return startProc(r.Lab.guestCmd(ctx, e.vm, fmt.Sprintf("echo $$ > %s; exec timeout %d %s", pidfile, int(timeout.Seconds()), e.cmdline)))
 }
 
+// Lines rxed prints once its perftest -R server (rxed perf -R) or serve's rdma_cm listener
+// (--rdma-cm-port, a slog line) listens.
+const (
+	perfCMReadyLine  = "Waiting for client to connect"
+	serveCMReadyLine = `msg="perftest rdma_cm exchange"`
+)
+
+// waitServerListen waits for a perftest or serve server: its TCP port, or for the -R cells of
+// matrix_rdmacm_perf.go (no TCP at all; serve keeps its TCP listener too) its rdma_cm listener.
+func (r *Runner) waitServerListen(ctx context.Context, c Cell, e end, p *proc, port int) error {
+	if !IsRDMACMPerf(c) {
+		return r.waitListen(ctx, e, p, port)
+	}
+	ready := perfCMReadyLine
+	if c.Serve {
+		ready = serveCMReadyLine
+	}
+	return r.waitCMListen(ctx, e, p, port, ready)
+}
+
 // cmReadyLine is the line rxed prints once its server listens.
 func cmReadyLine(p CMProg) string {
 	switch p {
@@ -327,8 +347,9 @@ func cmReadyLine(p CMProg) string {
 	return "rdma_listen" // rping -d
 }
 
-// waitCMListen waits until the server listens on its rdma_cm port (see runCM).
-func (r *Runner) waitCMListen(ctx context.Context, e end, p *proc, port int, s *CMSpec) error {
+// waitCMListen waits until the server listens on its rdma_cm port (see runCM): on a guest
+// a cm_id in state LISTEN on port, for rxed the line ready in its output.
+func (r *Runner) waitCMListen(ctx context.Context, e end, p *proc, port int, ready string) error {
 	deadline := time.Now().Add(60 * time.Second)
 	probe := fmt.Sprintf(`rdma resource show cm_id | grep 'state LISTEN' | grep -qE 'src-addr [^ ]+:%d( |$)'`, port)
 	for time.Now().Before(deadline) {
@@ -336,7 +357,7 @@ func (r *Runner) waitCMListen(ctx context.Context, e end, p *proc, port int, s *
 			if _, err := r.Lab.Guest(ctx, e.vm, probe, 10*time.Second); err == nil {
 				return nil
 			}
-		} else if MissingLines(p.out.String(), []string{cmReadyLine(s.Prog)}) == "" {
+		} else if strings.Contains(p.out.String(), ready) {
 			return nil
 		}
 		if p.exited() {

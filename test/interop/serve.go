@@ -137,7 +137,11 @@ func (r *Runner) runServe(ctx context.Context, c Cell) (res Result) {
 		fail("export file: %v", err)
 		return res
 	}
-	srv := end{counters: counters, cmdline: Render(ServeRxed, c, Vars{Rxed: r.Rxed, Addr: roceAddr, Port: port, Counters: counters, Export: export})}
+	serveCmd := ServeRxed
+	if IsRDMACMPerf(c) {
+		serveCmd = ServeRxedRDMACM
+	}
+	srv := end{counters: counters, cmdline: Render(serveCmd, c, Vars{Rxed: r.Rxed, Addr: roceAddr, Port: port, Counters: counters, Export: export})}
 	cli := end{vm: peer, cmdline: Render(tool.Rxe, c, Vars{GID: gidOf(peer, c), Port: port}) + " " + tcpAddr}
 	res.ServerCmd = srv.cmdline
 	res.ClientCmd = fmt.Sprintf("%s (%d times)", cli.cmdline, ServeClients)
@@ -157,7 +161,7 @@ func (r *Runner) runServe(ctx context.Context, c Cell) (res Result) {
 		return res
 	}
 	defer stopProc(sp)
-	if err := r.waitListen(cctx, srv, sp, port); err != nil {
+	if err := r.waitServerListen(cctx, c, srv, sp, port); err != nil {
 		fail("daemon: %v", err)
 		res.ServerOut = sp.out.String()
 		return res

@@ -158,6 +158,9 @@ func printMatrix(cells []interop.Cell) {
 		rxed := t.Rxed
 		if c.Serve {
 			rxed = interop.ServeRxed
+			if interop.IsRDMACMPerf(c) {
+				rxed = interop.ServeRxedRDMACM
+			}
 		}
 		fmt.Printf("%s\n  rxe : %s\n  rxed: %s\n", c.Name, interop.Render(t.Rxe, c, v), interop.Render(rxed, c, v))
 		if c.Runs(interop.SubjectRxed, interop.SubjectServer) {
