@@ -24,16 +24,16 @@ func TestCompChannel(t *testing.T) {
 	require.NoError(t, err)
 
 	// Unarmed CQs do not notify; armed ones once per arm, in firing order.
-	require.NoError(t, c1.Push(ib.WC{ID: 1}))
+	require.NoError(t, ib.Push(c1, ib.WC{ID: 1}))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err = ch.GetCQEvent(ctx)
 	require.ErrorIs(t, err, context.Canceled)
 	require.NoError(t, c1.ReqNotify(false))
 	require.NoError(t, c2.ReqNotify(false))
-	require.NoError(t, c2.Push(ib.WC{ID: 2}))
-	require.NoError(t, c1.Push(ib.WC{ID: 3}))
-	require.NoError(t, c1.Push(ib.WC{ID: 4}))
+	require.NoError(t, ib.Push(c2, ib.WC{ID: 2}))
+	require.NoError(t, ib.Push(c1, ib.WC{ID: 3}))
+	require.NoError(t, ib.Push(c1, ib.WC{ID: 4}))
 	for _, want := range []*ib.CQ{c2, c1} {
 		got, err := ch.GetCQEvent(context.Background())
 		require.NoError(t, err)

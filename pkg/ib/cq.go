@@ -9,10 +9,19 @@ import (
 	"github.com/rxed/rxed/pkg/qp"
 )
 
-// CQ is a completion queue (struct ibv_cq). SetNotifyHandler is in
-// cq_notify.go; it runs the handler outside the engine.
+// CQ is a completion queue (struct ibv_cq), from Device.CreateCQ or
+// Device.CreateCQOnChannel. Completions are taken off with Poll or
+// PollCQ (never blocking), Wait and WaitPoll (blocking), or after a
+// notification armed with ReqNotify (Notify, SetNotifyHandler, a
+// CompChannel).
+//
+// Goroutine safety: every method may be called from any goroutine and
+// concurrently with the others and with the engine completing work; two
+// goroutines polling one CQ each get distinct completions (in queue
+// order overall). Destroy may race with waiters, which then return
+// ErrDestroyed.
 type CQ struct {
-	*qp.CQ
+	c     *qp.CQ // the queue; never exposed: Push and Close are the engine's and Destroy's
 	d     *Device
 	users atomic.Int32 // QPs using the CQ; Destroy refuses while > 0
 
@@ -38,7 +47,7 @@ func (d *Device) newCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	cq := &CQ{CQ: c, d: d, channel: ch, notifyCh: make(chan struct{}, 1)}
+	cq := &CQ{c: c, d: d, channel: ch, notifyCh: make(chan struct{}, 1)}
 	// The one qp-level handler, for the CQ's whole life: it feeds Notify,
 	// the completion channel and SetNotifyHandler's runner.
 	c.SetNotifyHandler(cq.fired)
@@ -81,7 +90,7 @@ func (cq *CQ) Destroy() error {
 // queue refuses further completions, blocked Waits return, Notify's
 // channel is closed.
 func (cq *CQ) wake() {
-	cq.CQ.Close()
+	cq.c.Close()
 	cq.closeNotify()
 }
 
@@ -90,7 +99,7 @@ func (cq *CQ) wake() {
 type cqSink struct{ cq *CQ }
 
 func (s cqSink) Push(wc qp.WC) error {
-	err := s.cq.CQ.Push(wc)
+	err := s.cq.c.Push(wc)
 	if errors.Is(err, qp.ErrCQOverflow) {
 		s.cq.d.post(AsyncEvent{Type: EventCQErr, CQ: s.cq})
 	}
@@ -107,7 +116,7 @@ func (s cqSink) Push(wc qp.WC) error {
 // Poll has no error: a spinner that must notice the device closing (or
 // the CQ failing) uses PollCQ, which is Poll with one.
 func (cq *CQ) Poll(wcs []WC) int {
-	if n := cq.CQ.Poll(wcs); n > 0 || len(wcs) == 0 {
+	if n := cq.c.Poll(wcs); n > 0 || len(wcs) == 0 {
 		return n
 	}
 	if cq.d.down.Load() {
@@ -120,19 +129,35 @@ func (cq *CQ) Poll(wcs []WC) int {
 		runtime.Gosched()
 		return 0
 	}
-	return cq.CQ.Poll(wcs)
+	return cq.c.Poll(wcs)
 }
 
-// PollCQ is Poll that also says when the CQ will deliver nothing more:
-// once the queue is empty it returns ErrDeviceClosed after Device.Close
-// and ErrDestroyed after Destroy. Completions queued before either are
-// returned first.
+// PollCQ is Poll that also says when the CQ cannot be trusted to deliver
+// what its QPs complete: once the queue is empty it returns
+// ErrCQOverflow if a completion was ever lost because the CQ was full
+// (IBA's CQ error, also raised as EventCQErr), ErrDeviceClosed after
+// Device.Close and ErrDestroyed after Destroy. Completions queued before
+// any of these are returned first, with a nil error.
 func (cq *CQ) PollCQ(wcs []WC) (int, error) {
 	if n := cq.Poll(wcs); n > 0 || len(wcs) == 0 {
 		return n, nil
 	}
-	return 0, cq.emptyErr()
+	return 0, cq.pollErr()
 }
+
+// pollErr is why an empty CQ is not worth waiting on, or nil.
+func (cq *CQ) pollErr() error {
+	if err := cq.emptyErr(); err != nil {
+		return err
+	}
+	if cq.c.Overflowed() {
+		return errCQOverflowed
+	}
+	return nil
+}
+
+// errCQOverflowed is the error of an overflowed CQ's polls.
+var errCQOverflowed = errorf(ErrCQOverflow, "ib: CQ overflowed: completions were lost (IBV_EVENT_CQ_ERR); size the CQ for every outstanding work request")
 
 // emptyErr is why an empty CQ cannot be waited on, or nil.
 func (cq *CQ) emptyErr() error {
@@ -163,10 +188,16 @@ func (cq *CQ) waitErr(err error) error {
 // Wait blocks until the CQ holds at least one completion and returns
 // nil; the completion may still be taken by a concurrent Poll before the
 // caller polls. It returns ctx's error when ctx ends first, ErrDestroyed
-// when the CQ is destroyed and ErrDeviceClosed when the device closes.
+// when the CQ is destroyed and ErrDeviceClosed when the device closes;
+// on an empty CQ that overflowed it returns ErrCQOverflow at once.
 // Wait does not receive packets itself; WaitPoll does.
 func (cq *CQ) Wait(ctx context.Context) error {
-	if err := cq.CQ.Wait(ctx); err != nil {
+	if cq.c.Len() == 0 {
+		if err := cq.pollErr(); err != nil {
+			return err
+		}
+	}
+	if err := cq.c.Wait(ctx); err != nil {
 		return cq.waitErr(err)
 	}
 	return nil
@@ -176,25 +207,25 @@ func (cq *CQ) Wait(ctx context.Context) error {
 // queued, like ibv_get_cq_event followed by ibv_poll_cq. Before it
 // sleeps it receives and handles what the device's socket has queued,
 // as Poll does, so the engine makes progress in this goroutine. It
-// returns an error instead when ctx ends (ctx's error), once the CQ is
-// empty after Destroy (ErrDestroyed) or after Device.Close
-// (ErrDeviceClosed), and when wcs is empty.
+// returns an error instead when ctx ends (ctx's error), when wcs is
+// empty, and once the CQ is empty after an overflow (ErrCQOverflow),
+// after Destroy (ErrDestroyed) or after Device.Close (ErrDeviceClosed).
 func (cq *CQ) WaitPoll(ctx context.Context, wcs []WC) (int, error) {
 	if len(wcs) == 0 {
 		return 0, errors.New("ib: WaitPoll: no room for a completion in wcs")
 	}
 	for {
-		if n := cq.CQ.Poll(wcs); n > 0 {
+		if n := cq.c.Poll(wcs); n > 0 {
 			return n, nil
 		}
-		if err := cq.emptyErr(); err != nil {
+		if err := cq.pollErr(); err != nil {
 			return 0, err
 		}
 		if cq.d.eng.Progress() > 0 {
 			continue
 		}
-		if err := cq.CQ.Wait(ctx); err != nil {
-			if n := cq.CQ.Poll(wcs); n > 0 {
+		if err := cq.c.Wait(ctx); err != nil {
+			if n := cq.c.Poll(wcs); n > 0 {
 				return n, nil
 			}
 			return 0, cq.waitErr(err)
@@ -211,7 +242,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if err := cq.emptyErr(); err != nil {
 		return err
 	}
-	if err := cq.CQ.ReqNotify(solicitedOnly); err != nil {
+	if err := cq.c.ReqNotify(solicitedOnly); err != nil {
 		return cq.waitErr(err)
 	}
 	return nil
@@ -223,3 +254,33 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 // closed when the CQ is destroyed or the device closes, so a goroutine
 // blocked on it wakes (and its next ReqNotify says why).
 func (cq *CQ) Notify() <-chan struct{} { return cq.notifyCh }
+
+// Len returns the number of completions waiting to be polled.
+func (cq *CQ) Len() int { return cq.c.Len() }
+
+// Cap returns the number of completions the CQ holds (at least the cqe
+// it was created with).
+func (cq *CQ) Cap() int { return cq.c.Cap() }
+
+// Resize changes the CQ's capacity to cqe, keeping the queued
+// completions in order (ibv_resize_cq). It fails, changing nothing, with
+// ErrCQSize when cqe is out of range or smaller than the number queued,
+// and after Destroy or Device.Close.
+func (cq *CQ) Resize(cqe int) error {
+	if err := cq.emptyErr(); err != nil {
+		return err
+	}
+	if err := cq.c.Resize(cqe); err != nil {
+		return cq.waitErr(err)
+	}
+	return nil
+}
+
+// Overflowed reports whether a completion was ever lost because the CQ
+// was full. The flag is sticky: such a CQ stays in error (IBA's CQ
+// error); PollCQ and WaitPoll return ErrCQOverflow once it is empty.
+func (cq *CQ) Overflowed() bool { return cq.c.Overflowed() }
+
+// Notifications returns how many notifications have fired since the CQ
+// was created.
+func (cq *CQ) Notifications() uint64 { return cq.c.Notifications() }

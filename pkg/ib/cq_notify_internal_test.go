@@ -52,7 +52,7 @@ func wait[T any](t *testing.T, ch <-chan T, what string) T {
 func notifyOnce(t *testing.T, cq *CQ, id uint64) {
 	t.Helper()
 	require.NoError(t, cq.ReqNotify(false))
-	require.NoError(t, cq.CQ.Push(WC{ID: id}))
+	require.NoError(t, cq.c.Push(WC{ID: id}))
 }
 
 // Notifications that fire while the handler runs coalesce into one more
@@ -91,7 +91,7 @@ func TestNotifyHandlerStopsOnDestroy(t *testing.T) {
 	require.Equal(t, int32(1), h.calls.Load(), "a call started after Destroy")
 
 	require.ErrorIs(t, cq.ReqNotify(false), ErrDestroyed)
-	require.ErrorIs(t, cq.CQ.Push(WC{ID: 3}), qp.ErrCQClosed)
+	require.ErrorIs(t, cq.c.Push(WC{ID: 3}), qp.ErrCQClosed)
 	var wcs [4]WC
 	require.Equal(t, 1, cq.Poll(wcs[:]), "queued completions stay pollable")
 	require.Equal(t, uint64(2), wcs[0].ID)
@@ -164,7 +164,7 @@ func BenchmarkNotifyHandler(b *testing.B) {
 		if err := cq.ReqNotify(false); err != nil {
 			b.Fatal(err)
 		}
-		if err := cq.CQ.Push(WC{ID: 1}); err != nil {
+		if err := cq.c.Push(WC{ID: 1}); err != nil {
 			b.Fatal(err)
 		}
 		<-done

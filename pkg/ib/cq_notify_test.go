@@ -181,7 +181,7 @@ func TestNotifyHandlerRefused(t *testing.T) {
 	require.Error(t, ccq.SetNotifyHandler(func(*ib.CQ) {}))
 	// The channel still gets the CQ's notifications.
 	require.NoError(t, ccq.ReqNotify(false))
-	require.NoError(t, ccq.Push(ib.WC{ID: 1}))
+	require.NoError(t, ib.Push(ccq, ib.WC{ID: 1}))
 	ctx, cancel := context.WithTimeout(context.Background(), handlerWait)
 	defer cancel()
 	got, err := ch.GetCQEvent(ctx)

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,6 +37,120 @@ func TestEveryExportedNameDocumented(t *testing.T) {
 	for _, m := range missing {
 		t.Errorf("undocumented exported name: %s", m)
 	}
+}
+
+// TestNoPromotedForeignMethods keeps every method of the package's
+// exported types declared (and so documented) here: an exported struct
+// embedding a type of another package promotes that type's methods into
+// this API, undocumented and unchecked. (issue 15: ib.CQ embedded
+// *qp.CQ, which made Push, an unchecked Close and a second
+// SetNotifyHandler public, and go doc showed nothing for CQ.WaitPoll.)
+func TestNoPromotedForeignMethods(t *testing.T) {
+	fset := token.NewFileSet()
+	files, err := parseSources(fset, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		for _, e := range embeddedForeign(fset, f) {
+			t.Errorf("exported type embeds a type of another package: %s", e)
+		}
+	}
+}
+
+// TestEmbeddedForeignDetected checks the embedding guard on a known
+// source.
+func TestEmbeddedForeignDetected(t *testing.T) {
+	const src = `package x
+
+type Leaks struct {
+	*qp.CQ
+	n int
+}
+
+type LeaksValue struct{ sync.Mutex }
+
+type Fine struct {
+	c *qp.CQ
+	local
+}
+
+type hidden struct{ *qp.CQ }
+
+type local struct{}
+`
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "x.go", src, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, g := range embeddedForeign(fset, f) {
+		names = append(names, g[strings.LastIndex(g, " ")+1:])
+	}
+	sort.Strings(names)
+	want := []string{"Leaks.qp.CQ", "LeaksValue.sync.Mutex"}
+	if strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Fatalf("embeddedForeign = %v, want %v", names, want)
+	}
+}
+
+// The CQ's API is its own: what only the engine or Destroy may do is not
+// reachable from outside, and what users call is there.
+func TestCQSurfaceIsItsOwn(t *testing.T) {
+	cqType := reflect.TypeOf((*CQ)(nil))
+	for _, name := range []string{"Push", "Close", "CQ"} {
+		if _, ok := cqType.MethodByName(name); ok {
+			t.Errorf("*ib.CQ has method %s: the engine's, not the API's (issue 15)", name)
+		}
+	}
+	if _, ok := cqType.Elem().FieldByName("CQ"); ok {
+		t.Error("ib.CQ has a field CQ: the qp-level queue is reachable")
+	}
+	for _, name := range []string{"Poll", "PollCQ", "Wait", "WaitPoll", "ReqNotify", "Notify",
+		"SetNotifyHandler", "Destroy", "Len", "Cap", "Resize", "Overflowed", "Notifications"} {
+		if _, ok := cqType.MethodByName(name); !ok {
+			t.Errorf("*ib.CQ lacks method %s", name)
+		}
+	}
+}
+
+// embeddedForeign lists "file:line Type.pkg.Name" for each embedded
+// field of an exported struct type whose type comes from another
+// package.
+func embeddedForeign(fset *token.FileSet, f *ast.File) []string {
+	var out []string
+	for _, decl := range f.Decls {
+		d, ok := decl.(*ast.GenDecl)
+		if !ok {
+			continue
+		}
+		for _, spec := range d.Specs {
+			s, ok := spec.(*ast.TypeSpec)
+			if !ok || !s.Name.IsExported() {
+				continue
+			}
+			st, ok := s.Type.(*ast.StructType)
+			if !ok {
+				continue
+			}
+			for _, fld := range st.Fields.List {
+				if len(fld.Names) > 0 {
+					continue
+				}
+				t := fld.Type
+				if star, ok := t.(*ast.StarExpr); ok {
+					t = star.X
+				}
+				if sel, ok := t.(*ast.SelectorExpr); ok {
+					p := fset.Position(fld.Pos())
+					out = append(out, p.Filename+":"+strconv.Itoa(p.Line)+" "+s.Name.Name+"."+
+						sel.X.(*ast.Ident).Name+"."+sel.Sel.Name)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // TestUndocumentedDetectsGaps checks the guard itself on a source with a

@@ -38,6 +38,9 @@ var (
 	ErrNoUDDest = qp.ErrNoUDDest
 	// ErrCQSize: a CQ size outside 1..MaxCQE.
 	ErrCQSize = qp.ErrCQSize
+	// ErrCQOverflow: the CQ was full when a completion came, which was
+	// lost (CQ.PollCQ and CQ.WaitPoll return it once the CQ is empty).
+	ErrCQOverflow = qp.ErrCQOverflow
 	// ErrInvalidTransition: a rejected ibv_modify_qp whose state change
 	// is not allowed. Every rejected modify is a *ModifyError naming the
 	// offending attribute and matching one of ErrInvalidTransition,

@@ -33,7 +33,7 @@ func (pd *PD) AllocMR(maxLen int) (*MR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ib: AllocMR: %w", err)
 	}
-	return m, nil
+	return (*MR)(m), nil
 }
 
 // Errors of MapMR; test with errors.Is.
@@ -48,10 +48,10 @@ var (
 // RegMRInfo.IOVA. MapMR changes nothing on error and does not affect a
 // registration already executed.
 func (pd *PD) MapMR(m *MR, buf []byte) error {
-	if m == nil || m.PD() != pd.pd {
+	if m == nil || m.mr().PD() != pd.pd {
 		return fmt.Errorf("ib: MapMR: %w: not a region of this PD", ErrNotFastMR)
 	}
-	if err := m.Map(buf); err != nil {
+	if err := m.mr().Map(buf); err != nil {
 		return fmt.Errorf("ib: MapMR: %w", err)
 	}
 	return nil

@@ -301,7 +301,7 @@ func (a *MADAgent) waitSendCQ(ctx context.Context) error {
 // buffers. Under sendMu.
 func (a *MADAgent) reapSends(wcs []WC) {
 	for {
-		n := a.scq.CQ.Poll(wcs)
+		n := a.scq.c.Poll(wcs)
 		for _, wc := range wcs[:n] {
 			if wc.Status != qp.WCSuccess && wc.Status != qp.WCWRFlushErr {
 				a.sendErrs.Add(1)
@@ -390,9 +390,9 @@ func (a *MADAgent) recover() {
 		return
 	}
 	var wcs [32]WC
-	for a.scq.CQ.Poll(wcs[:]) > 0 {
+	for a.scq.c.Poll(wcs[:]) > 0 {
 	}
-	for a.rcq.CQ.Poll(wcs[:]) > 0 {
+	for a.rcq.c.Poll(wcs[:]) > 0 {
 	}
 	if err := a.start(); err != nil {
 		a.log.Error("ib: MAD agent: restart of QP1 failed", "err", err)

@@ -31,7 +31,11 @@ func (pd *PD) RegMR(buf []byte, access Access, opts ...RegOption) (*MR, error) {
 	if err := pd.d.checkOpen(); err != nil {
 		return nil, err
 	}
-	return pd.d.eng.Memory().RegMR(pd.pd, buf, access, opts...)
+	m, err := pd.d.eng.Memory().RegMR(pd.pd, buf, access, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return (*MR)(m), nil
 }
 
 // AllocMW allocates a memory window (ibv_alloc_mw).
@@ -39,7 +43,11 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	if err := pd.d.checkOpen(); err != nil {
 		return nil, err
 	}
-	return pd.d.eng.Memory().AllocMW(pd.pd, typ)
+	w, err := pd.d.eng.Memory().AllocMW(pd.pd, typ)
+	if err != nil {
+		return nil, err
+	}
+	return (*MW)(w), nil
 }
 
 // QPInitAttr is struct ibv_qp_init_attr.

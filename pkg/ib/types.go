@@ -46,13 +46,8 @@ type (
 	WCFlags = qp.WCFlags
 	// Access is enum ibv_access_flags.
 	Access = mr.Access
-	// MR is a registered memory region (struct ibv_mr): LKey, RKey, IOVA,
-	// Len, Bytes, Dereg, Rereg.
-	MR = mr.MR
 	// RegOption modifies RegMR (WithIOVA, like ibv_reg_mr_iova).
 	RegOption = mr.RegOption
-	// MW is a memory window (struct ibv_mw).
-	MW = mr.MW
 	// MWType is enum ibv_mw_type.
 	MWType = mr.MWType
 	// MWBindInfo describes a BIND_MW work request.

@@ -1,0 +1,93 @@
+package ib_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/internal/polltest"
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/stretchr/testify/require"
+)
+
+// An overflowed CQ says so through its own polls, to a program that
+// never reads Device.Events: the completions it kept come first, then
+// PollCQ, WaitPoll and Wait return ErrCQOverflow. (issue 15: the only
+// report was the async event, lost when nobody read Events.)
+func TestCQOverflowReportedByPoll(t *testing.T) {
+	net := transport.NewMemNetwork()
+	a, b := openPeer(net, "10.9.6.1"), openPeer(net, "10.9.6.2")
+	defer a.close()
+	defer b.close()
+	small, err := a.dev.CreateCQ(2)
+	require.NoError(t, err)
+	qa, err := a.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: small, RecvCQ: a.cq,
+		Cap: ib.QPCap{MaxSendWR: 8, MaxSendSGE: 1, MaxRecvWR: 1}})
+	require.NoError(t, err)
+	qb := b.createQP(ib.RC)
+	connectBoth(a, qa, b, qb)
+	for i := range 3 {
+		require.NoError(t, qa.PostSend(ib.SendWR{ID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL: []ib.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}))
+	}
+	// Nobody polls, so the third completion finds the CQ full.
+	require.Eventually(t, small.Overflowed, 20*time.Second, time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wcs [4]ib.WC
+	n, err := small.WaitPoll(ctx, wcs[:])
+	require.NoError(t, err, "the kept completions come before the error")
+	require.Equal(t, 2, n)
+	require.Equal(t, []uint64{0, 1}, []uint64{wcs[0].ID, wcs[1].ID})
+	n, err = small.WaitPoll(ctx, wcs[:])
+	require.ErrorIs(t, err, ib.ErrCQOverflow)
+	require.Zero(t, n)
+	require.NotContains(t, err.Error(), "qp:", "the error is the verbs layer's")
+	n, err = small.PollCQ(wcs[:])
+	require.ErrorIs(t, err, ib.ErrCQOverflow, "sticky")
+	require.Zero(t, n)
+	require.ErrorIs(t, small.Wait(ctx), ib.ErrCQOverflow, "Wait does not sleep on a CQ that lost completions")
+}
+
+// WaitPoll receives what the socket holds before it sleeps, as Poll
+// does: on a device whose receive goroutine never gets a datagram
+// (polltest.Only), a SEND already in its socket completes in WaitPoll.
+// (issue 15: WaitPoll only slept, waiting for the receive goroutine.)
+func TestCQWaitPollDrivesEngine(t *testing.T) {
+	open := func(addr string, wrap func(transport.Conn) (transport.Conn, error)) *peer {
+		a := netip.MustParseAddr(addr)
+		dev, err := ib.OpenDevice(ib.Config{Addrs: []netip.Addr{a}, EphemeralPort: true, Workers: 1, Wrap: wrap})
+		if err != nil {
+			t.Skipf("no UDP on loopback: %v", err)
+		}
+		p := &peer{dev: dev, addr: a, buf: make([]byte, 64<<10)}
+		p.pd, err = dev.AllocPD()
+		require.NoError(t, err)
+		p.cq, err = dev.CreateCQ(64)
+		require.NoError(t, err)
+		p.mr, err = p.pd.RegMR(p.buf, ib.AccessLocalWrite)
+		require.NoError(t, err)
+		t.Cleanup(p.close)
+		return p
+	}
+	a, b := open("127.0.6.1", nil), open("127.0.6.2", polltest.Only)
+	qa, qb := a.createQP(ib.RC), b.createQP(ib.RC)
+	connectBoth(a, qa, b, qb)
+	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 7, SGL: []ib.SGE{b.sge(0, 64)}}))
+	before := a.dev.Counters()["sent_pkts"]
+	require.NoError(t, qa.PostSend(ib.SendWR{ID: 1, Opcode: ib.WRSend, Flags: ib.SendInline, Inline: []byte("hello")}))
+	// On loopback a sent datagram is in the receiver's socket when the
+	// send returns.
+	require.Eventually(t, func() bool { return a.dev.Counters()["sent_pkts"] > before }, 20*time.Second, time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wcs [1]ib.WC
+	n, err := b.cq.WaitPoll(ctx, wcs[:])
+	require.NoError(t, err, "WaitPoll slept with the SEND in its socket")
+	require.Equal(t, 1, n)
+	require.Equal(t, uint64(7), wcs[0].ID)
+	require.Equal(t, "hello", string(b.buf[:wcs[0].ByteLen]))
+}
