@@ -25,6 +25,7 @@ import (
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/oob"
+	"github.com/rxed/rxed/pkg/rdmacm"
 	"github.com/rxed/rxed/pkg/roce/transport"
 )
 
@@ -222,6 +223,11 @@ func (d *Daemon) open() (err error) {
 	d.dev, err = ib.OpenDevice(ib.Config{Addrs: cfg.Addrs, Port: cfg.Port, Fault: cfg.Fault, Wrap: wrap, Pcap: cfg.Pcap, Logger: cfg.Logger})
 	if err != nil {
 		return fmt.Errorf("opening the RoCE engine: %v", err)
+	}
+	// The device answers the IB CM on QP 1 as a kernel device does (REJ 8
+	// when nobody listens; --rdma-cm-port adds a listener).
+	if err := rdmacm.Enable(d.dev, &rdmacm.Config{Logger: cfg.Logger, Linger: 3 * time.Second}); err != nil {
+		return fmt.Errorf("starting the connection manager: %v", err)
 	}
 	if d.pd, err = d.dev.AllocPD(); err != nil {
 		return err
