@@ -16,7 +16,7 @@ type ConnectParams struct {
 
 	QPN           uint32 // 24 bits
 	QKey          uint32 // UD/RD only
-	StartingPSN   uint32 // 24 bits, from the caller (Manager.NewPSN draws one)
+	StartingPSN   uint32 // 24 bits: the PSN we receive from first (our rq_psn, as in Linux's ib_cm); Manager.NewPSN draws one
 	TransportType uint8  // mad.TransportRC (0) or mad.TransportUC
 	// ResponderResources and InitiatorDepth as offered in the REQ.
 	ResponderResources uint8

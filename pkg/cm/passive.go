@@ -138,7 +138,7 @@ func (m *Manager) dupREQ(r rx, id *ID) {
 type AcceptParams struct {
 	QPN         uint32 // 24 bits
 	QKey        uint32 // UD/RD only
-	StartingPSN uint32 // 24 bits
+	StartingPSN uint32 // 24 bits: the PSN we receive from first (our rq_psn, as in Linux's ib_cm)
 	// ResponderResources and InitiatorDepth: the REQ's initiator depth
 	// and responder resources, at most (rdma_cm swaps and clamps them).
 	ResponderResources uint8

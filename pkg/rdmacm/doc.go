@@ -29,10 +29,15 @@
 // Both sides move their QP INIT -> RTR -> RTS from the REQ and REP (cm.c's
 // cm_init_qp_*_attr with cma.c's overrides): INIT allows remote WRITE, and
 // remote READ and atomics when the side has responder resources; RTR takes
-// the path (the peer's GID), the path MTU, the peer's QPN and starting PSN,
+// the path (the peer's GID), the path MTU, the peer's QPN and, as rq_psn,
+// the Starting PSN of our own REQ or REP (in Linux's ib_cm a message's
+// Starting PSN is the PSN its sender receives from; a side sends from the
+// one in the peer's message: the rping capture shows the REQ sender's first
+// SEND carrying the REP's PSN),
 // max_dest_rd_atomic = our responder resources and min_rnr_timer 0 (the
-// kernel's choice; ConnParam.MinRNRTimer overrides); RTS takes our starting
-// PSN (random, 24 bits), the local ACK timeout (packet life time + 1: 19
+// kernel's choice; ConnParam.MinRNRTimer overrides); RTS takes the peer's
+// Starting PSN as sq_psn (each side draws its own at random, 24 bits), the
+// local ACK timeout (packet life time + 1: 19
 // with rdma_cm's RoCE packet life time 18), the retry count (the active
 // side's, carried in the REQ), the RNR retry count (each side's peer
 // chooses: the REQ carries the active side's, the REP the passive side's)

@@ -149,9 +149,12 @@ type qpSetup struct {
 // conn_param overrides).
 func activeSetup(dev *ib.Device, p *ConnParam, local, peer netip.Addr, mtu ib.MTU, ourPSN uint32, rep *mad.REP, avTimeout uint8) qpSetup {
 	s := qpSetup{
-		remote: ib.RemoteQP{QPN: rep.LocalQPN, PSN: rep.StartingPSN, GID: peer, UDPPort: dev.UDPPort(), MTU: mtu},
+		// A CM message's Starting PSN is the PSN its sender will receive
+		// from (ib_send_cm_req: rq_psn = the REQ's; cm_rep_handler: sq_psn
+		// = the REP's), so we send from the REP's and receive from ours.
+		remote: ib.RemoteQP{QPN: rep.LocalQPN, PSN: ourPSN, GID: peer, UDPPort: dev.UDPPort(), MTU: mtu},
 		attr: ib.ConnectAttr{
-			SGIDIndex: dev.GIDIndex(local), PSN: ourPSN, AccessFlags: initAccess(p.ResponderResources),
+			SGIDIndex: dev.GIDIndex(local), PSN: rep.StartingPSN, AccessFlags: initAccess(p.ResponderResources),
 			Timeout: avTimeout, RetryCnt: min(p.RetryCount, maxRetry), RNRRetry: rep.RNRRetryCount,
 			MinRNRTimer: p.MinRNRTimer, MaxRdAtomic: p.InitiatorDepth, MaxDestRdAtomic: p.ResponderResources,
 			HopLimit: hopLimit,
@@ -177,9 +180,11 @@ func passiveSetup(dev *ib.Device, p *ConnParam, local, peer netip.Addr, req *mad
 		timeout = p.ACKTimeout
 	}
 	return qpSetup{
-		remote: ib.RemoteQP{QPN: req.LocalQPN, PSN: req.StartingPSN, GID: peer, UDPPort: dev.UDPPort(), MTU: mtu},
+		// cm_req_handler: sq_psn = the REQ's Starting PSN; ib_send_cm_rep:
+		// rq_psn = our REP's.
+		remote: ib.RemoteQP{QPN: req.LocalQPN, PSN: ourPSN, GID: peer, UDPPort: dev.UDPPort(), MTU: mtu},
 		attr: ib.ConnectAttr{
-			SGIDIndex: dev.GIDIndex(local), PSN: ourPSN, AccessFlags: initAccess(p.ResponderResources),
+			SGIDIndex: dev.GIDIndex(local), PSN: req.StartingPSN, AccessFlags: initAccess(p.ResponderResources),
 			Timeout: timeout, RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
 			MinRNRTimer: p.MinRNRTimer, MaxRdAtomic: p.InitiatorDepth, MaxDestRdAtomic: p.ResponderResources,
 			HopLimit: hopLimit, TrafficClass: req.Primary.TrafficClass,
