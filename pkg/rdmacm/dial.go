@@ -19,6 +19,9 @@ import (
 // and returns the established connection. A refusal is a *RejectError
 // (reason 8: nobody listens on the port; 28: the application or rdma_cm
 // refused), silence ErrTimeout after the CM's retries. p may be nil.
+// A failed Dial leaves q as it was given (RESET or INIT), so it can dial
+// again, unless the REP had arrived and moving q failed (then q is
+// wherever the failing Modify left it).
 func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*Conn, error) {
 	if p == nil {
 		p = &ConnParam{}
