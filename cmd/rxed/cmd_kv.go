@@ -30,6 +30,10 @@ func init() {
 	})
 }
 
+// kvServeContext is what `kv serve` runs under besides its signals (tests
+// replace it to stop the server).
+var kvServeContext = context.Background
+
 const (
 	kvCMPort  = 7471 // rdma_cm port of `rxed kv serve`
 	kvTCPPort = 7472 // its TCP port
@@ -139,7 +143,7 @@ func runKVServe(args []string, stdout, stderr io.Writer) int {
 	c := tf.config()
 	fmt.Fprintf(stdout, "kv: serving %d buckets, values up to %d bytes; rdma_cm %v, tcp %v\n",
 		c.NBuckets, c.ExtentSize, s.rdma.Addr(), s.tcp.Addr())
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	ctx, stop := signal.NotifyContext(kvServeContext(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if *dur > 0 {
 		var cancel context.CancelFunc

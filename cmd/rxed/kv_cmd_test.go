@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,11 @@ import (
 func TestKVServeAndOps(t *testing.T) {
 	srv, cli := addrPair(t)
 	tcpAddr := srv + ":" + "17472"
-	sout, _, sdone := startCmd("kv", "serve", "--addr", srv, "--tcp", tcpAddr, "--buckets", "64", "--extent", "256", "--for", "4s")
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	kvServeContext = func() context.Context { return ctx }
+	defer func() { kvServeContext = context.Background }()
+	sout, _, sdone := startCmd("kv", "serve", "--addr", srv, "--tcp", tcpAddr, "--buckets", "64", "--extent", "256")
 	sout.waitFor(t, "kv: serving 64 buckets", 20*time.Second)
 
 	requireOK(t, "put", runCmd("kv", "put", "--addr", cli, srv, "greeting", "hello over rdma"))
@@ -26,6 +31,7 @@ func TestKVServeAndOps(t *testing.T) {
 	requireOneLineError(t, runCmd("kv", "get", "--addr", cli, srv, "greeting"), "rxed kv get", "key not found")
 	requireOneLineError(t, runCmd("kv", "put", "--addr", cli, srv, strings.Repeat("k", 40), "v"), "key must be 1..32 bytes")
 
+	stop()
 	res := await(t, sdone, 30*time.Second)
 	requireOK(t, "serve", res)
 	require.Contains(t, res.stdout, "rdma handler: 1 puts 0 deletes, tcp handler: 1 gets 0 puts 1 deletes")
