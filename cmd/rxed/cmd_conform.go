@@ -37,6 +37,7 @@ type conformOpts struct {
 	verbose  bool
 	mtu      int
 	iters    int
+	size     int
 	peerTO   uint
 	peerRtry int
 	peer     netip.Addr
@@ -66,6 +67,7 @@ func parseConform(args []string, stderr io.Writer) (*conformOpts, int, bool) {
 	fs.BoolVar(&o.verbose, "v", false, "print each scenario's packet ladder as text")
 	fs.IntVar(&o.mtu, "m", 1024, "path MTU in bytes to ask the peer for")
 	fs.IntVar(&o.iters, "peer-iters", 1000, "the peer tool's -n (send and pingpong tools finish after that many messages)")
+	fs.IntVar(&o.size, "peer-size", 0, "ib_send_bw: the peer tool's -s; every SEND then has exactly this size (0: scenarios choose)")
 	fs.UintVar(&o.peerTO, "peer-timeout", 14, "requester scenarios: the peer's local ACK timeout exponent")
 	fs.IntVar(&o.peerRtry, "peer-retry", 7, "requester scenarios: the peer's retry count")
 	rest, code, ok := parseArgs(fs, args, stderr)
@@ -143,7 +145,7 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 	tool, _ := conform.ParseTool(o.tool)
 	local, _ := o.ef.gid("-x", o.gidx)
 	cfg := conform.Config{Tool: tool, Local: local, Peer: o.peer, OOBPort: uint16(o.ef.oobPort), RoCEPort: uint16(o.ef.port),
-		Serve: o.serve, Timeout: o.ef.timeout, MTU: o.mtu, PeerIters: o.iters, PeerACKTimeout: uint8(o.peerTO),
+		Serve: o.serve, Timeout: o.ef.timeout, MTU: o.mtu, PeerIters: o.iters, SendSize: o.size, PeerACKTimeout: uint8(o.peerTO),
 		PeerRetry: o.peerRtry, Logger: o.ef.logger(stderr)}
 	if o.pcapDir != "" {
 		if err := os.MkdirAll(o.pcapDir, 0o755); err != nil {

@@ -41,6 +41,9 @@ type Config struct {
 	// PeerIters is the peer tool's -n: send tools need that many messages
 	// before they finish (default 1000).
 	PeerIters int
+	// SendSize is the peer tool's -s for ib_send_bw: every SEND then has
+	// exactly that size (rxed perf send checks it); 0 lets scenarios pick.
+	SendSize int
 	// PeerACKTimeout and PeerRetry are the peer requester's local ACK
 	// timeout exponent and retry count (the tools' defaults: 14 and 7),
 	// against which retransmissions are judged.
@@ -143,7 +146,7 @@ func dialRetry(ctx context.Context, local, peer netip.Addr, port uint16) (net.Co
 		if err == nil {
 			return c, nil
 		}
-		if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
+		if !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)) || ctx.Err() != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("no %s server at %s: %v", "tool", addr, err)
 			}
@@ -192,14 +195,27 @@ func Dial(ctx context.Context, cfg *Config, o ConnOptions) (*Conn, error) {
 
 func (c *Conn) dialPerftest(ctx context.Context) error {
 	cfg := c.Cfg
-	nc, err := dialRetry(ctx, cfg.Local, cfg.Peer, cfg.OOBPort)
-	if err != nil {
-		return err
-	}
-	c.sess = oob.NewSession(nc, oob.Client, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.Timeout, Logger: cfg.Logger}})
-	neg, err := c.sess.Negotiate(ctx, oob.MTUEnum(cfg.MTU))
-	if err != nil {
-		return fmt.Errorf("%s exchange: %v", cfg.Tool, err)
+	var neg oob.Negotiated
+	for {
+		nc, err := dialRetry(ctx, cfg.Local, cfg.Peer, cfg.OOBPort)
+		if err != nil {
+			return err
+		}
+		c.sess = oob.NewSession(nc, oob.Client, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.Timeout, Logger: cfg.Logger}})
+		neg, err = c.sess.Negotiate(ctx, oob.MTUEnum(cfg.MTU))
+		if err == nil {
+			break
+		}
+		// Closed before the versions: a one-shot server between two runs
+		// (its old listener's backlog). Try again while the deadline lasts.
+		if !errors.Is(err, oob.ErrClosed) || ctx.Err() != nil {
+			return fmt.Errorf("%s exchange: %v", cfg.Tool, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s exchange: %v", cfg.Tool, err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	c.MTU = oob.MTUBytes(neg.MTU)
 	c.test = testOf(cfg.Tool)
@@ -244,7 +260,9 @@ func (c *Conn) dialPingpong(ctx context.Context) error {
 	wait := 10 * time.Millisecond
 	for {
 		remote, err = oob.DialPingpong(ctx, addr, local, nil, &oob.Options{Timeout: cfg.Timeout, Logger: cfg.Logger})
-		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
+		// Refused, or closed before the address: a one-shot server between
+		// two runs (its listener may accept into a backlog it then drops).
+		if err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, oob.ErrClosed)) || ctx.Err() != nil {
 			break
 		}
 		select {

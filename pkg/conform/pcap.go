@@ -50,4 +50,3 @@ func WritePcap(w io.Writer, r Result) error {
 	}
 	return nil
 }
-

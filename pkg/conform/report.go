@@ -52,7 +52,9 @@ func WriteHTML(w io.Writer, title string, results []Result) error {
 }
 
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"lower": func(v Verdict) string { return map[Verdict]string{Pass: "pass", Fail: "fail", Deviation: "dev", Skip: "skip", Error: "err"}[v] },
+	"lower": func(v Verdict) string {
+		return map[Verdict]string{Pass: "pass", Fail: "fail", Deviation: "dev", Skip: "skip", Error: "err"}[v]
+	},
 }).Parse(`<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{{.Title}}</title>
 <style>

@@ -82,9 +82,23 @@ func (c *Conn) WriteMsg(data []byte, off uint64, note string) (first, last uint3
 	return first, last, nil
 }
 
+// SendLen is the length of a SEND to the peer: the tool's message size
+// when Config.SendSize is set (rxed perf send checks it), else n.
+func (c *Conn) SendLen(n int) int {
+	if c.Cfg.SendSize > 0 && c.Tool == IBSendBW {
+		return c.Cfg.SendSize
+	}
+	return n
+}
+
 // SendMsg sends data as SEND FIRST/MIDDLE/LAST (or ONLY), AckReq on the
 // last packet.
 func (c *Conn) SendMsg(data []byte, note string) (first, last uint32, err error) {
+	return c.sendMsg(data, true, note)
+}
+
+// sendMsg is SendMsg with the last packet's AckReq chosen.
+func (c *Conn) sendMsg(data []byte, ackReq bool, note string) (first, last uint32, err error) {
 	n := c.segments(len(data))
 	first = c.PSN
 	for i := range n {
@@ -99,7 +113,7 @@ func (c *Conn) SendMsg(data []byte, note string) (first, last uint32, err error)
 			op = wire.RCSendLast
 		}
 		h := c.Hdr(op)
-		h.AckReq = i == n-1
+		h.AckReq = ackReq && i == n-1
 		last = c.next(1)
 		if err = c.Send(h, seg, note); err != nil {
 			return
@@ -148,7 +162,8 @@ func (c *Conn) probeOp() string {
 }
 
 // Probe sends the tool's harmless request (an 8-byte WRITE, READ, a
-// FETCH_ADD of 0 or an 8-byte SEND) and returns its PSN.
+// FETCH_ADD of 0 or an 8-byte SEND) and returns the PSN whose response
+// decides (a SEND of several packets: its last).
 func (c *Conn) Probe(note string) (uint32, error) {
 	switch c.probeOp() {
 	case "WRITE":
@@ -161,7 +176,7 @@ func (c *Conn) Probe(note string) (uint32, error) {
 	if c.Tool.UD() {
 		return c.UDSend(pattern(8, 1), UDQKey, note)
 	}
-	p, _, err := c.SendMsg(pattern(8, 1), note)
+	_, p, err := c.SendMsg(pattern(c.SendLen(8), 1), note)
 	return p, err
 }
 
@@ -225,11 +240,10 @@ func (c *Conn) ProbeAnswered(ctx context.Context) (string, bool) {
 		if _, err := c.Probe("probe: a valid request"); err != nil {
 			return err.Error(), false
 		}
-		r, ok := c.PeerRequest(ctx, answerWait)
-		if !ok {
+		if !c.waitPeerMessages(ctx, before+1, answerWait) {
 			return fmt.Sprintf("no echo to a valid UD SEND (peer sent %d before)", before), false
 		}
-		return "echo " + r.String(), true
+		return fmt.Sprintf("the valid UD SEND was echoed (peer message %d)", before+1), true
 	}
 	psn, err := c.Probe("probe: a valid request")
 	if err != nil {
@@ -280,10 +294,8 @@ func (c *Conn) topUp(ctx context.Context) error {
 		n := min(left, 32)
 		var last uint32
 		for i := range n {
-			h := c.Hdr(wire.RCSendOnly)
-			h.AckReq = i == n-1
-			last = c.next(1)
-			if err := c.Send(h, pattern(8, 3), "top-up: lets the peer's tool finish"); err != nil {
+			var err error
+			if _, last, err = c.sendMsg(pattern(c.SendLen(8), 3), i == n-1, "top-up: lets the peer's tool finish"); err != nil {
 				return err
 			}
 		}
@@ -296,4 +308,16 @@ func (c *Conn) topUp(ctx context.Context) error {
 		left -= n
 	}
 	return nil
+}
+
+// waitPeerMessages waits until the peer has sent n messages of its own.
+func (c *Conn) waitPeerMessages(ctx context.Context, n int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for c.PeerMessages() < n {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
 }

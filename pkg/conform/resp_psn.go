@@ -115,31 +115,38 @@ func init() {
 		Rule: "IBA 9.7.5.1.2, C9-100", Expect: "ACK for the duplicate with the unchanged MSN; no second receive completion (a pingpong server does not answer it)",
 		Tools: sendTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
-			h := c.Hdr(wire.RCSendOnly)
-			h.AckReq = true
-			c.next(1)
-			_ = c.Send(h, pattern(16, 5), "SEND")
-			o := expectACK(ctx, c, h.PSN, 1, "SEND")
+			start := len(c.Trace())
+			_, last, err := c.SendMsg(pattern(c.SendLen(16), 5), "SEND")
+			if err != nil {
+				return Errorf("%v", err)
+			}
+			var pkts [][]byte
+			for _, e := range c.Trace()[start:] {
+				if e.Dir == Out {
+					pkts = append(pkts, e.Raw)
+				}
+			}
+			o := expectACK(ctx, c, last, 1, "SEND")
 			if o.Verdict != Pass {
 				return o
 			}
-			if c.Tool.Echoes() {
-				if _, ok := c.PeerRequest(ctx, answerWait); !ok {
-					return Failf("the pingpong server did not answer the first SEND")
-				}
+			if c.Tool.Echoes() && !c.waitPeerMessages(ctx, 1, answerWait) {
+				return Failf("the pingpong server did not answer the first SEND")
 			}
 			echoes := c.PeerMessages()
-			_ = c.Send(h, pattern(16, 5), "duplicate SEND")
+			for _, p := range pkts {
+				_ = c.SendRaw(p, "duplicate SEND")
+			}
 			r, ok := c.Response(ctx, answerWait)
 			switch {
 			case !ok:
-				return Failf("no ACK for the duplicate SEND psn=%#x", h.PSN)
+				return Failf("no ACK for the duplicate SEND psn=%#x", last)
 			case r.Syn().Kind() != wire.SynACK || r.MSN() != 1:
 				return Failf("duplicate SEND got %s, want ACK with MSN 1", r)
 			}
 			if c.Tool.Echoes() {
-				if e, ok := c.PeerRequest(ctx, silenceWait); ok {
-					return Failf("duplicate delivered again: the server answered it with %s", e)
+				if c.waitPeerMessages(ctx, echoes+1, silenceWait) {
+					return Failf("duplicate delivered again: the server answered it (%d answers)", c.PeerMessages())
 				}
 				return Passf("duplicate re-ACKed %s; no second answer (%d)", r, echoes)
 			}

@@ -64,7 +64,9 @@ func Passf(format string, a ...any) Outcome { return Outcome{Pass, fmt.Sprintf(f
 func Failf(format string, a ...any) Outcome { return Outcome{Fail, fmt.Sprintf(format, a...)} }
 
 // Deviationf is a DEVIATION outcome.
-func Deviationf(format string, a ...any) Outcome { return Outcome{Deviation, fmt.Sprintf(format, a...)} }
+func Deviationf(format string, a ...any) Outcome {
+	return Outcome{Deviation, fmt.Sprintf(format, a...)}
+}
 
 // Skipf is a SKIP outcome.
 func Skipf(format string, a ...any) Outcome { return Outcome{Skip, fmt.Sprintf(format, a...)} }
