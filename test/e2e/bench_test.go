@@ -42,6 +42,8 @@ import (
 //	                trip in the baseline (the receiving goroutine wakes the
 //	                one that answers, as the engine wakes an application
 //	                waiting on its CQ): the engine's own overhead
+//	tcp-*           the TCP baselines of the same run (bench_tcp_test.go)
+//	p50-ns, p99-ns, max-ns  latency: the RDMA round trips' quantiles
 //	allocs/pkt      heap allocations per RoCE packet sent or received
 //	retries         completer_retry_err of both ends during the run: go-back-N
 //	                restarts after a lost packet (socket buffer overflow),
@@ -112,6 +114,7 @@ func BenchmarkWriteBW64K(b *testing.B) {
 
 func benchWriteBW64K(b *testing.B, nqp int, poll bool) {
 	udp, udpCPU := udpBandwidth(b, b.N, benchMsg, poll)
+	tcp, _ := tcpStream(b, b.N, benchMsg)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14, sendWR: 256}
 	qa := make([]*ib.QP, nqp)
@@ -135,6 +138,8 @@ func benchWriteBW64K(b *testing.B, nqp int, poll bool) {
 	rdma := float64(b.N) * benchMsg / elapsed.Seconds() / 1e6
 	b.ReportMetric(udp, "udp-MB/s")
 	b.ReportMetric(rdma/udp, "ratio")
+	b.ReportMetric(tcp, "tcp-MB/s")
+	b.ReportMetric(rdma/tcp, "tcp-ratio")
 	b.ReportMetric(float64(cpu)/float64(udpCPU), "cpu-ratio")
 	b.ReportMetric(float64(retries(na, nb)-retries0), "retries")
 	b.ReportMetric(apk, "allocs/pkt")
@@ -579,6 +584,8 @@ func benchSendLatency8(b *testing.B, poll bool) {
 		base4, _ = udpRTT(b, rounds, pair, pair)
 		base4h, _ = udpRTTWith(b, rounds, pair, pair, true)
 	}
+	tcp, _ := tcpPingPong(b, rounds, 8)
+	lat := newRTTs(b.N)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
 	a, bq := na.createQP(o), nb.createQP(o)
@@ -611,6 +618,7 @@ func benchSendLatency8(b *testing.B, poll bool) {
 		b.ResetTimer()
 		start, cpu0 := time.Now(), processCPU()
 		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
 			if err := a.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendInline, Inline: na.buf[:8]}); err != nil {
 				b.Fatal(err)
 			}
@@ -618,6 +626,7 @@ func benchSendLatency8(b *testing.B, poll bool) {
 			if err != nil || n != 1 || wcs[0].Status != ib.WCSuccess {
 				b.Fatalf("recv: %v %d %v", err, n, wcs[0].Status)
 			}
+			lat.add(time.Since(t0))
 			if err := a.PostRecv(ib.RecvWR{ID: wcs[0].ID, SGL: []ib.SGE{sge(na, 4096, 64)}}); err != nil {
 				b.Fatal(err)
 			}
@@ -634,6 +643,7 @@ func benchSendLatency8(b *testing.B, poll bool) {
 	b.ReportMetric(rt/base, "ratio")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/baseCPU, "cpu-ratio")
 	b.ReportMetric(rt/base4, "ratio-4pkt")
+	reportLatencyVsTCP(b, lat, tcp)
 	if !poll {
 		b.ReportMetric(rt/base4h, "ratio-4pkt-handoff")
 	}
@@ -659,6 +669,8 @@ func benchWriteLatency8(b *testing.B, poll bool) {
 	} else {
 		base, baseCPU = udpRTT(b, rounds, []int{writeOnly8Len}, []int{ackLen})
 	}
+	tcp, _ := tcpPingPong(b, rounds, 8)
+	lat := newRTTs(b.N)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
 	a, bq := na.createQP(o), nb.createQP(o)
@@ -670,6 +682,7 @@ func benchWriteLatency8(b *testing.B, poll bool) {
 		b.ResetTimer()
 		start, cpu0 := time.Now(), processCPU()
 		for i := 1; i <= b.N; i++ {
+			t0 := time.Now()
 			if err := a.PostSend(ib.SendWR{Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled | ib.SendInline, Inline: na.buf[64:72],
 				RemoteAddr: nb.mr.IOVA(), RKey: nb.mr.RKey()}); err != nil {
 				b.Fatal(err)
@@ -677,6 +690,7 @@ func benchWriteLatency8(b *testing.B, poll bool) {
 			if n, err := waitWCs(na.scq, wcs, poll, nil); err != nil || n != 1 || wcs[0].Status != ib.WCSuccess {
 				b.Fatalf("write: %v %v", err, wcs[0].Status)
 			}
+			lat.add(time.Since(t0))
 		}
 		el, cpu = time.Since(start), processCPU()-cpu0
 		b.StopTimer()
@@ -685,5 +699,6 @@ func benchWriteLatency8(b *testing.B, poll bool) {
 	b.ReportMetric(base, "udp-ns/rtt")
 	b.ReportMetric(rt/base, "ratio")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/baseCPU, "cpu-ratio")
+	reportLatencyVsTCP(b, lat, tcp)
 	b.ReportMetric(apk, "allocs/pkt")
 }
