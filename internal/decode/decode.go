@@ -16,26 +16,36 @@ import (
 	"github.com/rxed/rxed/pkg/wire/wirepcap"
 )
 
-// Options select the output format.
+// Options select the output format and which frames are RoCEv2.
 type Options struct {
 	Verbose bool // every field of every header
 	JSON    bool // one JSON object per packet
+	// Ports are UDP destination ports besides 4791 whose frames are
+	// decoded as RoCEv2 whatever they hold (rxed engines run with --port).
+	// Other ports are learned from the frames: see roceports.
+	Ports []uint16
 }
 
 // Stats counts what a decode run saw.
 type Stats struct {
 	Frames  int // frames in the file
-	RoCE    int // RoCEv2 frames (UDP port 4791)
+	RoCE    int // RoCEv2 frames (UDP port 4791, Options.Ports or a learned port)
 	Skipped int // other frames
 	Errors  int // RoCEv2 frames with a defect (including a bad ICRC)
 }
 
-const usageText = `usage: rxed decode [-v] [-json] FILE|-
+const usageText = `usage: rxed decode [-v] [-json] [--port N]... FILE|-
 
 Print the RoCEv2 packets of a pcap or pcapng capture (Ethernet, 802.1Q,
 raw IP or Linux cooked link types), one line per packet, checking each
 ICRC against the captured IP header. Frames that are not RoCEv2 are
 reported as skipped.
+
+RoCEv2 is UDP to port 4791. Frames to another UDP port are RoCEv2 when
+the port is given with --port, or once a frame to that port parses and
+its ICRC verifies (so captures of rxed engines started with --port, and
+rxed's own --pcap files, decode without the flag); a frame to such a
+port before the first verified one is skipped.
 `
 
 // Run is the `rxed decode` command: args are the arguments after the
@@ -52,6 +62,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	var opt Options
 	fs.BoolVar(&opt.Verbose, "v", false, "print every field of every header")
 	fs.BoolVar(&opt.JSON, "json", false, "print one JSON object per packet")
+	fs.Var((*portList)(&opt.Ports), "port", "also decode UDP frames to port `N` as RoCEv2 (repeatable)")
 	// Accept flags before and after the file name.
 	var files []string
 	for {
@@ -113,6 +124,7 @@ func Decode(r *wirepcap.Reader, opt Options, w io.Writer) (Stats, error) {
 		rf    wirepcap.RoCEFrame
 		first time.Time
 		sb    strings.Builder
+		ports = newRoCEPorts(opt.Ports)
 	)
 	for {
 		fr, err := r.Next()
@@ -126,11 +138,14 @@ func Decode(r *wirepcap.Reader, opt Options, w io.Writer) (Stats, error) {
 			first = fr.Time
 		}
 		st.Frames++
-		derr := wirepcap.DecodeRoCE(fr.LinkType, fr.Data, &rf)
+		derr := ports.decode(fr.LinkType, fr.Data, &rf)
 		rec := record{frame: &fr, rel: fr.Time.Sub(first), rf: &rf}
 		if derr != nil {
 			st.Skipped++
 			rec.skip = skipReason(fr, derr)
+			if errors.Is(derr, wirepcap.ErrNotRoCE) {
+				rec.skip += fmt.Sprintf(" (--port %d decodes it as RoCEv2)", rf.Dst.Port())
+			}
 		} else {
 			st.RoCE++
 			if rf.ParseErr != nil {

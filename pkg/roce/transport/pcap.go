@@ -58,6 +58,15 @@ type PcapRecorder struct {
 // (wire.Flow.Verify) so that the frame's ICRC verifies; when it cannot be
 // solved (not RoCE, corrupt) or KeepIPv4ID0 is set, the ID is 0.
 //
+// The UDP ports are the engine's own (4791 unless it was opened on another
+// one). The capture stays classic pcap, which has no place for a note, so
+// the port is not written separately: rxed decode recognises RoCEv2 on a
+// port other than 4791 from the frames themselves (the first frame to a
+// port whose BTH parses and whose ICRC verifies, which every frame written
+// here does, makes the port RoCEv2 for the rest of the file), and
+// `rxed decode --port N` names it outright. tshark needs
+// `-d udp.port==N,infiniband` for the same.
+//
 // Write errors do not fail Send or Receive; recording stops at the first one,
 // which Err reports.
 func NewPcapRecorder(inner Conn, w io.Writer, opts PcapOptions) (*PcapRecorder, error) {
