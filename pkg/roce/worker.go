@@ -46,6 +46,7 @@ type qpEntry struct {
 	ready   bool // on the run queue
 	kicked  atomic.Bool
 	destroy bool
+	tm      timerState // place in the worker's timer heap (timerheap.go)
 }
 
 // worker owns a shard of QPs and does all of their protocol work.
@@ -79,6 +80,11 @@ type worker struct {
 
 	timer   Timer
 	timerAt time.Time
+	// timers holds the shard's QPs that have a deadline; touched the
+	// entries to re-key before the next rearm; due is onTimer's scratch.
+	timers  timerHeap
+	touched []*qpEntry
+	due     []*qpEntry
 
 	// kicks for QPs by number, set from PostSend; the owner clears them.
 	// While owned is set (under kickMu) the shard's current owner runs
@@ -443,6 +449,7 @@ func (w *worker) runQP(ent *qpEntry) {
 	if ent == nil {
 		return
 	}
+	w.touch(ent)
 	if ent.q.Run(w, w.clockNow(), runBudget) {
 		w.markReady(ent)
 	}
@@ -478,42 +485,6 @@ func (w *worker) runReady() {
 	}
 }
 
-func (w *worker) onTimer() {
-	now := w.e.clock.Now()
-	for _, ent := range w.qps {
-		d := ent.q.Deadline()
-		if !d.IsZero() && !now.Before(d) {
-			if ent.q.OnTimer(w, now, runBudget) {
-				w.markReady(ent)
-			}
-		}
-	}
-}
-
-// rearm points the worker's timer at the earliest QP deadline.
-func (w *worker) rearm() {
-	var best time.Time
-	for _, ent := range w.qps {
-		d := ent.q.Deadline()
-		if !d.IsZero() && (best.IsZero() || d.Before(best)) {
-			best = d
-		}
-	}
-	if best.Equal(w.timerAt) {
-		return
-	}
-	w.timerAt = best
-	if best.IsZero() {
-		w.timer.Stop()
-		return
-	}
-	d := best.Sub(w.e.clock.Now())
-	if d < 0 {
-		d = 0
-	}
-	w.timer.Reset(d)
-}
-
 // parseDrop maps a Parse error to its drop reason.
 func parseDrop(err error) qp.DropReason {
 	switch {
@@ -531,10 +502,16 @@ func parseDrop(err error) qp.DropReason {
 func (w *worker) handlePacket(pkt []byte, ep *transport.Endpoint) {
 	e := w.e
 	p := &w.pkt
-	// rxe_chk_dgid: the destination must be one of our GIDs. A kernel
-	// socket only delivers such packets, but a wildcard bind or an
-	// injected packet may not be.
-	if !e.isLocal(ep.Local.Addr()) {
+	// Multicast (mcast.go): a datagram to QP 0xFFFFFF goes to every QP
+	// attached to its destination group.
+	if wire.BTH(pkt[:wire.BTHLen]).DestQP() == McastQPN {
+		w.handleMcast(pkt, ep)
+		return
+	}
+	// rxe_chk_dgid: the destination must be one of our GIDs (or a
+	// multicast group: mcast.go). A kernel socket only delivers such
+	// packets, but a wildcard bind or an injected packet may not be.
+	if !e.isLocal(ep.Local.Addr()) && !transport.IsGroup(ep.Local.Addr()) {
 		e.drop(qp.DropAddress)
 		return
 	}
