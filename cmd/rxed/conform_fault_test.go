@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"net"
-	"os"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,9 +19,10 @@ import (
 // acknowledges, so the ACK, NAK and keeps-serving checks must FAIL.
 func TestConformDetectsFaultyPeer(t *testing.T) {
 	t.Parallel()
-	res := conformAgainst(t, conform.IBWriteBW, "", conform.Config{Timeout: 5 * time.Second},
+	ids := []string{"R-ACK-WRITE", "R-ACK-COALESCE", "R-SEQ-NAK", "R-RKEY-WRITE", "R-OPSEQ-WMIDDLE", "D-ICRC", "D-PKEY", "R-PSN-WRAP"}
+	res := conformAgainst(t, conform.IBWriteBW, "^("+strings.Join(ids, "|")+")$", conform.Config{Timeout: 5 * time.Second},
 		"perf", "write", "--fault", "loss=1,dir=send")
-	for _, id := range []string{"R-ACK-WRITE", "R-ACK-COALESCE", "R-SEQ-NAK", "R-RKEY-WRITE", "R-OPSEQ-WMIDDLE", "D-ICRC", "D-PKEY", "R-PSN-WRAP"} {
+	for _, id := range ids {
 		r, ok := res[id]
 		require.Truef(t, ok, "%s did not run", id)
 		require.Equalf(t, conform.Fail, r.Verdict, "%s against a mute peer: %s %s", id, r.Verdict, r.Evidence)
@@ -43,7 +44,7 @@ func TestConformBadPeers(t *testing.T) {
 		return r
 	}
 	t.Run("wrong tool", func(t *testing.T) {
-		res := conformAgainst(t, conform.IBSendBW, "R-ACK-SEND", conform.Config{Timeout: 3 * time.Second}, "perf", "write")
+		res := conformAgainst(t, conform.IBSendBW, "^R-ACK-SEND$", conform.Config{Timeout: 3 * time.Second}, "perf", "write")
 		r := res["R-ACK-SEND"]
 		require.Equal(t, conform.Error, r.Verdict, r.Evidence)
 		require.Contains(t, r.Evidence, "not an ib_send_bw server")
@@ -86,7 +87,7 @@ func TestConformBadPeers(t *testing.T) {
 		})
 		r := one(t, cfg, "R-SEQ-NAK")
 		require.Equal(t, conform.Error, r.Verdict, r.Evidence)
-		require.True(t, strings.Contains(r.Evidence, "closed") || strings.Contains(r.Evidence, "deadline"), r.Evidence)
+		require.Contains(t, r.Evidence, "setup:")
 	})
 	t.Run("silent", func(t *testing.T) {
 		cfg := fake(t, func(c net.Conn) { time.Sleep(5 * time.Second) })

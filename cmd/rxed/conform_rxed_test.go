@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"net/netip"
-	"strings"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +26,7 @@ func serverLoop(t *testing.T, args ...string) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			runCmd(append(args, "--wait", "1s", "--timeout", "3s")...)
+			runCmd(append(args, "--wait", "1s", "--timeout", "1500ms")...)
 		}
 	}()
 	t.Cleanup(func() {
@@ -35,8 +35,9 @@ func serverLoop(t *testing.T, args ...string) {
 	})
 }
 
-// conformAgainst runs the scenarios matching re against an rxed server
-// started with args, and returns the results by ID.
+// conformAgainst runs the scenarios whose ID matches only (a regexp; ""
+// for all) against an rxed server started with args, and returns the
+// results by ID.
 func conformAgainst(t *testing.T, tool conform.Tool, only string, cfg conform.Config, server ...string) map[string]conform.Result {
 	t.Helper()
 	a, b := addrPair(t)
@@ -50,7 +51,7 @@ func conformAgainst(t *testing.T, tool conform.Tool, only string, cfg conform.Co
 	}
 	var scen []*conform.Scenario
 	for _, s := range conform.All() {
-		if (only == "" || strings.HasPrefix(s.ID, only)) && s.Reaches(tool) {
+		if (only == "" || regexp.MustCompile(only).MatchString(s.ID)) && s.Reaches(tool) {
 			scen = append(scen, s)
 		}
 	}
