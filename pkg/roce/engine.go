@@ -116,6 +116,7 @@ type Engine struct {
 
 	workers []*worker
 	qpns    *qpnAllocator
+	mcast   mcastTable // multicast groups and their QPs (mcast.go)
 
 	lender    transport.Lender
 	poller    transport.Poller       // nil unless the Conn can be polled
@@ -358,6 +359,7 @@ func (e *Engine) DestroyQP(q *qp.QP) error {
 	// only ours to read when it returned nil (and a closed engine hands
 	// out no more numbers).
 	if err == nil && removed {
+		e.mcast.detachAll(e, q) // rxe_drop_all_mcast_groups (mcast.go)
 		e.qpns.release(num, true)
 	}
 	return err

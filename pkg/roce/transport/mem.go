@@ -24,6 +24,8 @@ type MemNetwork struct {
 	mu       sync.Mutex
 	conns    map[netip.AddrPort]*memConn
 	nextPort uint16
+
+	groups memGroups // multicast membership (mcast.go)
 }
 
 // NewMemNetwork returns an empty in-memory network.
@@ -105,6 +107,10 @@ func (c *memConn) Send(bufs [][]byte, ep Endpoint) error {
 			return ErrTooLarge
 		}
 	}
+	if IsGroup(ep.Remote.Addr()) { // to a multicast group's members (mcast.go)
+		c.sendGroup(bufs, ep)
+		return nil
+	}
 	dst := c.net.lookup(netip.AddrPortFrom(ep.Remote.Addr().Unmap(), ep.Remote.Port()))
 	if dst == nil {
 		c.stats.dropNoRoute.Add(uint64(len(bufs)))
@@ -150,6 +156,7 @@ func (c *memConn) Close() error {
 	c.once.Do(func() {
 		err = nil
 		c.q.shutdown(nil, true)
+		c.net.groups.leaveAll(c) // mcast.go
 		c.net.mu.Lock()
 		if c.net.conns[c.local] == c {
 			delete(c.net.conns, c.local)

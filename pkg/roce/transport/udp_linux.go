@@ -122,7 +122,13 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 	if is6 {
 		network = "udp6"
 	}
-	pc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(ap))
+	var pc *net.UDPConn
+	var err error
+	if ap.Addr().IsMulticast() {
+		pc, err = listenGroup(ap) // a membership's socket (mcast_linux.go)
+	} else {
+		pc, err = net.ListenUDP(network, net.UDPAddrFromAddrPort(ap))
+	}
 	if err != nil {
 		return nil, err
 	}
