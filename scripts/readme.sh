@@ -2,7 +2,8 @@
 # Rebuilds README.md from its parts: docs/readme-head.md (the two commands,
 # overview, layout, library), docs/tools.md (every command), docs/decode.md
 # (decoding captures), docs/readme-tail.md (tests, interop, benchmarks) and
-# docs/security.md (the threat model).
+# docs/workloads.md, docs/performance.md, docs/conform.md and
+# docs/security.md (the threat model), each when present.
 # With --check it only reports whether README.md is up to date (make vet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,18 @@ fi
 	echo
 	cat docs/readme-tail.md
 	echo
+	# Sections of their own, each one level down, when present.
+	for part in docs/workloads.md docs/performance.md docs/conform.md; do
+		[ -f "$part" ] || continue
+		# Headings outside code blocks move so the file's top one is "##".
+		awk '
+			FNR == NR { if (/^```/) f = !f; else if (!f && match($0, /^#+ /)) { l = RLENGTH - 1; if (!m || l < m) m = l }; next }
+			/^```/ { f = !f; print; next }
+			!f && /^#+ / { n = index($0, " ") - 1; $0 = substr("######", 1, n + 2 - m) substr($0, n + 1) }
+			{ print }
+		' "$part" "$part"
+		echo
+	done
 	# The threat model, one level down.
 	sed -e 's/^## /### /' -e 's/^# Security and threat model/## Security and threat model/' docs/security.md
 } > "$out"
