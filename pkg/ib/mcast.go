@@ -2,6 +2,7 @@ package ib
 
 import (
 	"net/netip"
+	"strings"
 
 	"github.com/rxed/rxed/pkg/roce"
 )
@@ -54,7 +55,7 @@ func (q *QP) AttachMcast(gid netip.Addr, lid uint16) error {
 		return err
 	}
 	if err := q.pd.d.eng.AttachMcast(q.q, gid); err != nil {
-		return wrap("AttachMcast", engineErr(err))
+		return mcastErr("AttachMcast", err)
 	}
 	return nil
 }
@@ -66,9 +67,16 @@ func (q *QP) DetachMcast(gid netip.Addr, lid uint16) error {
 		return err
 	}
 	if err := q.pd.d.eng.DetachMcast(q.q, gid); err != nil {
-		return wrap("DetachMcast", engineErr(err))
+		return mcastErr("DetachMcast", err)
 	}
 	return nil
+}
+
+// mcastErr is the engine's err as the failure of op ("ib: op: ..."),
+// matching the engine's sentinel (and ErrDeviceClosed for a closed one).
+func mcastErr(op string, err error) error {
+	err = engineErr(err)
+	return &libError{msg: "ib: " + op + ": " + strings.TrimPrefix(err.Error(), "roce: "), err: err}
 }
 
 func (q *QP) mcastCheck(op string) error {
