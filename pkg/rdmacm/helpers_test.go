@@ -46,6 +46,22 @@ func memHosts(t *testing.T, fault *transport.FaultConfig, addrs ...string) []*ho
 	return hs
 }
 
+// udpHosts opens one host per address on real UDP sockets over loopback,
+// all on the same (ephemeral) port, as rxed peers assume.
+func udpHosts(t *testing.T, addrs ...string) []*host {
+	t.Helper()
+	var hs []*host
+	var port uint16
+	for _, s := range addrs {
+		a := netip.MustParseAddr(s)
+		cfg := ib.Config{Addrs: []netip.Addr{a}, Port: port, EphemeralPort: port == 0}
+		h := openHost(t, cfg, a)
+		port = h.dev.UDPPort()
+		hs = append(hs, h)
+	}
+	return hs
+}
+
 func openHost(t *testing.T, cfg ib.Config, ip netip.Addr) *host {
 	t.Helper()
 	dev, err := ib.OpenDevice(cfg)
