@@ -76,6 +76,8 @@ func writeDevinfo(w io.Writer, dev *ib.Device, udpPort uint16, verbose bool) {
 			{"max_cq", a.MaxCQ}, {"max_cqe", a.MaxCQE}, {"max_mr", a.MaxMR}, {"max_pd", a.MaxPD},
 			{"max_qp_rd_atom", a.MaxQPRdAtom}, {"max_qp_init_rd_atom", a.MaxQPInitRdAtom},
 			{"max_res_rd_atom", a.MaxResRdAtom}, {"atomic_cap", atomicCap(a.AtomicCap)}, {"max_mw", a.MaxMW},
+			{"max_mcast_grp", a.MaxMcastGrp}, {"max_mcast_qp_attach", a.MaxMcastQPAttach},
+			{"max_total_mcast_qp_attach", a.MaxTotalMcastQPAttach},
 			{"max_srq", a.MaxSRQ}, {"max_srq_wr", a.MaxSRQWR}, {"max_srq_sge", a.MaxSRQSGE},
 			{"max_pkeys", a.MaxPKeys}, {"local_ca_ack_delay", a.LocalCAAckDelay},
 			{"max_inline_data", a.MaxInlineData}, {"max_msg_size", fmt.Sprintf("0x%x", a.MaxMsgSize)},

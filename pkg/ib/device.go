@@ -278,6 +278,10 @@ type DeviceAttr struct {
 	MaxMsgSize         uint64 // largest message in bytes, as the port reports it
 	DeviceCapFlags     uint64 // device_cap_flags (IBV_DEVICE_* bits)
 	MaxFastRegPageList int    // max_fast_reg_page_list_len (RXE_MAX_FMR_PAGE_LIST_LEN)
+	// multicast (mcast.go): groups, QPs per group, attachments in all
+	MaxMcastGrp           int // max_mcast_grp (RXE_MAX_MCAST_GRP)
+	MaxMcastQPAttach      int // max_mcast_qp_attach: QPs per group (RXE_MAX_MCAST_QP_ATTACH)
+	MaxTotalMcastQPAttach int // max_total_mcast_qp_attach (RXE_MAX_TOT_MCAST_QP_ATTACH)
 }
 
 // QueryDevice returns the device attributes (ibv_query_device).
@@ -302,6 +306,7 @@ func (d *Device) QueryDevice() DeviceAttr {
 		MaxPKeys: 64, LocalCAAckDelay: 15, PhysPortCnt: 1,
 		MaxInlineData: int(qp.DefaultLimits.MaxInlineData), MaxMsgSize: portMaxMsgSz,
 		MaxFastRegPageList: 512,
+		MaxMcastGrp:        MaxMcastGrp, MaxMcastQPAttach: MaxMcastQPAttach, MaxTotalMcastQPAttach: MaxTotalMcastQPAttach,
 	}
 }
 
