@@ -91,7 +91,10 @@ func (r *perfRun) run(ctx context.Context, sess perfFinisher, local oob.Key, clo
 // wait for an error; it is only called then, so that the measured loops
 // do not format a message per poll.
 func (r *perfRun) waitWC(ctx context.Context, wcs []ib.WC, what func() string) (int, error) {
-	n, err := nextCompletions(ctx, r.cq, wcs, r.o.events, r.o.ef.timeout)
+	if r.wait == nil || r.wait.parent != ctx {
+		r.wait = newCQWaiter(ctx, r.o.events, r.o.ef.spin, r.o.ef.timeout)
+	}
+	n, err := r.wait.next(r.cq, wcs)
 	if err != nil {
 		return 0, fmt.Errorf("no completion within %v while %s (peer gone?)", r.o.ef.timeout, what())
 	}
@@ -161,6 +164,10 @@ func (r *perfRun) runBW(ctx context.Context, size int) (oob.BWReport, error) {
 	}
 	st := make([]bwQP, len(r.qps))
 	var posted, completed []time.Duration
+	if o.duration == 0 { // one sample per WR: no growing (and garbage) in the loop
+		posted = make([]time.Duration, 0, o.iters*uint64(len(r.qps)))
+		completed = make([]time.Duration, 0, o.iters*uint64(len(r.qps)))
+	}
 	start := time.Now()
 	stopAt := start.Add(o.duration)
 	nextProgress := start.Add(o.progress)
@@ -581,7 +588,7 @@ func (r *perfRun) pollByte(ctx context.Context, b []byte, i int, want byte, what
 		if atomicLoadByte(b, i) == want {
 			return nil
 		}
-		if !r.o.events && r.en.dev.Engine().Progress() > 0 {
+		if !r.o.events && r.en.dev.Progress() > 0 {
 			continue // the engine received in this goroutine: look again
 		}
 		if spins&63 == 63 {

@@ -13,6 +13,9 @@ import (
 // ibv_get_cq_event on a channel shared by several CQs. A CQ still fires
 // only when armed with ReqNotify, once per arm; the usual loop is
 // GetCQEvent, ReqNotify on that CQ, then Poll it empty.
+//
+// Goroutine safety: every method may be called from any goroutine;
+// several goroutines in GetCQEvent each receive distinct events.
 type CompChannel struct {
 	d       *Device
 	mu      sync.Mutex
@@ -42,7 +45,7 @@ func (d *Device) CreateCQOnChannel(cqe int, ch *CompChannel) (*CQ, error) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	if ch.closed {
-		return nil, fmt.Errorf("ib: CreateCQOnChannel: %w", ErrChannelClosed)
+		return nil, wrap("CreateCQOnChannel", ErrChannelClosed)
 	}
 	cq, err := d.newCQ(cqe, ch)
 	if err != nil {

@@ -45,7 +45,7 @@ func (d *Device) newCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	}
 	c, err := qp.NewCQ(cqe)
 	if err != nil {
-		return nil, err
+		return nil, wrap("CreateCQ", err)
 	}
 	cq := &CQ{c: c, d: d, channel: ch, notifyCh: make(chan struct{}, 1)}
 	// The one qp-level handler, for the CQ's whole life: it feeds Notify,

@@ -74,6 +74,12 @@ type Config struct {
 }
 
 // Device is an opened RoCE device (struct ibv_context).
+//
+// Goroutine safety: every method may be called from any goroutine and
+// concurrently, Close included (see Close for what it wakes). The same
+// holds for every object of the package (PD, CQ, QP, SRQ, AH, MR, MW,
+// CompChannel): verbs on one object may run concurrently with each other
+// and with the engine; each type's doc says what that means for it.
 type Device struct {
 	eng    *roce.Engine
 	gids   []netip.Addr
@@ -108,13 +114,13 @@ func OpenDevice(cfg Config) (*Device, error) {
 		}
 		conn, err = transport.OpenUDP(transport.UDPConfig{Addrs: cfg.Addrs, Port: port, Logger: cfg.Logger})
 		if err != nil {
-			return nil, fmt.Errorf("ib: OpenDevice: %w", err)
+			return nil, wrap("OpenDevice", err)
 		}
 	}
 	if cfg.Fault != nil {
 		if err := cfg.Fault.Validate(); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("ib: OpenDevice: %w", err)
+			return nil, wrap("OpenDevice", err)
 		}
 		conn = transport.NewFaulty(conn, *cfg.Fault)
 	}
@@ -122,7 +128,7 @@ func OpenDevice(cfg Config) (*Device, error) {
 		w, err := cfg.Wrap(conn)
 		if err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("ib: OpenDevice: %w", err)
+			return nil, wrap("OpenDevice", err)
 		}
 		conn = w
 	}
@@ -134,7 +140,7 @@ func OpenDevice(cfg Config) (*Device, error) {
 		rec, err := transport.NewPcapRecorder(conn, cfg.Pcap, transport.PcapOptions{Logger: cfg.Logger})
 		if err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("ib: OpenDevice: %w", err)
+			return nil, wrap("OpenDevice", err)
 		}
 		conn = rec
 	}
@@ -154,7 +160,7 @@ func OpenDevice(cfg Config) (*Device, error) {
 		Logger: cfg.Logger, Mem: mr.NewTable(nil), OnEvent: d.engineEvent})
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("ib: OpenDevice: %w", err)
+		return nil, wrap("OpenDevice", err)
 	}
 	d.post(AsyncEvent{Type: EventPortActive, Port: 1})
 	return d, nil
@@ -196,8 +202,26 @@ func (d *Device) Done() <-chan struct{} { return d.done }
 // Name returns the device name, "rxed0".
 func (d *Device) Name() string { return "rxed0" }
 
-// Engine returns the underlying engine (for counters and advanced use).
+// Engine returns the underlying engine, for advanced use (its memory
+// table, per-address ports); the verbs, Counters and Progress cover what
+// a program needs.
 func (d *Device) Engine() *roce.Engine { return d.eng }
+
+// Progress receives and handles, in the calling goroutine, what the
+// device's socket has queued, and returns how many packets it handled.
+// CQ.Poll and CQ.WaitPoll call it when their CQ is empty; a program that
+// spins on something else (a memory flag a peer's RDMA WRITE sets, say)
+// calls it to make progress without waiting for the engine's receive
+// goroutine. It returns 0 at once when another goroutine is receiving,
+// when the transport cannot be polled (in-memory and multi-socket
+// transports) and after Close. It must not be called from a qp-level
+// completion hook; any other goroutine may call it at any time.
+func (d *Device) Progress() int {
+	if d.down.Load() {
+		return 0
+	}
+	return d.eng.Progress()
+}
 
 // UDPPort returns the UDP port the device receives on.
 func (d *Device) UDPPort() uint16 { return d.port }
@@ -355,7 +379,7 @@ func (d *Device) AllocPD() (*PD, error) {
 	}
 	p, err := d.eng.Memory().AllocPD()
 	if err != nil {
-		return nil, err
+		return nil, wrap("AllocPD", err)
 	}
 	return &PD{d: d, pd: p}, nil
 }

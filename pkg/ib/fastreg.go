@@ -1,8 +1,6 @@
 package ib
 
 import (
-	"fmt"
-
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/qp"
 )
@@ -31,8 +29,9 @@ func (pd *PD) AllocMR(maxLen int) (*MR, error) {
 	}
 	m, err := pd.d.eng.Memory().AllocFastMR(pd.pd, maxLen)
 	if err != nil {
-		return nil, fmt.Errorf("ib: AllocMR: %w", err)
+		return nil, wrap("AllocMR", err)
 	}
+	pd.addMR((*MR)(m))
 	return (*MR)(m), nil
 }
 
@@ -49,10 +48,10 @@ var (
 // registration already executed.
 func (pd *PD) MapMR(m *MR, buf []byte) error {
 	if m == nil || m.mr().PD() != pd.pd {
-		return fmt.Errorf("ib: MapMR: %w: not a region of this PD", ErrNotFastMR)
+		return errorf(ErrNotFastMR, "ib: MapMR: not a fast-registration region of this PD")
 	}
 	if err := m.mr().Map(buf); err != nil {
-		return fmt.Errorf("ib: MapMR: %w", err)
+		return wrap("MapMR", err)
 	}
 	return nil
 }

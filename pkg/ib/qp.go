@@ -3,6 +3,7 @@ package ib
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/rxed/rxed/pkg/mr"
@@ -11,17 +12,36 @@ import (
 )
 
 // PD is a protection domain (struct ibv_pd).
+//
+// Goroutine safety: every method may be called from any goroutine,
+// concurrently with the others and with the data path.
 type PD struct {
 	d  *Device
 	pd *mr.PD
+
+	mu    sync.Mutex // guards the fields below; a leaf lock
+	users pdUsers    // what was created in the PD, to name it when Dealloc is refused
 }
 
 // Device returns the PD's device.
 func (pd *PD) Device() *Device { return pd.d }
 
-// Dealloc frees the PD (ibv_dealloc_pd); it fails while regions, windows,
-// QPs or SRQs still use it.
-func (pd *PD) Dealloc() error { return pd.pd.Dealloc() }
+// Dealloc frees the PD (ibv_dealloc_pd). It fails with ErrPDBusy,
+// changing nothing, while regions, windows, QPs or SRQs still use it,
+// and the error names them ("PD 1 in use by QP 0x2a3b4c, MR lkey
+// 0x1234"). It works after Device.Close.
+func (pd *PD) Dealloc() error {
+	err := pd.pd.Dealloc()
+	if errors.Is(err, mr.ErrPDBusy) {
+		if who := pd.usersString(); who != "" {
+			return errorf(ErrPDBusy, "ib: PD.Dealloc: PD %d in use by %s", pd.pd.Handle(), who)
+		}
+	}
+	if err != nil {
+		return wrap("PD.Dealloc", err)
+	}
+	return nil
+}
 
 // RegMR registers buf for RDMA (ibv_reg_mr). The peer addresses it at
 // mr.IOVA() (the buffer's address unless WithIOVA is given) with
@@ -33,8 +53,9 @@ func (pd *PD) RegMR(buf []byte, access Access, opts ...RegOption) (*MR, error) {
 	}
 	m, err := pd.d.eng.Memory().RegMR(pd.pd, buf, access, opts...)
 	if err != nil {
-		return nil, err
+		return nil, wrap("RegMR", err)
 	}
+	pd.addMR((*MR)(m))
 	return (*MR)(m), nil
 }
 
@@ -45,8 +66,9 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	}
 	w, err := pd.d.eng.Memory().AllocMW(pd.pd, typ)
 	if err != nil {
-		return nil, err
+		return nil, wrap("AllocMW", err)
 	}
+	pd.addMW((*MW)(w))
 	return (*MW)(w), nil
 }
 
@@ -62,6 +84,13 @@ type QPInitAttr struct {
 }
 
 // QP is a queue pair (struct ibv_qp).
+//
+// Goroutine safety: every method may be called from any goroutine.
+// PostSend calls from several goroutines each queue their list in one
+// piece, but the order between the calls is whichever came first, as
+// with ibv_post_send on one QP from several threads; PostRecv likewise.
+// Modify, Query and Destroy are serialised with the engine's work on the
+// QP, and a post racing with Destroy is refused or discarded (Destroy).
 type QP struct {
 	q         *qp.QP
 	pd        *PD
@@ -85,7 +114,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("ib: CreateQP: unsupported QP type %v", attr.Type)
 	}
 	if err := qp.DefaultLimits.CheckCap(attr.Cap, attr.SRQ != nil); err != nil {
-		return nil, fmt.Errorf("ib: CreateQP: %w", err)
+		return nil, wrap("CreateQP", err)
 	}
 	c := qp.Config{Type: attr.Type, Cap: attr.Cap, SigAll: attr.SigAll, PD: pd.pd,
 		SendCQ: cqSink{attr.SendCQ}, RecvCQ: cqSink{attr.RecvCQ}, PortMTU: pd.d.mtu,
@@ -94,7 +123,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		c.SRQ = attr.SRQ.srq
 	}
 	if err := holdQPResources(pd, &attr); err != nil {
-		return nil, fmt.Errorf("ib: CreateQP: %w", err)
+		return nil, wrap("CreateQP", err)
 	}
 	q, err := pd.d.eng.CreateQP(c)
 	if err != nil {
@@ -102,12 +131,16 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		if errors.Is(err, roce.ErrClosed) {
 			return nil, ErrDeviceClosed
 		}
-		return nil, fmt.Errorf("ib: CreateQP: %w", err)
+		return nil, wrap("CreateQP", err)
 	}
 	// Before any WR can be posted (the QP is in RESET): the verbs layer
 	// executes local WRs itself, REG_MR included.
 	q.SetLocalOps(verbsLocalOps{pd.d})
-	return &QP{q: q, pd: pd, init: attr}, nil
+	x := &QP{q: q, pd: pd, init: attr}
+	pd.mu.Lock()
+	pd.users.addQP(x)
+	pd.mu.Unlock()
+	return x, nil
 }
 
 // Num returns the QP number (qp_num).
@@ -139,9 +172,13 @@ func (q *QP) PD() *PD { return q.pd }
 // SQD: other state changes fail with ErrSQDraining, as in rdma_rxe.
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	if q.destroyed.Load() {
-		return fmt.Errorf("ib: Modify: %w", ErrDestroyed)
+		return errorf(ErrDestroyed, "ib: Modify: QP %#x destroyed", q.Num())
 	}
-	return engineErr(q.pd.d.eng.ModifyQP(q.q, attr, mask))
+	err := engineErr(q.pd.d.eng.ModifyQP(q.q, attr, mask))
+	if err != nil && err != ErrDeviceClosed {
+		return wrap("Modify", err)
+	}
+	return err
 }
 
 // Query returns the QP's attributes and creation attributes (ibv_query_qp).
@@ -164,7 +201,9 @@ type PostError struct {
 }
 
 // Error implements error.
-func (e *PostError) Error() string { return fmt.Sprintf("ib: work request %d: %v", e.Index, e.Err) }
+func (e *PostError) Error() string {
+	return fmt.Sprintf("ib: work request %d: %s", e.Index, trimPkgPrefix(e.Err.Error()))
+}
 
 // Unwrap returns the cause.
 func (e *PostError) Unwrap() error { return e.Err }
@@ -222,7 +261,7 @@ func postErr(err error) error {
 // be destroyed in turn.
 func (q *QP) Destroy() error {
 	if !q.destroyed.CompareAndSwap(false, true) {
-		return fmt.Errorf("ib: Destroy: QP %#x: %w", q.Num(), ErrDestroyed)
+		return errorf(ErrDestroyed, "ib: Destroy: QP %#x already destroyed", q.Num())
 	}
 	// Shut the door on posts already past the destroyed check above
 	// before the engine forgets the QP.
@@ -234,6 +273,9 @@ func (q *QP) Destroy() error {
 		return err
 	}
 	releaseQPResources(q.pd, &q.init)
+	q.pd.mu.Lock()
+	delete(q.pd.users.qps, q)
+	q.pd.mu.Unlock()
 	return nil
 }
 
@@ -247,6 +289,9 @@ type SRQInitAttr struct {
 }
 
 // SRQ is a shared receive queue (struct ibv_srq).
+//
+// Goroutine safety: every method may be called from any goroutine,
+// concurrently with the QPs that consume its receives.
 type SRQ struct {
 	srq       *qp.SRQ
 	pd        *PD
@@ -261,12 +306,15 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 	}
 	s, err := qp.NewSRQ(attr.MaxWR, attr.MaxSGE, attr.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("ib: CreateSRQ: %w", err)
+		return nil, wrap("CreateSRQ", err)
 	}
 	if err := pd.pd.Hold(); err != nil {
-		return nil, fmt.Errorf("ib: CreateSRQ: %w", err)
+		return nil, wrap("CreateSRQ", err)
 	}
 	x := &SRQ{srq: s, pd: pd}
+	pd.mu.Lock()
+	pd.users.addSRQ(x)
+	pd.mu.Unlock()
 	s.SetLimitHandler(func() { pd.d.post(AsyncEvent{Type: EventSRQLimitReached, SRQ: x}) })
 	return x, nil
 }
@@ -300,17 +348,21 @@ func (s *SRQ) Destroy() error {
 		return err
 	}
 	if !s.destroyed.CompareAndSwap(false, true) {
-		return fmt.Errorf("ib: Destroy: SRQ: %w", ErrDestroyed)
+		return errorf(ErrDestroyed, "ib: Destroy: SRQ already destroyed")
 	}
 	s.pd.pd.Unhold()
 	s.srq.Close()
+	s.pd.mu.Lock()
+	delete(s.pd.users.srqs, s)
+	s.pd.mu.Unlock()
 	return nil
 }
 
 // AHAttr is struct ibv_ah_attr (the address vector).
 type AHAttr = AddrVector
 
-// AH is an address handle for UD (struct ibv_ah).
+// AH is an address handle for UD (struct ibv_ah). It is immutable: any
+// goroutine may use it at any time.
 type AH struct {
 	av AddrVector
 }
@@ -331,7 +383,7 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 		return nil, err
 	}
 	if err := qp.CheckAVSource(&attr, pd.d.gids); err != nil {
-		return nil, fmt.Errorf("ib: CreateAH: %w", err)
+		return nil, wrap("CreateAH", err)
 	}
 	return &AH{av: attr}, nil
 }
