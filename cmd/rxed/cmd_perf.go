@@ -103,6 +103,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	}
 	fs := flag.NewFlagSet("perf "+args[0], flag.ContinueOnError)
 	o.ef.register(fs, true)
+	o.ef.registerSpin(fs)
 	fs.BoolVar(&o.test.Latency, "lat", false, "latency test (ib_*_lat) instead of bandwidth (ib_*_bw)")
 	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of busy polling (perftest's -e; polling lets the engine receive in the test's goroutine)")
 	size := fs.Uint64("s", 0, "message `size` (default 65536 for bandwidth, 2 for latency; atomics are 8)")
@@ -311,6 +312,7 @@ type perfRun struct {
 	slots  int // receive slots per QP (send tests)
 	slotSz int
 	peer   bool // the peer is rxed (marker seen): exact validation
+	wait   *cqWaiter
 	stdout io.Writer
 	stderr io.Writer
 }

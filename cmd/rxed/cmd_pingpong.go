@@ -62,6 +62,7 @@ func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
 	o := &pingpongOpts{}
 	fs := flag.NewFlagSet("pingpong", flag.ContinueOnError)
 	o.ef.register(fs, true)
+	o.ef.registerSpin(fs)
 	typ := fs.String("t", "rc", "QP `type`: rc, uc or ud (which of ibv_{rc,uc,ud}_pingpong to mirror)")
 	fs.StringVar(typ, "type", "rc", "same as -t")
 	fs.String("d", "rxed0", "device name (accepted for compatibility; rxed has one device)")
@@ -384,7 +385,7 @@ func (s *ppSide) loop(ctx context.Context) error {
 	var wcs [2]ib.WC
 	rcnt, scnt := 0, 0
 	for rcnt < int(o.iters) || scnt < int(o.iters) {
-		n, err := nextCompletions(ctx, s.cq, wcs[:], o.events, o.ef.timeout)
+		n, err := nextCompletions(ctx, s.cq, wcs[:], o.events, o.ef.spin, o.ef.timeout)
 		if err != nil {
 			return fmt.Errorf("no completion within %v after %d sends and %d receives of %d (peer gone?)", o.ef.timeout, scnt, rcnt, o.iters)
 		}

@@ -2,37 +2,193 @@ package main
 
 import (
 	"context"
+	"flag"
+	"sync/atomic"
 	"time"
 
 	"github.com/rxed/rxed/pkg/ib"
 )
 
-// nextCompletions returns cq's next completions, failing after timeout.
-// By default it spins on Poll, as ibv_*_pingpong and perftest do: the
-// engine then receives in this goroutine (ib.CQ.Poll), which is what a
-// latency run measures. With events it sleeps until the engine's receive
-// goroutine delivers them (the tools' -e).
-func nextCompletions(ctx context.Context, cq *ib.CQ, wcs []ib.WC, events bool, timeout time.Duration) (int, error) {
+// How the tools wait for completions (--spin, -e).
+//
+// perftest and the ibv_*_pingpong tools busy-poll their CQ until the
+// completion arrives. On a machine with a CPU per spinner and an idle
+// peer that is the lowest latency there is, and rxed's Poll makes it
+// better still: the spinning goroutine receives the engine's packets
+// itself (ib.CQ.Poll, Engine.Progress). On a small machine it is the
+// worst choice: the spinner holds a CPU that the peer (another process
+// on loopback), the engine's own goroutines or anything else need for
+// the very completion it waits for. Measured on the 2-core VM with other
+// load: `rxed perf write -s 65536` at 0.45x the same run in-process, and
+// send_lat tails of several milliseconds, all of it CPU starvation.
+//
+// The tools therefore wait hybrid by default: they spin on Poll for a
+// bounded budget and then sleep in WaitPoll until the engine's receive
+// goroutine delivers. The budget adapts between --spin (defaultSpin) and
+// maxSpinFactor times it: a wait that slept but ended within
+// 4 budgets would have been caught by spinning a little longer, so the
+// budget doubles; one that slept longer than that halves it. A fixed
+// budget shorter than a round trip in which the peer has to wake up
+// (~50-60 us on the loaded VM against ~16 us for two spinners) locks
+// both ends of a ping-pong into sleeping (measured: send_lat typical
+// 67 us one way with 50 us fixed, 6.7 us with 200 us); the adaptive one
+// leaves that state after a wait or two. A bandwidth run with completion
+// moderation (~100 messages, milliseconds, between completions) ends up
+// at the base budget, spinning at most a quarter of each wait, and a
+// stream of fast completions keeps spinning, as long as the peer is not
+// starved by it (then waits get long and the budget shrinks). --spin -1
+// is perftest's pure busy poll, --spin 0 (or -e) sleeps at once.
+
+// defaultSpin is the tools' base spin budget before a wait sleeps.
+const defaultSpin = 50 * time.Microsecond
+
+// maxSpinFactor bounds the adaptive budget: at most this many times the
+// base.
+const maxSpinFactor = 16
+
+// cqWaiter waits for completions in one of the three ways (busy poll,
+// hybrid, events) with a stall timeout, without allocating per wait (a
+// context.WithTimeout per completion was the event mode's only
+// allocation per operation, and garbage makes latency tails). Not for
+// concurrent use.
+type cqWaiter struct {
+	events  bool
+	spin    time.Duration // < 0: spin until the completion; 0: sleep at once
+	budget  time.Duration // the adaptive budget, spin..maxSpinFactor*spin
+	timeout time.Duration
+	parent  context.Context
+
+	// ctx ends with parent, or for good when one sleeping wait took
+	// longer than timeout (stalled, set by the stall timer).
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stall   *time.Timer
+	stalled atomic.Bool
+}
+
+func newCQWaiter(ctx context.Context, events bool, spin, timeout time.Duration) *cqWaiter {
+	w := &cqWaiter{events: events, spin: spin, budget: spin, timeout: timeout, parent: ctx}
+	w.ctx, w.cancel = context.WithCancel(ctx)
+	w.stall = time.AfterFunc(time.Hour, func() {
+		w.stalled.Store(true)
+		w.cancel()
+	})
+	w.stall.Stop()
+	return w
+}
+
+// close releases the waiter's context.
+func (w *cqWaiter) close() {
+	w.stall.Stop()
+	w.cancel()
+}
+
+// next returns cq's next completions: spinning for the budget, then
+// sleeping (events: sleeping at once). It returns
+// context.DeadlineExceeded when no completion came within the timeout,
+// and the parent context's error when it ends.
+func (w *cqWaiter) next(cq *ib.CQ, wcs []ib.WC) (int, error) {
 	if n := cq.Poll(wcs); n > 0 {
 		return n, nil
 	}
-	if events {
-		wctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		return cq.WaitPoll(wctx, wcs)
+	var start time.Time
+	if !w.events && w.spin != 0 {
+		start = time.Now()
+		if n, done, err := w.spinFor(cq, wcs, start); done {
+			return n, err
+		}
 	}
-	deadline := time.Now().Add(timeout)
+	if w.stalled.Load() {
+		return 0, context.DeadlineExceeded
+	}
+	w.stall.Reset(w.timeout)
+	n, err := cq.WaitPoll(w.ctx, wcs)
+	w.stall.Stop()
+	if w.spin > 0 && err == nil {
+		w.adapt(time.Since(start))
+	}
+	if err != nil && w.stalled.Load() && w.parent.Err() == nil {
+		return 0, context.DeadlineExceeded
+	}
+	return n, err
+}
+
+// spinFor polls for the spin budget (forever when it is negative,
+// checking the parent context and the timeout now and then). done is
+// false when the budget ran out.
+func (w *cqWaiter) spinFor(cq *ib.CQ, wcs []ib.WC, start time.Time) (n int, done bool, err error) {
 	for spins := 1; ; spins++ {
 		if n := cq.Poll(wcs); n > 0 {
-			return n, nil
+			return n, true, nil
+		}
+		if w.spin > 0 {
+			// Poll on an empty CQ is a system call (it receives) and a
+			// yield: reading the clock each time costs little beside it.
+			if time.Since(start) >= w.budget {
+				return 0, false, nil
+			}
+			continue
 		}
 		if spins&1023 == 0 {
-			if err := ctx.Err(); err != nil {
-				return 0, err
+			if err := w.parent.Err(); err != nil {
+				return 0, true, err
 			}
-			if time.Now().After(deadline) {
-				return 0, context.DeadlineExceeded
+			if time.Since(start) > w.timeout {
+				return 0, true, context.DeadlineExceeded
 			}
 		}
 	}
+}
+
+// adapt sets the budget after a wait that spun for it, slept, and took
+// waited in all.
+func (w *cqWaiter) adapt(waited time.Duration) {
+	if waited < 4*w.budget {
+		w.budget = min(2*w.budget, maxSpinFactor*w.spin)
+	} else {
+		w.budget = max(w.budget/2, w.spin)
+	}
+}
+
+// nextCompletions returns cq's next completions, failing after timeout:
+// a cqWaiter for one wait (it allocates; loops keep a cqWaiter).
+func nextCompletions(ctx context.Context, cq *ib.CQ, wcs []ib.WC, events bool, spin, timeout time.Duration) (int, error) {
+	if n := cq.Poll(wcs); n > 0 {
+		return n, nil
+	}
+	w := newCQWaiter(ctx, events, spin, timeout)
+	defer w.close()
+	return w.next(cq, wcs)
+}
+
+// registerSpin adds --spin, for the commands that wait for completions.
+func (e *engineFlags) registerSpin(fs *flag.FlagSet) {
+	e.spin = defaultSpin
+	fs.Var((*spinFlag)(&e.spin), "spin", "busy-poll the CQ this long before sleeping until the completion arrives (`duration`; -1: never sleep, perftest's pure busy poll; 0: sleep at once, as -e)")
+}
+
+// spinFlag is a duration that also accepts -1 (spin forever).
+type spinFlag time.Duration
+
+func (f *spinFlag) String() string {
+	if *f < 0 {
+		return "-1"
+	}
+	return time.Duration(*f).String()
+}
+
+func (f *spinFlag) Set(s string) error {
+	if s == "-1" {
+		*f = -1
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d < 0 {
+		d = -1
+	}
+	*f = spinFlag(d)
+	return nil
 }

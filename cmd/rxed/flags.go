@@ -55,6 +55,7 @@ type engineFlags struct {
 	timeout     time.Duration
 	countersOut string
 	verbose     bool
+	spin        time.Duration // --spin of the tools that wait for completions (cqwait.go)
 
 	faultCfg transport.FaultConfig
 	// activeMTU is the port's active MTU the command asks for (its -m);
