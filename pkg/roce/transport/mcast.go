@@ -73,26 +73,56 @@ func IsGroup(a netip.Addr) bool { return a.IsValid() && a.Unmap().IsMulticast() 
 
 // JoinGroup joins group on c, looking through this package's wrappers
 // (NewFaulty, NewPcapRecorder) for a GroupJoiner. The wrappers see the
-// group's outgoing datagrams (they go through Send), not a separate
-// Membership.Conn's incoming ones.
+// group's outgoing datagrams (they go through Send). A separate
+// Membership.Conn's incoming ones are recorded by every PcapRecorder on the
+// way (into the same capture, so that it holds what the engine received
+// on the group too); a Faulty does not see them.
 func JoinGroup(c Conn, group netip.Addr) (*Membership, error) {
 	if !IsGroup(group) {
 		return nil, fmt.Errorf("%w: %v", ErrNotGroup, group)
 	}
+	var recs []*PcapRecorder // outermost first
 	for c != nil {
 		if j, ok := c.(GroupJoiner); ok {
-			return j.JoinGroup(group.Unmap())
+			m, err := j.JoinGroup(group.Unmap())
+			if err != nil || m.Conn == nil {
+				return m, err
+			}
+			for i := len(recs) - 1; i >= 0; i-- {
+				m.Conn = &pcapGroupConn{Conn: m.Conn, r: recs[i]}
+			}
+			return m, nil
 		}
 		switch w := c.(type) {
 		case *Faulty:
 			c = w.inner
 		case *PcapRecorder:
+			recs = append(recs, w)
 			c = w.inner
 		default:
 			c = nil
 		}
 	}
 	return nil, ErrNoMulticast
+}
+
+// pcapGroupConn is a membership's own Conn seen through the PcapRecorder of
+// the Conn that joined: what it receives goes into that recorder's capture.
+type pcapGroupConn struct {
+	Conn
+	r *PcapRecorder
+}
+
+func (g *pcapGroupConn) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
+	n, err := g.Conn.Receive(bufs, sizes, eps)
+	if n > 0 {
+		g.r.mu.Lock()
+		for i := range n {
+			g.r.record(bufs[i][:sizes[i]], eps[i].Remote, eps[i].Local, true)
+		}
+		g.r.mu.Unlock()
+	}
+	return n, err
 }
 
 // memGroups is a MemNetwork's group membership: the member Conns of each

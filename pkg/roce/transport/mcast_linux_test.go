@@ -3,11 +3,15 @@
 package transport
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"os"
 	"testing"
 
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/rxed/rxed/internal/netns"
 	"github.com/rxed/rxed/internal/testenv"
 	"github.com/stretchr/testify/require"
@@ -81,4 +85,61 @@ func TestUDPMulticastInNetns(t *testing.T) {
 	require.NoError(t, s.Send([][]byte{payload(3, 20)}, Endpoint{Remote: ap("127.0.0.1:4791")}))
 	got := receiveN(t, a, 1, MaxDatagramSize)
 	require.Equal(t, payload(3, 20), got[0].data, "the group's datagrams did not reach the unicast socket")
+}
+
+// A PcapRecorder around the Conn that joins records what the membership's
+// own Conn receives (the group's datagrams reach the engine there, not
+// through the recorder's Receive), in the same capture as the Conn's own
+// traffic: a capture of a multicast receiver shows the datagrams it got.
+func TestUDPMulticastPcapRecordsGroupReceives(t *testing.T) {
+	why := netns.Available()
+	testenv.Need(t, why == "", "%s", why)
+	ns, err := netns.Create(fmt.Sprintf("rxed-mcp-%d", os.Getpid()))
+	require.NoError(t, err)
+	defer ns.Delete()
+	require.NoError(t, ns.IP("link", "set", "lo", "multicast", "on"))
+	require.NoError(t, ns.IP("route", "add", "224.0.0.0/4", "dev", "lo"))
+
+	var buf bytes.Buffer
+	var rec *PcapRecorder
+	var s Conn
+	var m *Membership
+	group := netip.MustParseAddr("239.1.1.1")
+	require.NoError(t, ns.Do(func() error {
+		a, err := OpenUDP(UDPConfig{Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, Port: RoCEv2Port})
+		if err != nil {
+			return err
+		}
+		if rec, err = NewPcapRecorder(a, &buf, PcapOptions{}); err != nil {
+			return err
+		}
+		if s, err = OpenUDP(UDPConfig{Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.3")}, Port: RoCEv2Port}); err != nil {
+			return err
+		}
+		m, err = JoinGroup(NewFaulty(rec, FaultConfig{}), group) // through both wrappers
+		return err
+	}))
+	defer rec.Close()
+	defer s.Close()
+	defer m.Leave()
+	_, err = JoinGroup(rec, netip.MustParseAddr("10.0.0.1"))
+	require.ErrorIs(t, err, ErrNotGroup)
+
+	require.NoError(t, s.Send([][]byte{payload(7, 200)}, Endpoint{Remote: ap("239.1.1.1:4791")}))
+	got := receiveN(t, m.Conn, 1, MaxDatagramSize)
+	require.Equal(t, payload(7, 200), got[0].data)
+	require.NoError(t, rec.Err())
+
+	r, err := pcapgo.NewReader(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	frame, _, err := r.ReadPacketData()
+	require.NoError(t, err)
+	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
+	ip, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	require.True(t, ok, "an IPv4 frame")
+	require.Equal(t, "127.0.0.3", ip.SrcIP.String())
+	require.Equal(t, "239.1.1.1", ip.DstIP.String())
+	require.Equal(t, payload(7, 200), p.ApplicationLayer().Payload())
+	_, _, err = r.ReadPacketData()
+	require.Error(t, err, "exactly one frame")
 }
