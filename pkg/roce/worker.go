@@ -503,8 +503,9 @@ func (w *worker) handlePacket(pkt []byte, ep *transport.Endpoint) {
 	e := w.e
 	p := &w.pkt
 	// Multicast (mcast.go): a datagram to QP 0xFFFFFF goes to every QP
-	// attached to its destination group.
-	if wire.BTH(pkt[:wire.BTHLen]).DestQP() == McastQPN {
+	// attached to its destination group. A CNP may name QP 0xFFFFFF too
+	// (the conformance corpus has one): it is counted below.
+	if b := wire.BTH(pkt[:wire.BTHLen]); b.DestQP() == McastQPN && b.Opcode() != wire.CNP {
 		w.handleMcast(pkt, ep)
 		return
 	}
