@@ -40,6 +40,7 @@ type conformOpts struct {
 	size     int
 	peerTO   uint
 	peerRtry int
+	peerRNR  int
 	peer     netip.Addr
 }
 
@@ -69,7 +70,8 @@ func parseConform(args []string, stderr io.Writer) (*conformOpts, int, bool) {
 	fs.IntVar(&o.iters, "peer-iters", 1000, "the peer tool's -n (send and pingpong tools finish after that many messages)")
 	fs.IntVar(&o.size, "peer-size", 0, "ib_send_bw: the peer tool's -s; every SEND then has exactly this size (0: scenarios choose)")
 	fs.UintVar(&o.peerTO, "peer-timeout", 14, "requester scenarios: the peer's local ACK timeout exponent")
-	fs.IntVar(&o.peerRtry, "peer-retry", 7, "requester scenarios: the peer's retry count")
+	fs.IntVar(&o.peerRtry, "peer-retry", 7, "requester scenarios: the peer's retry count (retry_cnt)")
+	fs.IntVar(&o.peerRNR, "peer-rnr-retry", 7, "requester scenarios: the peer's rnr_retry (7: infinite)")
 	rest, code, ok := parseArgs(fs, args, stderr)
 	if !ok {
 		return nil, code, false
@@ -116,6 +118,12 @@ func parseConform(args []string, stderr io.Writer) (*conformOpts, int, bool) {
 	if o.iters < 1 {
 		return bad("--peer-iters %d: must be positive", o.iters)
 	}
+	if o.peerRtry < 1 || o.peerRtry > 7 {
+		return bad("--peer-retry %d: want 1..7", o.peerRtry)
+	}
+	if o.peerRNR < 0 || o.peerRNR > 7 {
+		return bad("--peer-rnr-retry %d: want 0..7", o.peerRNR)
+	}
 	if o.peerTO > 31 {
 		return bad("--peer-timeout %d: want 0..31", o.peerTO)
 	}
@@ -146,7 +154,9 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 	local, _ := o.ef.gid("-x", o.gidx)
 	cfg := conform.Config{Tool: tool, Local: local, Peer: o.peer, OOBPort: uint16(o.ef.oobPort), RoCEPort: uint16(o.ef.port),
 		Serve: o.serve, Timeout: o.ef.timeout, MTU: o.mtu, PeerIters: o.iters, SendSize: o.size, PeerACKTimeout: uint8(o.peerTO),
-		PeerRetry: o.peerRtry, Logger: o.ef.logger(stderr)}
+		PeerRetry: o.peerRtry, PeerRNRRetry: o.peerRNR, PeerRNRRetrySet: true, Logger: o.ef.logger(stderr)}
+	fs := flagsSet(args)
+	cfg.PeerParamsSet = fs["peer-timeout"] || fs["peer-retry"] || fs["peer-rnr-retry"]
 	if o.pcapDir != "" {
 		if err := os.MkdirAll(o.pcapDir, 0o755); err != nil {
 			return fail(stderr, "conform", fmt.Errorf("--pcap-dir: %v", err))
@@ -192,6 +202,23 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// flagsSet names the flags given on the command line (either dash form,
+// with or without =value).
+func flagsSet(args []string) map[string]bool {
+	m := map[string]bool{}
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		a = strings.TrimLeft(a, "-")
+		if i := strings.IndexByte(a, '='); i >= 0 {
+			a = a[:i]
+		}
+		m[a] = true
+	}
+	return m
 }
 
 func toolNames(ts []conform.Tool) string {

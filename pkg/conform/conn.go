@@ -49,7 +49,15 @@ type Config struct {
 	// against which retransmissions are judged.
 	PeerACKTimeout uint8
 	PeerRetry      int
-	Logger         *slog.Logger
+	// PeerRNRRetry is the peer requester's rnr_retry (7: infinite, what
+	// perftest, ibv_rc_pingpong and rxed use); PeerRNRRetrySet tells a
+	// configured 0 from the default.
+	PeerRNRRetry    int
+	PeerRNRRetrySet bool
+	// PeerParamsSet: the three values above were given (not the tools'
+	// defaults); evidence says which.
+	PeerParamsSet bool
+	Logger        *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -73,6 +81,9 @@ func (c *Config) defaults() {
 	}
 	if c.PeerRetry == 0 {
 		c.PeerRetry = 7
+	}
+	if c.PeerRNRRetry == 0 && !c.PeerRNRRetrySet {
+		c.PeerRNRRetry = 7
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -100,6 +111,9 @@ type Conn struct {
 	key    oob.Key
 	test   oob.Test
 	cancel context.CancelFunc
+	// srv is the responder state of requester mode (Accept); nil when
+	// the peer is the responder.
+	srv *serveState
 }
 
 // ConnOptions choose what a scenario needs of its connection.
@@ -282,8 +296,16 @@ func (c *Conn) dialPingpong(ctx context.Context) error {
 // that is possible (send tools need their iterations, perftest its closing
 // exchange) so that a one-shot server restarts clean, then closes.
 func (c *Conn) Close(ctx context.Context) error {
+	if c.srv != nil {
+		return c.closeServe(ctx)
+	}
 	var err error
+	// A peer whose QP is in ERR (it answered with a fatal NAK) cannot
+	// finish its iterations: topping them up only waits for the bound.
+	broken := c.peerBroken()
 	switch {
+	case broken && (c.Tool == IBSendBW || c.Tool.Echoes()):
+		err = errors.New("the peer's QP is in the error state")
 	case c.Tool == IBSendBW || c.Tool.Echoes():
 		err = c.topUp(ctx)
 	}
@@ -299,4 +321,19 @@ func (c *Conn) Close(ctx context.Context) error {
 		_ = c.Link.Close()
 	}
 	return err
+}
+
+// peerBroken reports whether the peer answered with a NAK that moves its
+// responder to the error state (invalid request, remote access or remote
+// operational error: IBA 9.7.5.2.3-9.7.5.2.5), after which its tool
+// cannot finish its run.
+func (c *Conn) peerBroken() bool {
+	for _, e := range c.Trace() {
+		var p wire.Packet
+		if e.Dir == In && p.Parse(e.Raw) == nil && p.AETH != nil && p.AETH.Syndrome().Kind() == wire.SynNAK &&
+			p.AETH.Syndrome().NAKCode() != wire.NAKPSNSeqErr {
+			return true
+		}
+	}
+	return false
 }

@@ -14,9 +14,9 @@ const closeGrace = 8 * time.Second
 // Run runs one scenario on a fresh connection within cfg.Timeout and
 // returns its result. It never panics and never outlives the deadline by
 // more than the closing exchange's bound.
-func Run(ctx context.Context, cfg Config, s *Scenario) Result {
+func Run(ctx context.Context, cfg Config, s *Scenario) (res Result) {
 	cfg.defaults()
-	res := Result{ID: s.ID, Title: s.Title, Rule: s.Rule, Tool: cfg.Tool,
+	res = Result{ID: s.ID, Title: s.Title, Rule: s.Rule, Tool: cfg.Tool,
 		Local: netip.AddrPortFrom(cfg.Local, cfg.RoCEPort).String(), Peer: netip.AddrPortFrom(cfg.Peer, cfg.RoCEPort).String()}
 	start := time.Now()
 	defer func() { res.Elapsed = time.Since(start) }()

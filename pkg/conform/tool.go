@@ -68,7 +68,9 @@ func (t Tool) Echoes() bool { return t == IBVRCPingpong || t == IBVUDPingpong }
 func (t Tool) PeerCommand(serve bool, local string, iters int) string {
 	switch {
 	case t.Perftest() && serve:
-		return fmt.Sprintf("%s -n %d -s 4096 -m 1024 %s   (once per scenario)", t, iters, local)
+		return fmt.Sprintf("while :; do %s -n %d -s 4096 -m 1024 %s; sleep 0.1; done   (one client per scenario)", t, iters, local)
+	case serve:
+		return fmt.Sprintf("while :; do %s -n %d -s 4096 -m 1024 %s; sleep 0.1; done   (one client per scenario)", t, iters, local)
 	case t.Perftest():
 		return fmt.Sprintf("while :; do %s -n %d -m 1024; done", t, iters)
 	case t == IBVRCPingpong:
