@@ -22,10 +22,10 @@ import (
 // load: `rxed perf write -s 65536` at 0.45x the same run in-process, and
 // send_lat tails of several milliseconds, all of it CPU starvation.
 //
-// The tools therefore wait hybrid by default: they spin on Poll for a
-// bounded budget and then sleep in WaitPoll until the engine's receive
-// goroutine delivers. The budget adapts between --spin (defaultSpin) and
-// maxSpinFactor times it: a wait that slept but ended within
+// The tools therefore wait hybrid by default (ib.HybridWaiter): they spin
+// on Poll for a bounded budget and then sleep in WaitPoll until the
+// engine's receive goroutine delivers. The budget adapts between --spin
+// (defaultSpin) and 16 times it: a wait that slept but ended within
 // 4 budgets would have been caught by spinning a little longer, so the
 // budget doubles; one that slept longer than that halves it. A fixed
 // budget shorter than a round trip in which the peer has to wake up
@@ -40,11 +40,7 @@ import (
 // is perftest's pure busy poll, --spin 0 (or -e) sleeps at once.
 
 // defaultSpin is the tools' base spin budget before a wait sleeps.
-const defaultSpin = 50 * time.Microsecond
-
-// maxSpinFactor bounds the adaptive budget: at most this many times the
-// base.
-const maxSpinFactor = 16
+const defaultSpin = ib.DefaultHybridSpin
 
 // cqWaiter waits for completions in one of the three ways (busy poll,
 // hybrid, events) with a stall timeout, without allocating per wait (a
@@ -54,7 +50,7 @@ const maxSpinFactor = 16
 type cqWaiter struct {
 	events  bool
 	spin    time.Duration // < 0: spin until the completion; 0: sleep at once
-	budget  time.Duration // the adaptive budget, spin..maxSpinFactor*spin
+	hybrid  ib.HybridWaiter
 	timeout time.Duration
 	parent  context.Context
 
@@ -67,7 +63,7 @@ type cqWaiter struct {
 }
 
 func newCQWaiter(ctx context.Context, events bool, spin, timeout time.Duration) *cqWaiter {
-	w := &cqWaiter{events: events, spin: spin, budget: spin, timeout: timeout, parent: ctx}
+	w := &cqWaiter{events: events, spin: spin, hybrid: ib.HybridWaiter{Spin: spin}, timeout: timeout, parent: ctx}
 	w.ctx, w.cancel = context.WithCancel(ctx)
 	w.stall = time.AfterFunc(time.Hour, func() {
 		w.stalled.Store(true)
@@ -83,70 +79,52 @@ func (w *cqWaiter) close() {
 	w.cancel()
 }
 
-// next returns cq's next completions: spinning for the budget, then
-// sleeping (events: sleeping at once). It returns
-// context.DeadlineExceeded when no completion came within the timeout,
-// and the parent context's error when it ends.
+// next returns cq's next completions: spinning for the adaptive budget,
+// then sleeping (events or --spin 0: sleeping at once; --spin -1:
+// spinning until it comes). It returns context.DeadlineExceeded when no
+// completion came within the timeout, and the parent context's error
+// when it ends.
 func (w *cqWaiter) next(cq *ib.CQ, wcs []ib.WC) (int, error) {
 	if n := cq.Poll(wcs); n > 0 {
 		return n, nil
 	}
-	var start time.Time
-	if !w.events && w.spin != 0 {
-		start = time.Now()
-		if n, done, err := w.spinFor(cq, wcs, start); done {
-			return n, err
-		}
+	if !w.events && w.spin < 0 {
+		return w.spinForever(cq, wcs)
 	}
 	if w.stalled.Load() {
 		return 0, context.DeadlineExceeded
 	}
 	w.stall.Reset(w.timeout)
-	n, err := cq.WaitPoll(w.ctx, wcs)
-	w.stall.Stop()
-	if w.spin > 0 && err == nil {
-		w.adapt(time.Since(start))
+	var n int
+	var err error
+	if w.events || w.spin == 0 {
+		n, err = cq.WaitPoll(w.ctx, wcs)
+	} else {
+		n, err = w.hybrid.Wait(w.ctx, cq, wcs)
 	}
+	w.stall.Stop()
 	if err != nil && w.stalled.Load() && w.parent.Err() == nil {
 		return 0, context.DeadlineExceeded
 	}
 	return n, err
 }
 
-// spinFor polls for the spin budget (forever when it is negative,
-// checking the parent context and the timeout now and then). done is
-// false when the budget ran out.
-func (w *cqWaiter) spinFor(cq *ib.CQ, wcs []ib.WC, start time.Time) (n int, done bool, err error) {
+// spinForever is perftest's busy poll: Poll until a completion comes,
+// checking the parent context and the timeout now and then.
+func (w *cqWaiter) spinForever(cq *ib.CQ, wcs []ib.WC) (int, error) {
+	start := time.Now()
 	for spins := 1; ; spins++ {
 		if n := cq.Poll(wcs); n > 0 {
-			return n, true, nil
-		}
-		if w.spin > 0 {
-			// Poll on an empty CQ is a system call (it receives) and a
-			// yield: reading the clock each time costs little beside it.
-			if time.Since(start) >= w.budget {
-				return 0, false, nil
-			}
-			continue
+			return n, nil
 		}
 		if spins&1023 == 0 {
 			if err := w.parent.Err(); err != nil {
-				return 0, true, err
+				return 0, err
 			}
 			if time.Since(start) > w.timeout {
-				return 0, true, context.DeadlineExceeded
+				return 0, context.DeadlineExceeded
 			}
 		}
-	}
-}
-
-// adapt sets the budget after a wait that spun for it, slept, and took
-// waited in all.
-func (w *cqWaiter) adapt(waited time.Duration) {
-	if waited < 4*w.budget {
-		w.budget = min(2*w.budget, maxSpinFactor*w.spin)
-	} else {
-		w.budget = max(w.budget/2, w.spin)
 	}
 }
 
@@ -164,7 +142,7 @@ func nextCompletions(ctx context.Context, cq *ib.CQ, wcs []ib.WC, events bool, s
 // registerSpin adds --spin, for the commands that wait for completions.
 func (e *engineFlags) registerSpin(fs *flag.FlagSet) {
 	e.spin = defaultSpin
-	fs.Var((*spinFlag)(&e.spin), "spin", "busy-poll the CQ this long before sleeping until the completion arrives (`duration`; -1: never sleep, perftest's pure busy poll; 0: sleep at once, as -e)")
+	fs.Var((*spinFlag)(&e.spin), "spin", "busy-poll the CQ this long before sleeping until the completion arrives (`duration`; -1: never sleep, perftest's pure busy poll; 0: sleep at once, as -e; the budget adapts up to 16 times this)")
 }
 
 // spinFlag is a duration that also accepts -1 (spin forever).

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSpinFlagParses(t *testing.T) {
+	for in, want := range map[string]time.Duration{"-1": -1, "-5us": -1, "0": 0, "100us": 100 * time.Microsecond, "1ms": time.Millisecond} {
+		var f spinFlag
+		require.NoError(t, f.Set(in), in)
+		require.Equal(t, want, time.Duration(f), in)
+	}
+	var f spinFlag
+	require.Error(t, f.Set("fast"))
+	require.Error(t, f.Set("5"))
+	f = -1
+	require.Equal(t, "-1", f.String())
+}
+
+// TestCQWaiterModes: in every mode (hybrid, pure spin, sleep, events) an
+// empty CQ ends in context.DeadlineExceeded after the timeout, again on
+// the next wait, and a cancelled parent ends it with the parent's error.
+// (Completions arriving while a hybrid wait spins or sleeps: pkg/ib's
+// TestHybridWaiterReturnsCompletions; the perf and pingpong tests run
+// every mode's happy path.)
+func TestCQWaiterModes(t *testing.T) {
+	c, err := transport.NewMemNetwork().Listen(netip.MustParseAddrPort("10.7.0.1:4791"))
+	require.NoError(t, err)
+	dev, err := ib.OpenDevice(ib.Config{Conn: c, Workers: 1})
+	require.NoError(t, err)
+	defer dev.Close()
+	type mode struct {
+		events bool
+		spin   time.Duration
+	}
+	for _, m := range []mode{{false, defaultSpin}, {false, -1}, {false, 0}, {true, defaultSpin}} {
+		cq, err := dev.CreateCQ(16)
+		require.NoError(t, err)
+		w := newCQWaiter(context.Background(), m.events, m.spin, 50*time.Millisecond)
+		wcs := make([]ib.WC, 2)
+		_, err = w.next(cq, wcs)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "%+v", m)
+		_, err = w.next(cq, wcs)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "%+v: the next wait", m)
+		w.close()
+		require.NoError(t, cq.Destroy())
+
+		ctx, cancel := context.WithCancel(context.Background())
+		cq, err = dev.CreateCQ(16)
+		require.NoError(t, err)
+		w = newCQWaiter(ctx, m.events, m.spin, time.Minute)
+		cancel()
+		_, err = w.next(cq, wcs)
+		require.ErrorIs(t, err, context.Canceled, "%+v", m)
+		w.close()
+		require.NoError(t, cq.Destroy())
+	}
+}

@@ -1,0 +1,110 @@
+package ib
+
+import (
+	"context"
+	"time"
+)
+
+// DefaultHybridSpin is HybridWaiter's base spin budget when Spin is 0:
+// longer than a loopback round trip between two spinning ends (~15-25
+// us on the 2-core VM), so a latency-bound loop finds its completion
+// while spinning.
+const DefaultHybridSpin = 50 * time.Microsecond
+
+// HybridWaiter waits for completions the hybrid way: it spins on
+// CQ.Poll (which receives the device's packets in the calling goroutine)
+// for a bounded budget and then sleeps in CQ.WaitPoll until the engine's
+// receive goroutine delivers. Pure spinning (perftest's default) holds a
+// CPU that, on a machine with few of them, the peer or the engine's own
+// goroutines need for the very completion being waited for; pure sleeping
+// costs a goroutine wake-up per completion. The hybrid costs neither
+// when completions come fast, and at most about a quarter of each wait
+// in spinning when they come slowly.
+//
+// The budget adapts between Spin and MaxSpin: a wait that slept but
+// ended within four budgets would have been caught by spinning somewhat
+// longer, so the budget doubles; a wait that slept longer halves it. A
+// fixed budget shorter than the round trip of a peer that has to wake up
+// (~50-60 us on the loaded VM) would lock both ends of a ping-pong into
+// sleeping; the adaptive one leaves that state within a wait or two.
+//
+// A HybridWaiter keeps that state between waits, so a loop uses one for
+// all of its waits. It is not safe for concurrent use (one per waiting
+// goroutine); its zero value uses DefaultHybridSpin.
+type HybridWaiter struct {
+	// Spin is the base budget of spinning before a wait sleeps; 0 is
+	// DefaultHybridSpin, negative means never spin (WaitPoll at once).
+	Spin time.Duration
+	// MaxSpin bounds the adaptive budget; 0 is 16 times Spin.
+	MaxSpin time.Duration
+
+	budget time.Duration // current budget; 0 until the first wait
+}
+
+// Wait returns at least one completion of cq, spinning on Poll for the
+// current budget and then waiting in WaitPoll. Its errors are
+// WaitPoll's: ctx's error when ctx ends while it sleeps, ErrCQOverflow,
+// ErrDestroyed or ErrDeviceClosed once the CQ is empty (a spinning Wait
+// notices them when it goes to sleep, at most a budget later).
+func (h *HybridWaiter) Wait(ctx context.Context, cq *CQ, wcs []WC) (int, error) {
+	if n := cq.Poll(wcs); n > 0 {
+		return n, nil
+	}
+	base, top := h.limits()
+	if h.budget == 0 || h.budget < base || h.budget > top { // first wait, or Spin changed
+		h.budget = base
+	}
+	start := time.Now()
+	if base > 0 {
+		for {
+			if n := cq.Poll(wcs); n > 0 {
+				return n, nil
+			}
+			// An empty Poll is a non-blocking receive (a system call) and
+			// a yield: reading the clock each time costs little beside it.
+			if time.Since(start) >= h.budget {
+				break
+			}
+		}
+	}
+	n, err := cq.WaitPoll(ctx, wcs)
+	if err == nil && base > 0 {
+		h.adapt(time.Since(start), base, top)
+	}
+	return n, err
+}
+
+// adapt sets the budget after a wait that spun for the whole budget,
+// slept and took waited in all.
+func (h *HybridWaiter) adapt(waited, base, top time.Duration) {
+	if waited < 4*h.budget {
+		h.budget = min(2*h.budget, top)
+	} else {
+		h.budget = max(h.budget/2, base)
+	}
+}
+
+// Budget returns the current spin budget (the base before the first
+// wait; 0 when the waiter never spins).
+func (h *HybridWaiter) Budget() time.Duration {
+	if base, _ := h.limits(); h.budget == 0 || base == 0 {
+		return base
+	}
+	return h.budget
+}
+
+// limits returns the base and the largest budget (0, 0: never spin).
+func (h *HybridWaiter) limits() (base, top time.Duration) {
+	base = h.Spin
+	switch {
+	case base < 0:
+		return 0, 0
+	case base == 0:
+		base = DefaultHybridSpin
+	}
+	top = h.MaxSpin
+	if top <= 0 {
+		top = 16 * base
+	}
+	return base, max(top, base)
+}

@@ -1,0 +1,83 @@
+package ib_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/stretchr/testify/require"
+)
+
+// TestHybridWaiterReturnsCompletions: a queued completion comes back at
+// once; one pushed while the waiter spins or sleeps (with a 1 us budget
+// it mostly sleeps; with Spin -1 it sleeps at once) comes back too, in
+// order, and nothing is lost or duplicated.
+func TestHybridWaiterReturnsCompletions(t *testing.T) {
+	for _, spin := range []time.Duration{0, time.Microsecond, -1} {
+		a, _ := peerPair(t, "10.9.0.1", "10.9.0.2")
+		h := &ib.HybridWaiter{Spin: spin}
+		wcs := make([]ib.WC, 4)
+		require.NoError(t, ib.Push(a.cq, ib.WC{ID: 1}))
+		n, err := h.Wait(context.Background(), a.cq, wcs)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, uint64(1), wcs[0].ID)
+
+		const k = 200
+		go func() {
+			for i := 2; i < 2+k; i++ {
+				if err := ib.Push(a.cq, ib.WC{ID: uint64(i)}); err != nil {
+					panic(err)
+				}
+				if i%16 == 0 {
+					time.Sleep(100 * time.Microsecond) // let the waiter sleep now and then
+				}
+			}
+		}()
+		want := uint64(2)
+		for want < 2+k {
+			n, err := h.Wait(context.Background(), a.cq, wcs)
+			require.NoError(t, err, "spin %v", spin)
+			require.Positive(t, n)
+			for _, wc := range wcs[:n] {
+				require.Equal(t, want, wc.ID, "spin %v", spin)
+				want++
+			}
+		}
+		if spin < 0 {
+			require.Zero(t, h.Budget())
+		} else {
+			base := spin
+			if base == 0 {
+				base = ib.DefaultHybridSpin
+			}
+			require.GreaterOrEqual(t, h.Budget(), base)
+			require.LessOrEqual(t, h.Budget(), 16*base)
+		}
+	}
+}
+
+// TestHybridWaiterErrors: with nothing to complete, Wait returns the
+// context's error once it sleeps, ErrDestroyed after the CQ's Destroy
+// and ErrDeviceClosed after the device's Close.
+func TestHybridWaiterErrors(t *testing.T) {
+	a, _ := peerPair(t, "10.9.1.1", "10.9.1.2")
+	var h ib.HybridWaiter
+	wcs := make([]ib.WC, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := h.Wait(ctx, a.cq, wcs)
+	require.ErrorIs(t, err, context.Canceled)
+
+	cq, err := a.dev.CreateCQ(8)
+	require.NoError(t, err)
+	require.NoError(t, cq.Destroy())
+	_, err = h.Wait(context.Background(), cq, wcs)
+	require.True(t, errors.Is(err, ib.ErrDestroyed), "got %v", err)
+
+	require.NoError(t, a.dev.Close())
+	_, err = h.Wait(context.Background(), a.cq, wcs)
+	require.True(t, errors.Is(err, ib.ErrDeviceClosed), "got %v", err)
+}
