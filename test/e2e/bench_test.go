@@ -107,13 +107,13 @@ func allocsPerPacket(na, nb *node, f func()) float64 {
 func BenchmarkWriteBW64K(b *testing.B) {
 	for _, mode := range latencyModes {
 		for _, nqp := range []int{1, 16} {
-			b.Run(fmt.Sprintf("%s/qps=%d", mode, nqp), func(b *testing.B) { benchWriteBW64K(b, nqp, mode == "poll") })
+			b.Run(fmt.Sprintf("%s/qps=%d", mode, nqp), func(b *testing.B) { benchWriteBW64K(b, nqp, mode) })
 		}
 	}
 }
 
-func benchWriteBW64K(b *testing.B, nqp int, poll bool) {
-	udp, udpCPU := udpBandwidth(b, b.N, benchMsg, poll)
+func benchWriteBW64K(b *testing.B, nqp int, mode string) {
+	udp, udpCPU := udpBandwidth(b, b.N, benchMsg, mode == "poll")
 	tcp, _ := tcpStream(b, b.N, benchMsg)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14, sendWR: 256}
@@ -131,7 +131,7 @@ func benchWriteBW64K(b *testing.B, nqp int, poll bool) {
 	apk := allocsPerPacket(na, nb, func() {
 		b.ResetTimer()
 		start, cpu0 := time.Now(), processCPU()
-		runWrites(b, na, nb, qa, depth, b.N, poll)
+		runWrites(b, na, nb, qa, depth, b.N, newCQWait(mode))
 		elapsed, cpu = time.Since(start), processCPU()-cpu0
 		b.StopTimer()
 	})
@@ -145,7 +145,7 @@ func benchWriteBW64K(b *testing.B, nqp int, poll bool) {
 	b.ReportMetric(apk, "allocs/pkt")
 }
 
-func runWrites(b *testing.B, na, nb *node, qps []*ib.QP, depth, n int, poll bool) {
+func runWrites(b *testing.B, na, nb *node, qps []*ib.QP, depth, n int, w *cqWait) {
 	posted, done := 0, 0
 	inflight := make(map[uint32]int)
 	wcs := make([]ib.WC, 64)
@@ -168,7 +168,7 @@ func runWrites(b *testing.B, na, nb *node, qps []*ib.QP, depth, n int, poll bool
 		byNum[q.Num()] = q
 	}
 	for done < n {
-		c, err := waitWCs(na.scq, wcs, poll, nil)
+		c, err := w.next(na.scq, wcs, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -475,7 +475,27 @@ func udpRTTWith(b *testing.B, n int, ping, pong []int, handoff bool) (float64, f
 //	       so does the baseline's.
 //	event  the application waits in WaitPoll and the engine's receive
 //	       goroutine wakes it; the baseline's ends wait in Receive.
-var latencyModes = []string{"poll", "event"}
+//	hybrid the application waits with ib.HybridWaiter (spins on Poll for
+//	       an adaptive budget, then sleeps in WaitPoll: the tools'
+//	       default); compared with the event baseline.
+var latencyModes = []string{"poll", "event", "hybrid"}
+
+// cqWait is one waiting goroutine's way of waiting (a latencyMode).
+type cqWait struct {
+	mode string
+	h    ib.HybridWaiter
+}
+
+func newCQWait(mode string) *cqWait { return &cqWait{mode: mode} }
+
+// next returns the next completions of cq in the waiter's mode; stop
+// ends a spinning wait.
+func (w *cqWait) next(cq *ib.CQ, wcs []ib.WC, stop *atomic.Bool) (int, error) {
+	if w.mode == "hybrid" {
+		return w.h.Wait(context.Background(), cq, wcs)
+	}
+	return waitWCs(cq, wcs, w.mode == "poll", stop)
+}
 
 // waitWCs returns the next completions of cq: spinning on Poll, or
 // waiting in WaitPoll.
@@ -565,11 +585,12 @@ func udpRTTPolled(b *testing.B, n int, ping, pong []int, pollB bool) (float64, f
 // compares with a baseline that moves 4).
 func BenchmarkSendLatency8(b *testing.B) {
 	for _, mode := range latencyModes {
-		b.Run(mode, func(b *testing.B) { benchSendLatency8(b, mode == "poll") })
+		b.Run(mode, func(b *testing.B) { benchSendLatency8(b, mode) })
 	}
 }
 
-func benchSendLatency8(b *testing.B, poll bool) {
+func benchSendLatency8(b *testing.B, mode string) {
+	poll := mode == "poll"
 	rounds := max(b.N, 100)
 	// RC's packet count: each side's SEND leaves with its ACK of the
 	// other's, in the order the engine sends them (requests first, so the
@@ -600,8 +621,9 @@ func benchSendLatency8(b *testing.B, poll bool) {
 	go func() { // B: echo every receive
 		defer wg.Done()
 		wcs := make([]ib.WC, 16)
+		w := newCQWait(mode)
 		for !stop.Load() {
-			n, err := waitWCs(nb.rcq, wcs, poll, &stop)
+			n, err := w.next(nb.rcq, wcs, &stop)
 			if err != nil {
 				return
 			}
@@ -612,6 +634,7 @@ func benchSendLatency8(b *testing.B, poll bool) {
 		}
 	}()
 	wcs := make([]ib.WC, 16)
+	wa := newCQWait(mode)
 	b.ReportAllocs()
 	var el, cpu time.Duration
 	apk := allocsPerPacket(na, nb, func() {
@@ -622,7 +645,7 @@ func benchSendLatency8(b *testing.B, poll bool) {
 			if err := a.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendInline, Inline: na.buf[:8]}); err != nil {
 				b.Fatal(err)
 			}
-			n, err := waitWCs(na.rcq, wcs, poll, nil)
+			n, err := wa.next(na.rcq, wcs, nil)
 			if err != nil || n != 1 || wcs[0].Status != ib.WCSuccess {
 				b.Fatalf("recv: %v %d %v", err, n, wcs[0].Status)
 			}
@@ -657,11 +680,12 @@ func benchSendLatency8(b *testing.B, poll bool) {
 // own goroutine in both modes.
 func BenchmarkWriteLatency8(b *testing.B) {
 	for _, mode := range latencyModes {
-		b.Run(mode, func(b *testing.B) { benchWriteLatency8(b, mode == "poll") })
+		b.Run(mode, func(b *testing.B) { benchWriteLatency8(b, mode) })
 	}
 }
 
-func benchWriteLatency8(b *testing.B, poll bool) {
+func benchWriteLatency8(b *testing.B, mode string) {
+	poll := mode == "poll"
 	rounds := max(b.N, 100)
 	var base, baseCPU float64
 	if poll {
@@ -676,6 +700,7 @@ func benchWriteLatency8(b *testing.B, poll bool) {
 	a, bq := na.createQP(o), nb.createQP(o)
 	connectQPs(b, na, a, nb, bq, o)
 	wcs := make([]ib.WC, 1)
+	wa := newCQWait(mode)
 	b.ReportAllocs()
 	var el, cpu time.Duration
 	apk := allocsPerPacket(na, nb, func() {
@@ -687,7 +712,7 @@ func benchWriteLatency8(b *testing.B, poll bool) {
 				RemoteAddr: nb.mr.IOVA(), RKey: nb.mr.RKey()}); err != nil {
 				b.Fatal(err)
 			}
-			if n, err := waitWCs(na.scq, wcs, poll, nil); err != nil || n != 1 || wcs[0].Status != ib.WCSuccess {
+			if n, err := wa.next(na.scq, wcs, nil); err != nil || n != 1 || wcs[0].Status != ib.WCSuccess {
 				b.Fatalf("write: %v %v", err, wcs[0].Status)
 			}
 			lat.add(time.Since(t0))
