@@ -153,6 +153,13 @@ func (l *Lab) SetupNet(ctx context.Context, nvm int) error {
 		{"ip", "-n", Netns, "-6", "addr", "add", HostIP6 + "/64", "dev", HostVeth, "nodad"},
 		{"ip", "-n", Netns, "link", "set", HostVeth, "up"},
 		{"ip", "-n", Netns, "link", "set", Bridge, "up"},
+		// multicast cells (runner_mcast.go): the bridge floods multicast to every port instead
+		// of learning from IGMP reports (nothing here is a querier), rxed's extra receiver
+		// addresses, and a route for the groups out of rxed's veth
+		{"ip", "-n", Netns, "link", "set", Bridge, "type", "bridge", "mcast_snooping", "0"},
+		{"ip", "-n", Netns, "addr", "add", HostIP2 + "/24", "dev", HostVeth},
+		{"ip", "-n", Netns, "addr", "add", HostIP3 + "/24", "dev", HostVeth},
+		{"ip", "-n", Netns, "route", "add", "224.0.0.0/4", "dev", HostVeth},
 	}
 	l.VMs = nil
 	for i := 1; i <= nvm; i++ {

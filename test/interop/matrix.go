@@ -101,7 +101,8 @@ type Cell struct {
 	// tool's Rxed column; the rxe tool is its client ServeClients times in a row. rxed is
 	// the server only, so the cell has no rxed-client direction and no rxe-mode run.
 	Serve   bool
-	CM      *CMSpec // an rdma_cm cell (matrix_rdmacm.go): its own command lines, run by runCM
+	CM      *CMSpec    // an rdma_cm cell (matrix_rdmacm.go): its own command lines, run by runCM
+	Mcast   *McastSpec // a multicast cell (matrix_mcast.go): its members, run by runMcast
 	Timeout time.Duration
 }
 
@@ -115,6 +116,9 @@ const ServeRxed = "{rxed} serve --addr {addr} -p {port} -m {mtu} --export data=f
 
 // Runs reports whether cell c runs in direction d for subject s.
 func (c Cell) Runs(s Subject, d Direction) bool {
+	if c.Mcast != nil { // the members name their roles: one run, rxed only
+		return s == SubjectRxed && d == SubjectServer
+	}
 	return !c.Serve || (s == SubjectRxed && d == SubjectServer)
 }
 
@@ -212,6 +216,10 @@ func Matrix() []Cell {
 	}
 	for _, c := range rdmacmPerfCells() { // perftest -R (matrix_rdmacm_perf.go)
 		add(c)
+	}
+	for _, c := range McastCells() { // mckey (matrix_mcast.go)
+		c.Cell.Mcast = c.Mcast
+		add(c.Cell)
 	}
 	// MTU 1024 first, then 4096; stable otherwise
 	sort.SliceStable(cells, func(i, j int) bool { return cells[i].MTU < cells[j].MTU })

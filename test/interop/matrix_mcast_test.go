@@ -45,3 +45,37 @@ func TestMcastCellsAreWellFormed(t *testing.T) {
 		require.Contains(t, string(b), l+"\n")
 	}
 }
+
+// The mckey cells are in the matrix with their spec, run once (rxed only: the members name
+// their roles), and every member's command renders without a placeholder left; rxed members
+// get their own counters and capture, the guest's bind to the guest's address.
+func TestMcastCellsInTheMatrix(t *testing.T) {
+	n := 0
+	for _, c := range Matrix() {
+		if c.Mcast == nil {
+			continue
+		}
+		n++
+		require.Equal(t, "mckey", c.Tool, c.Name)
+		require.True(t, c.Runs(SubjectRxed, SubjectServer), c.Name)
+		require.False(t, c.Runs(SubjectRxed, SubjectClient), c.Name)
+		require.False(t, c.Runs(SubjectRxe, SubjectServer), c.Name)
+		for _, m := range c.Mcast.Members {
+			v := McastVars{Addr: "10.78.0.11", Group: c.Mcast.Group}
+			if m.Rxed {
+				v = McastVars{Rxed: "/x/rxed", Addr: HostIP, Group: c.Mcast.Group, Counters: "/x/c.json", Pcap: "/x/p.pcap"}
+			}
+			cmd := RenderMcast(m.Cmd, v)
+			require.NotContains(t, cmd, "{", "%s: %q", c.Name, cmd)
+			require.Contains(t, cmd, "-m 239.1.1.1", c.Name)
+			if m.Rxed {
+				require.Contains(t, cmd, "--counters-out /x/c.json", c.Name)
+				require.Contains(t, cmd, "--pcap /x/p.pcap", c.Name)
+				require.Regexp(t, `-b 10\.78\.0\.[123] `, cmd, c.Name)
+			} else {
+				require.Contains(t, cmd, "-b 10.78.0.11", c.Name)
+			}
+		}
+	}
+	require.Equal(t, len(McastCells()), n)
+}

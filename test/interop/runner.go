@@ -171,6 +171,9 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 	if c.CM != nil {
 		return r.runCM(ctx, c, d)
 	}
+	if c.Mcast != nil {
+		return r.runMcast(ctx, c, d)
+	}
 	t0 := time.Now()
 	res = Result{Cell: c, Dir: d}
 	r.nextPort()

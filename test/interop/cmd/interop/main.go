@@ -141,12 +141,33 @@ func printCM(c interop.Cell) {
 	fmt.Printf("  rxed server: %s\n  rxe  client: %s\n", interop.RenderCM(c.CM.RxedServer, v(rxed, rxed)), interop.RenderCM(c.CM.RxeClient, v(guest, rxed)))
 }
 
+// printMcast prints a multicast cell's members (rxed at 10.78.0.1-3, the guest at 10.78.0.11).
+func printMcast(c interop.Cell) {
+	fmt.Printf("%s (one run)\n", c.Name)
+	for _, m := range c.Mcast.Members {
+		who, v := "rxe ", interop.McastVars{Addr: "10.78.0.11", Group: c.Mcast.Group}
+		if m.Rxed {
+			who, v = "rxed", interop.McastVars{Rxed: "rxed", Addr: interop.HostIP, Group: c.Mcast.Group, Counters: "C.json", Pcap: "P.pcap"}
+		}
+		role := "receiver"
+		if m.Sender {
+			role = "sender  "
+		}
+		fmt.Printf("  %s %s: %s\n", who, role, interop.RenderMcast(m.Cmd, v))
+	}
+}
+
 func printMatrix(cells []interop.Cell) {
 	runs := 0
 	for _, c := range cells {
 		if c.CM != nil {
 			printCM(c)
 			runs += 2
+			continue
+		}
+		if c.Mcast != nil {
+			printMcast(c)
+			runs++
 			continue
 		}
 		t := interop.Tools[c.Tool]
