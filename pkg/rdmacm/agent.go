@@ -61,9 +61,9 @@ type Config struct {
 	// RTU (REJ 3 beyond it, counted); 0 is the CM's default (1024).
 	MaxHalfOpen int
 	// Linger is how long closing the device waits for its connections to
-	// finish disconnecting (DREQ answered, timewait over), as the kernel's
-	// CM outlives the process that used it: a peer whose DREP got lost is
-	// then still answered. 0 closes at once.
+	// settle (our DREQ answered; after answering the peer's DREQ, the end
+	// of timewait), as the kernel's CM outlives the process that used it:
+	// a peer whose DREP got lost is then still answered. 0 closes at once.
 	Linger time.Duration
 }
 
@@ -142,15 +142,30 @@ func (a *agent) send(dst, src netip.Addr, b []byte) error {
 // close stops the agent when its device closes, first waiting up to the
 // linger time for live connections to finish.
 func (a *agent) close() {
+	a.mu.Lock()
+	var live []*Conn
+	for c := range a.live {
+		live = append(live, c)
+	}
+	a.mu.Unlock()
+	// Connections still up (or still connecting) end as a destroyed
+	// cm_id does: one DREQ (or REJ) to the peer, nothing to wait for.
+	var gone []chan struct{}
+	for _, c := range live {
+		c.mu.Lock()
+		up, id := !c.ended, c.id
+		c.mu.Unlock()
+		if up && id != nil {
+			id.Destroy()
+			c.end(ErrDisconnected)
+			c.settle()
+			continue
+		}
+		gone = append(gone, c.settled)
+	}
 	if a.linger > 0 {
 		deadline := time.NewTimer(a.linger)
 		defer deadline.Stop()
-		a.mu.Lock()
-		var gone []chan struct{}
-		for c := range a.live {
-			gone = append(gone, c.gone)
-		}
-		a.mu.Unlock()
 	wait:
 		for _, g := range gone {
 			select {

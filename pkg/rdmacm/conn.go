@@ -56,7 +56,13 @@ type Conn struct {
 
 	events chan Event
 	done   chan struct{}
-	gone   chan struct{} // closed when the CM ID is gone (release)
+	// settled is closed once the peer needs no more answers from us: our
+	// DREQ was answered, timewait ended, or the handshake failed. A
+	// lingering device close waits for it (agent.close); a connection
+	// that answered the peer's DREQ stays unsettled through its timewait,
+	// in which a peer whose DREP got lost retries.
+	settled    chan struct{}
+	settleOnce sync.Once
 
 	mu          sync.Mutex
 	established bool
@@ -68,7 +74,7 @@ type Conn struct {
 
 func newConn(a *agent, q *ib.QP) *Conn {
 	c := &Conn{a: a, qp: q, hs: make(chan cm.Event, 16), events: make(chan Event, 4),
-		done: make(chan struct{}), gone: make(chan struct{})}
+		done: make(chan struct{}), settled: make(chan struct{})}
 	a.track(c)
 	return c
 }
@@ -151,6 +157,9 @@ func (c *Conn) onEvent(ev cm.Event) {
 		}
 		c.end(ErrDisconnected)
 		c.post(Event{Type: EventDisconnected, Err: err})
+		// Our DREQ was answered (or ran out of retries): the peer expects
+		// nothing more of us, timewait or not.
+		c.settle()
 		return
 	case cm.EventTimewaitExit:
 		c.post(Event{Type: EventTimewaitExit})
@@ -212,10 +221,17 @@ func (c *Conn) release() {
 	c.released = true
 	c.mu.Unlock()
 	if !done {
-		c.a.untrack(c)
-		close(c.gone)
+		c.settle()
 		c.a.release()
 	}
+}
+
+// settle marks the connection as owing the peer nothing more, once.
+func (c *Conn) settle() {
+	c.settleOnce.Do(func() {
+		c.a.untrack(c)
+		close(c.settled)
+	})
 }
 
 // fail ends a connection whose handshake failed: the CM ID is gone (or is

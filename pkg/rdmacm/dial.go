@@ -74,7 +74,9 @@ func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*C
 		c.fail(err, false)
 		return nil, fmt.Errorf("rdmacm: Dial: %w", err)
 	}
+	c.mu.Lock()
 	c.id = id
+	c.mu.Unlock()
 	onREP := func(rep *mad.REP) error {
 		s := activeSetup(dev, p, local, peer, mtu, psn, rep, id.ACKTimeout())
 		if err := ib.ConnectQP(q, s.remote, s.attr); err != nil {
