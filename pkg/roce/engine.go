@@ -113,6 +113,9 @@ type Engine struct {
 	// (ipv4id.go); idResyncs counts the windows re-anchored.
 	ids       idGuard
 	idResyncs atomic.Uint64
+	// mcastNoMember counts datagrams for a multicast group with no QP
+	// attached here (mcast.go): not a drop, as in rdma_rxe.
+	mcastNoMember atomic.Uint64
 
 	workers []*worker
 	qpns    *qpnAllocator
@@ -135,6 +138,10 @@ type Engine struct {
 // (two consecutive packets from a peer agreed on IDs outside its window;
 // see drop_ipv4_id).
 const CounterIPv4IDResync = "ipv4_id_resync"
+
+// CounterMcastNoMember counts multicast datagrams for a group no QP of the
+// device is attached to (it left, or never joined): ignored, not dropped.
+const CounterMcastNoMember = "mcast_no_member"
 
 // ErrClosed is returned by operations on a closed engine.
 var ErrClosed = errors.New("roce: engine closed")
@@ -424,6 +431,7 @@ func (e *Engine) Counters() map[string]uint64 {
 		m[qp.DropReason(i).String()] = e.Drops(qp.DropReason(i))
 	}
 	m[CounterIPv4IDResync] = e.idResyncs.Load()
+	m[CounterMcastNoMember] = e.mcastNoMember.Load()
 	return m
 }
 

@@ -292,7 +292,15 @@ func (w *worker) handleMcast(pkt []byte, ep *transport.Endpoint) {
 	}
 	members := e.mcast.members(dst.Unmap())
 	if len(members) == 0 {
-		e.drop(qp.DropQP) // no such group here (a unicast destination included)
+		if transport.IsGroup(dst) {
+			// A group with no member here: the last QP just detached
+			// (our own looped-back datagrams after a leave, or a peer's
+			// still arriving). rdma_rxe drops these without counting a
+			// drop; so do we, under a counter of their own.
+			e.mcastNoMember.Add(1)
+			return
+		}
+		e.drop(qp.DropQP) // QP 0xFFFFFF at a unicast destination
 		return
 	}
 	for _, q := range members {
