@@ -2,7 +2,7 @@
 # Rebuilds README.md from its parts: docs/readme-head.md (the two commands,
 # overview, layout, library), docs/tools.md (every command), docs/decode.md
 # (decoding captures), docs/readme-tail.md (tests, interop, benchmarks) and
-# docs/workloads.md, docs/performance.md, docs/conform.md and
+# docs/workloads.md, docs/performance.md, docs/fabric.md, docs/conform.md and
 # docs/security.md (the threat model), each when present.
 # With --check it only reports whether README.md is up to date (make vet).
 set -euo pipefail
@@ -24,7 +24,7 @@ fi
 	cat docs/readme-tail.md
 	echo
 	# Sections of their own, each one level down, when present.
-	for part in docs/workloads.md docs/performance.md docs/conform.md; do
+	for part in docs/workloads.md docs/performance.md docs/fabric.md docs/conform.md; do
 		[ -f "$part" ] || continue
 		# Headings outside code blocks move so the file's top one is "##".
 		awk '
