@@ -33,7 +33,24 @@ func (r *Ring) AllReduce(ctx context.Context) error {
 	return nil
 }
 
-// Close leaves the ring, disconnecting both neighbours.
+// Leave ends this rank's part in the ring: it waits (up to Timeout) until
+// both neighbours have finished too, then closes. Ranks in separate
+// processes must end with Leave rather than Close: a rank may finish its
+// last AllReduce while its previous rank still waits for a chunk from the
+// rank before it, and a Close at that moment (a disconnect) fails that
+// rank. Over TCP nothing more is needed (see tcpLink.leave).
+func (r *Ring) Leave(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	err := r.l.leave(ctx)
+	r.Close()
+	if err != nil {
+		return fmt.Errorf("allreduce: rank %d leaving the ring: %w", r.cfg.Rank, err)
+	}
+	return nil
+}
+
+// Close leaves the ring at once, disconnecting both neighbours.
 func (r *Ring) Close() error {
 	var err error
 	r.closeOnce.Do(func() { err = r.closeFn() })
@@ -62,7 +79,30 @@ type rdmaLink struct {
 	credits  int             // slots of the next rank we may write
 	arrived  map[uint32]bool // steps whose chunk is in our slot
 	inFlight int             // WRITEs not completed
-	wcs      []ib.WC
+	// leave: byeIn[i], the neighbour on side i (toNext, toPrev) said it
+	// is done; byeOut[i], ours to it was acknowledged.
+	byeIn, byeOut [2]bool
+	wcs           []ib.WC
+}
+
+// A bye is a zero-length SEND with this immediate (credits carry none):
+// "I am done with this ring". byeID marks our bye sends' completions.
+const (
+	byeImm = 0xFFFFFFFF
+	byeID  = 1
+)
+
+// Sides of a rank's link.
+const (
+	toNext = 0
+	toPrev = 1
+)
+
+func (l *rdmaLink) side(qpn uint32) int {
+	if qpn == l.qpPrev.Num() {
+		return toPrev
+	}
+	return toNext
 }
 
 // RDMAConfig says where a rank listens and where its next rank is.
@@ -177,13 +217,15 @@ func (l *rdmaLink) acceptPrev(ctx context.Context) error {
 		}
 		if err != nil {
 			msg := err.Error()
-			_ = req.Reject([]byte(msg[:min(len(msg), 148)]))
+			reason := []byte(msg[:min(len(msg), 148)])
+			_ = req.Reject(reason)
 			if errors.Is(err, errNotRing) {
 				continue
 			}
+			l.refuseLate(ctx, reason)
 			return fmt.Errorf("allreduce: %w", err)
 		}
-		c, err := req.Accept(ctx, l.qpPrev, &rdmacm.ConnParam{PrivateData: mine.append(nil), RNRRetryCount: 7})
+		c, err := req.Accept(ctx, l.qpPrev, &rdmacm.ConnParam{PrivateData: mine.append(nil), RNRRetryCount: 7, ACKTimeout: ackTimeout})
 		if err != nil {
 			return fmt.Errorf("allreduce: rank %d accepting rank %d: %w", l.cfg.Rank, h.rank, err)
 		}
@@ -192,11 +234,38 @@ func (l *rdmaLink) acceptPrev(ctx context.Context) error {
 	}
 }
 
+// refuseLate keeps refusing with reason, for refuseLinger, the REQs that
+// still arrive after a mismatch. The REQ we refused may be a late one from
+// a Dial attempt the previous rank already gave up (its engine came up
+// after ours, or answers were slow), whose REJ it ignores; its next
+// attempt must hear the reason too, or it would wait for its timeout.
+func (l *rdmaLink) refuseLate(ctx context.Context, reason []byte) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refuseLinger)
+	defer cancel()
+	for {
+		req, err := l.l.Accept(ctx)
+		if err != nil {
+			return
+		}
+		_ = req.Reject(reason)
+	}
+}
+
+// refuseLinger is how long a rank that found a mismatch goes on refusing
+// (longer than dialNext's per-attempt Timeout).
+const refuseLinger = 2500 * time.Millisecond
+
+// ackTimeout is the QPs' local ACK timeout exponent: 4.096 us * 2^16 =
+// 268 ms, so 7 retries tolerate about 2 s without an ACK. rdma_cm's
+// default (14, 67 ms) gave up (RETRY_EXC_ERR) on this 2-core machine
+// when 8 ranks' engines shared it with other work.
+const ackTimeout = 16
+
 func (l *rdmaLink) dialNext(ctx context.Context, next netip.AddrPort) error {
 	mine := hello{rank: l.cfg.Rank, ranks: l.cfg.Ranks, count: l.cfg.Count}
 	for {
 		c, err := rdmacm.Dial(ctx, l.qpNext, next, &rdmacm.ConnParam{PrivateData: mine.append(nil),
-			RetryCount: 7, RNRRetryCount: 7, ACKTimeout: 14, Timeout: time.Second})
+			RetryCount: 7, RNRRetryCount: 7, ACKTimeout: ackTimeout, Timeout: time.Second})
 		var rej *rdmacm.RejectError
 		switch {
 		case err == nil:
@@ -217,6 +286,7 @@ func (l *rdmaLink) dialNext(ctx context.Context, next netip.AddrPort) error {
 		}
 		// Not listening yet (REJ 8) or not up (CM timeout): again. A
 		// failed Dial left the QP in ERR or RESET; a fresh one is needed.
+		old := l.qpNext.Num()
 		_ = l.qpNext.Destroy()
 		q, qerr := l.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: l.cq, RecvCQ: l.cq,
 			Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -232,7 +302,19 @@ func (l *rdmaLink) dialNext(ctx context.Context, next netip.AddrPort) error {
 				return err
 			}
 		}
-		for l.cq.Poll(l.wcs) > 0 { // the old QP's flushed receives
+		// Drop the old QP's flushed receives, but keep what arrived for
+		// the previous rank's connection meanwhile: it may be connected
+		// already and have written its first chunk (a rank whose next
+		// rank is slow to come up).
+		for n := l.cq.Poll(l.wcs); n > 0; n = l.cq.Poll(l.wcs) {
+			for _, wc := range l.wcs[:n] {
+				if wc.QPNum == old {
+					continue
+				}
+				if err := l.handle(wc); err != nil {
+					return err
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -258,28 +340,48 @@ func (l *rdmaLink) poll(ctx context.Context, cond func() bool) error {
 			return err
 		}
 		for _, wc := range l.wcs[:n] {
-			if wc.Status != ib.WCSuccess {
-				peer := l.cfg.next()
-				if wc.QPNum == l.qpPrev.Num() {
-					peer = l.cfg.prev()
-				}
-				return fmt.Errorf("work completion %v on the connection to rank %d", wc.Status, peer)
-			}
-			switch wc.Opcode {
-			case ib.WCRecvRDMAWithImm:
-				l.arrived[wc.Imm] = true
-				if err := l.qpPrev.PostRecv(ib.RecvWR{}); err != nil {
-					return err
-				}
-			case ib.WCRecv:
-				l.credits++
-				if err := l.qpNext.PostRecv(ib.RecvWR{}); err != nil {
-					return err
-				}
-			case ib.WCRDMAWrite:
-				l.inFlight--
+			if err := l.handle(wc); err != nil {
+				return err
 			}
 		}
+	}
+	return nil
+}
+
+// handle accounts for one completion.
+func (l *rdmaLink) handle(wc ib.WC) error {
+	if wc.Status != ib.WCSuccess {
+		peer := l.cfg.next()
+		if l.side(wc.QPNum) == toPrev {
+			peer = l.cfg.prev()
+		}
+		return fmt.Errorf("work completion %v on the connection to rank %d", wc.Status, peer)
+	}
+	switch wc.Opcode {
+	case ib.WCRecvRDMAWithImm:
+		l.arrived[wc.Imm] = true
+		if err := l.qpPrev.PostRecv(ib.RecvWR{}); err != nil {
+			return err
+		}
+	case ib.WCRecv:
+		q := l.qpNext
+		if wc.QPNum == l.qpPrev.Num() {
+			q = l.qpPrev
+		}
+		if wc.Flags&ib.WCWithImm != 0 && wc.Imm == byeImm {
+			l.byeIn[l.side(wc.QPNum)] = true
+		} else {
+			l.credits++
+		}
+		if err := q.PostRecv(ib.RecvWR{}); err != nil {
+			return err
+		}
+	case ib.WCSend:
+		if wc.ID == byeID {
+			l.byeOut[l.side(wc.QPNum)] = true
+		}
+	case ib.WCRDMAWrite:
+		l.inFlight--
 	}
 	return nil
 }
@@ -331,6 +433,47 @@ func (l *rdmaLink) release(ctx context.Context, step uint32) error {
 
 func (l *rdmaLink) waitSent(ctx context.Context) error {
 	return l.poll(ctx, func() bool { return l.inFlight == 0 })
+}
+
+// leave says bye to both neighbours and waits until both said it too and
+// ours were delivered. A neighbour that said bye leaves (disconnects) once
+// it has both its byes, ours included, so an error on its connection after
+// its bye (our QP flushed by its disconnect) means it is done, not failed.
+func (l *rdmaLink) leave(ctx context.Context) error {
+	for _, q := range []*ib.QP{l.qpNext, l.qpPrev} {
+		if err := q.PostSend(ib.SendWR{ID: byeID, Opcode: ib.WRSendWithImm, Flags: ib.SendSignaled, Imm: byeImm}); err != nil {
+			return err
+		}
+	}
+	var gone [2]bool
+	done := func() bool {
+		for i := range 2 {
+			if !l.byeIn[i] || !(l.byeOut[i] || gone[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		n, err := l.cq.WaitPoll(ctx, l.wcs)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("rank %d said it finished: %v, rank %d: %v (within %v)",
+				l.cfg.prev(), l.byeIn[toPrev], l.cfg.next(), l.byeIn[toNext], l.cfg.Timeout)
+		}
+		if err != nil {
+			return err
+		}
+		for _, wc := range l.wcs[:n] {
+			if i := l.side(wc.QPNum); wc.Status != ib.WCSuccess && l.byeIn[i] {
+				gone[i] = true
+				continue
+			}
+			if err := l.handle(wc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (l *rdmaLink) close() error {

@@ -56,6 +56,8 @@ type link interface {
 	recv(ctx context.Context, step uint32, n int) ([]byte, error)
 	release(ctx context.Context, step uint32) error
 	waitSent(ctx context.Context) error
+	// leave returns once both neighbours are done with this rank.
+	leave(ctx context.Context) error
 	close() error
 }
 
@@ -158,14 +160,54 @@ func Reference(inputs [][]float32) []float32 {
 // the order of addition, so a wrong order shows.
 func Input(rank, count int) []float32 {
 	v := make([]float32, count)
-	x := uint32(rank)*2654435761 + 1
+	g := newInputGen(rank)
 	for i := range v {
-		x ^= x << 13
-		x ^= x >> 17
-		x ^= x << 5
-		v[i] = float32(int32(x%200001)-100000) / 997
+		v[i] = g.next()
 	}
 	return v
+}
+
+// inputGen yields Input(rank, ...)'s elements one at a time (xorshift32),
+// so a rank can check its result without holding every rank's vector.
+type inputGen struct{ x uint32 }
+
+func newInputGen(rank int) inputGen { return inputGen{uint32(rank)*2654435761 + 1} }
+
+func (g *inputGen) next() float32 {
+	g.x ^= g.x << 13
+	g.x ^= g.x >> 17
+	g.x ^= g.x << 5
+	return float32(int32(g.x%200001)-100000) / 997
+}
+
+// CheckRank counts the elements of got (one rank's vector after an
+// allreduce of Input(0..ranks-1, len(got))) whose bits differ from
+// Reference's, computed element by element in O(ranks) memory: each rank
+// of a multi-process ring checks its own result this way.
+func CheckRank(got []float32, ranks int) int {
+	count := len(got)
+	gens := make([]inputGen, ranks)
+	for r := range gens {
+		gens[r] = newInputGen(r)
+	}
+	vals := make([]float32, ranks)
+	wrong := 0
+	for c := range ranks {
+		lo, hi := chunk(count, ranks, c)
+		for i := lo; i < hi; i++ {
+			for r := range gens {
+				vals[r] = gens[r].next()
+			}
+			acc := vals[c]
+			for k := 1; k < ranks; k++ {
+				acc = vals[(c+k)%ranks] + acc
+			}
+			if math.Float32bits(acc) != math.Float32bits(got[i]) {
+				wrong++
+			}
+		}
+	}
+	return wrong
 }
 
 // Mismatches counts elements of got whose bits differ from want.
