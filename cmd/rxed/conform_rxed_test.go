@@ -101,6 +101,7 @@ func requireConformant(t *testing.T, results map[string]conform.Result) {
 // TestConformAgainstRxed runs every scenario each rxed server can reach:
 // perf write/read/atomic/send, pingpong rc/ud and serve.
 func TestConformAgainstRxed(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		tool   conform.Tool
 		cfg    conform.Config

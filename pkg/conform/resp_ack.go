@@ -134,7 +134,7 @@ func init() {
 			return Passf("%s", r)
 		}})
 	add(&Scenario{ID: "R-WRITE-ZERO", Title: "zero-length WRITE with a bogus R_Key", Role: PeerResponder,
-		Rule: "IBA 9.4.4 / C9-? (zero-length RDMA needs no valid R_Key)", Expect: "ACK: a zero-length WRITE checks no R_Key",
+		Rule: "IBA 9.4.4 (zero-length RDMA needs no valid R_Key)", Expect: "ACK: a zero-length WRITE checks no R_Key",
 		Tools: writeTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			h := c.Hdr(wire.RCWriteOnly)
@@ -169,7 +169,7 @@ func init() {
 			return combine(outs...)
 		}})
 	add(&Scenario{ID: "R-ATOMIC-FETCHADD", Title: "FETCH_ADD returns the original and adds", Role: PeerResponder,
-		Rule: "IBA 9.4.5, C9-? (atomic ACK carries the original data)", Expect: "ATOMIC ACK orig=X, then a second FETCH_ADD sees X+5",
+		Rule: "IBA 9.4.5 (atomic ACK carries the original data)", Expect: "ATOMIC ACK orig=X, then a second FETCH_ADD sees X+5",
 		Tools: atomTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			p1, _ := c.Atomic(wire.RCFetchAdd, 8, 5, 0, "FETCH_ADD +5")

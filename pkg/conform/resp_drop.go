@@ -32,36 +32,36 @@ func init() {
 		b[len(b)-1] ^= 0x55
 		return b, "valid request with a corrupted ICRC"
 	})
-	drop("D-PKEY", "wrong P_Key", "IBA 9.6.1.1.3 (P_Key check), C9-? ", anyTools, func(c *Conn) ([]byte, string) {
+	drop("D-PKEY", "wrong P_Key", "IBA 9.6.1.1.3 (P_Key check)", anyTools, func(c *Conn) ([]byte, string) {
 		h, p := c.ProbeHeaders()
 		h.PKey = 0x1234
 		b, _ := c.Build(h, p)
 		return b, "P_Key 0x1234 (the QP's is 0xffff)"
 	})
-	drop("D-DESTQP", "unknown destination QP", "IBA 9.6.1.2 (destination QP), C9-? ", anyTools, func(c *Conn) ([]byte, string) {
+	drop("D-DESTQP", "unknown destination QP", "IBA 9.6.1.2 (destination QP)", anyTools, func(c *Conn) ([]byte, string) {
 		h, p := c.ProbeHeaders()
 		h.DestQP = c.PeerQPN ^ 0x7c0000
 		b, _ := c.Build(h, p)
 		return b, "request to a QPN the peer does not have"
 	})
-	drop("D-TVER", "BTH transport version not 0", "IBA 9.6.1.1 (TVer), C9-? ", anyTools, func(c *Conn) ([]byte, string) {
+	drop("D-TVER", "BTH transport version not 0", "IBA 9.6.1.1 (TVer)", anyTools, func(c *Conn) ([]byte, string) {
 		b := probe(c)
 		wire.BTH(b).SetTVer(1)
 		c.Reseal(b)
 		return b, "TVer 1"
 	})
-	drop("D-OPCODE-RESERVED", "reserved RC opcode", "IBA 9.6.1.1 / 9.2 (reserved opcodes), C9-? ", rcTools, func(c *Conn) ([]byte, string) {
+	drop("D-OPCODE-RESERVED", "reserved RC opcode", "IBA 9.6.1.1 / 9.2 (reserved opcodes)", rcTools, func(c *Conn) ([]byte, string) {
 		b := probe(c)
 		wire.BTH(b).SetOpcode(0x18) // reserved in the RC range
 		c.Reseal(b)
 		return b, "opcode 0x18 (reserved)"
 	})
-	drop("D-OPCODE-UC", "UC opcode to an RC QP", "IBA 9.6.1.2 (transport must match the QP), C9-? ", rcTools, func(c *Conn) ([]byte, string) {
+	drop("D-OPCODE-UC", "UC opcode to an RC QP", "IBA 9.6.1.2 (transport must match the QP)", rcTools, func(c *Conn) ([]byte, string) {
 		h := c.Hdr(wire.UCSendOnly)
 		b, _ := c.Build(h, pattern(8, 1))
 		return b, "UC SEND ONLY to the RC QP"
 	})
-	drop("D-PAD", "pad count larger than the payload", "IBA 9.6.1.1 (packet length), C9-? ", writeOrSend, func(c *Conn) ([]byte, string) {
+	drop("D-PAD", "pad count larger than the payload", "IBA 9.6.1.1 (packet length)", writeOrSend, func(c *Conn) ([]byte, string) {
 		h := c.Hdr(wire.RCSendOnly)
 		if c.Tool == IBWriteBW {
 			h = c.Hdr(wire.RCWriteOnly)
@@ -73,20 +73,20 @@ func init() {
 		c.Reseal(b)
 		return b, "zero-byte message with PadCnt 3"
 	})
-	drop("D-TRUNCATED", "packet shorter than its headers", "IBA 9.6.1.1 (length), C9-? ", writeTools, func(c *Conn) ([]byte, string) {
+	drop("D-TRUNCATED", "packet shorter than its headers", "IBA 9.6.1.1 (length)", writeTools, func(c *Conn) ([]byte, string) {
 		h, p := c.ProbeHeaders()
 		b, _ := c.Build(h, p)
 		b = append(b[:wire.BTHLen+8], 0, 0, 0, 0) // half a RETH and an ICRC slot
 		c.Reseal(b)
 		return b, "WRITE ONLY cut inside its RETH"
 	})
-	drop("D-UD-QKEY", "UD SEND with the wrong Q_Key", "IBA 10.2.4 / 9.6.1.2 (Q_Key check), C9-? ", udTools, func(c *Conn) ([]byte, string) {
+	drop("D-UD-QKEY", "UD SEND with the wrong Q_Key", "IBA 10.2.4 / 9.6.1.2 (Q_Key check)", udTools, func(c *Conn) ([]byte, string) {
 		h := c.Hdr(wire.UDSendOnly)
 		h.QKey, h.SrcQP = UDQKey^0x1000, c.OurQPN
 		b, _ := c.Build(h, pattern(8, 1))
 		return b, "UD SEND Q_Key 0x11110111"
 	})
-	drop("D-UD-OVER-MTU", "UD SEND longer than the PMTU", "IBA 9.6.1.2 (UD payload <= PMTU), C9-? ", udTools, func(c *Conn) ([]byte, string) {
+	drop("D-UD-OVER-MTU", "UD SEND longer than the PMTU", "IBA 9.6.1.2 (UD payload <= PMTU)", udTools, func(c *Conn) ([]byte, string) {
 		h := c.Hdr(wire.UDSendOnly)
 		h.QKey, h.SrcQP = UDQKey, c.OurQPN
 		b, _ := c.Build(h, pattern(4096+256, 1))

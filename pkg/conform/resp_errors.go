@@ -13,7 +13,7 @@ import (
 
 func init() {
 	badKey := func(id, title string, tools []Tool, send func(c *Conn) (uint32, error)) {
-		add(&Scenario{ID: id, Title: title, Role: PeerResponder, Rule: "IBA 9.7.5.2.3, C9-? (R_Key violation), o10-? ",
+		add(&Scenario{ID: id, Title: title, Role: PeerResponder, Rule: "IBA 9.7.5.2.3 (R_Key violation)",
 			Expect: "NAK remote access error for the request's PSN", Tools: tools,
 			Run: func(ctx context.Context, c *Conn) Outcome {
 				psn, err := send(c)
@@ -72,7 +72,7 @@ func init() {
 			return Failf("%s: %s", what, r)
 		}})
 	add(&Scenario{ID: "R-RNR-NO-RECV", Title: "a SEND without a posted receive gets RNR NAK", Role: PeerResponder,
-		Rule: "IBA 9.7.5.2.8, C9-? (RNR NAK with the responder's timer)", Expect: "RNR NAK for the SEND's PSN with the min_rnr_timer value; the PSN is not consumed",
+		Rule: "IBA 9.7.5.2.8 (RNR NAK with the responder's timer)", Expect: "RNR NAK for the SEND's PSN with the min_rnr_timer value; the PSN is not consumed",
 		Tools: rdmaTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			h := c.Hdr(wire.RCSendOnly)
@@ -135,7 +135,7 @@ func init() {
 		h.PSN = c.PSN
 		return h.PSN, send(c, h, c.MTU, "WRITE FIRST again")
 	})
-	inval("R-OPSEQ-WLAST-LEN", "WRITE LAST whose total differs from the DMA length", "IBA 9.7.5.2.4 (length error), C9-? ", writeTools, func(c *Conn) (uint32, error) {
+	inval("R-OPSEQ-WLAST-LEN", "WRITE LAST whose total differs from the DMA length", "IBA 9.7.5.2.4 (length error)", writeTools, func(c *Conn) (uint32, error) {
 		h := c.Hdr(wire.RCWriteFirst)
 		h.VA, h.RKey, h.DMALen = c.VA, c.RKey, uint32(2*c.MTU)
 		_ = send(c, h, c.MTU, "WRITE FIRST, DMA length 2 PMTU")
@@ -148,14 +148,14 @@ func init() {
 		h.VA, h.RKey, h.DMALen, h.AckReq = c.VA, c.RKey, 64, true
 		return h.PSN, send(c, h, 32, "WRITE ONLY, DMA length 64, payload 32")
 	})
-	inval("R-WMIDDLE-SHORT", "WRITE MIDDLE shorter than the PMTU", "IBA 9.7.5.2.4, C9-? (FIRST/MIDDLE carry exactly PMTU)", writeTools, func(c *Conn) (uint32, error) {
+	inval("R-WMIDDLE-SHORT", "WRITE MIDDLE shorter than the PMTU", "IBA 9.7.5.2.4 (FIRST/MIDDLE carry exactly PMTU)", writeTools, func(c *Conn) (uint32, error) {
 		h := c.Hdr(wire.RCWriteFirst)
 		h.VA, h.RKey, h.DMALen = c.VA, c.RKey, uint32(3*c.MTU)
 		_ = send(c, h, c.MTU, "WRITE FIRST")
 		m := c.Hdr(wire.RCWriteMiddle)
 		return m.PSN, send(c, m, c.MTU/2, "WRITE MIDDLE with half a PMTU")
 	})
-	inval("R-WRITE-OVER-PMTU", "WRITE ONLY with more than the PMTU", "IBA 9.7.5.2.4 (packet longer than PMTU), C9-? ", writeTools, func(c *Conn) (uint32, error) {
+	inval("R-WRITE-OVER-PMTU", "WRITE ONLY with more than the PMTU", "IBA 9.7.5.2.4 (packet longer than PMTU)", writeTools, func(c *Conn) (uint32, error) {
 		h := c.Hdr(wire.RCWriteOnly)
 		h.VA, h.RKey, h.DMALen, h.AckReq = c.VA, c.RKey, uint32(c.MTU+64), true
 		return h.PSN, send(c, h, c.MTU+64, "WRITE ONLY PMTU+64 bytes")
@@ -187,11 +187,11 @@ func init() {
 		w.DMALen, w.AckReq = 0, true
 		return w.PSN, send(c, w, 0, "WRITE ONLY before the SEND's LAST")
 	})
-	inval("R-ATOMIC-UNALIGNED", "atomic at an address not 8-byte aligned", "IBA 9.4.5 (atomics are naturally aligned), C9-? ", atomTools, func(c *Conn) (uint32, error) {
+	inval("R-ATOMIC-UNALIGNED", "atomic at an address not 8-byte aligned", "IBA 9.4.5 (atomics are naturally aligned)", atomTools, func(c *Conn) (uint32, error) {
 		return c.Atomic(wire.RCFetchAdd, 4, 1, 0, "FETCH_ADD at VA+4")
 	})
 	add(&Scenario{ID: "R-READ-OUTSTANDING", Title: "more outstanding READs than the responder's depth", Role: PeerResponder,
-		Rule: "IBA 9.7.5.2.4 (responder resources exceeded), C9-? ", Expect: "NAK invalid request past the announced depth; answering all (resources recycled as answered) is a DEVIATION",
+		Rule: "IBA 9.7.5.2.4 (responder resources exceeded)", Expect: "NAK invalid request past the announced depth; answering all (resources recycled as answered) is a DEVIATION",
 		Tools: readTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			depth := max(c.PeerOutReads, 1)

@@ -178,7 +178,7 @@ func init() {
 			return Passf("answered twice, psn=%#x..%#x identical", first[0].PSN(), first[2].PSN())
 		}})
 	add(&Scenario{ID: "R-DUP-READ-MIDDLE", Title: "a duplicate READ starting at a middle PSN", Role: PeerResponder,
-		Rule: "IBA 9.7.5.1.2 (duplicate READ at a PSN inside the original), o9-? ", Expect: "responses from that PSN on, data from the matching offset",
+		Rule: "IBA 9.7.5.1.2 (duplicate READ at a PSN inside the original)", Expect: "responses from that PSN on, data from the matching offset",
 		Tools: readTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			n := 3 * c.MTU
