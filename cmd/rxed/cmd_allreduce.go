@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,7 +22,7 @@ import (
 func init() {
 	register(&command{
 		name:    "allreduce",
-		summary: "ring allreduce of float32 vectors over RDMA WRITE with immediate and over TCP, N ranks in one process; nccl-tests output",
+		summary: "ring allreduce of float32 vectors over RDMA WRITE with immediate and over TCP, N ranks in one process or one rank (--rank, --peers) per process; nccl-tests output",
 		run:     runAllreduce,
 	})
 }
@@ -35,6 +37,10 @@ type allreduceOpts struct {
 	tcpBase  int
 	cmPort   int
 	timeout  time.Duration
+	// One rank per process: rank >= 0 and the peers' addresses.
+	rank    int
+	peers   []netip.Addr
+	verbose bool
 }
 
 func runAllreduce(args []string, stdout, stderr io.Writer) int {
@@ -49,9 +55,14 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.tcpBase, "tcp-port", 17600, "TCP ring: rank i listens on this `port` + i")
 	fs.IntVar(&o.cmPort, "cm-port", 7600, "rdma_cm `port` every rank listens on")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "connection setup and per-step deadline")
+	fs.IntVar(&o.rank, "rank", -1, "run only this `rank` (0-based) in this process, the others run in theirs (needs --peers)")
+	fs.BoolVar(&o.verbose, "v", false, "with --rank: a comment line each time a ring is joined")
+	peers := fs.String("peers", "", "every rank's IPv4 `addresses`, comma-separated, in rank order (with --rank): rank i's engine (UDP 4791), rdma_cm (--cm-port) and TCP (--tcp-port) listen on the i-th")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
 	}
+	ranksSet := false
+	fs.Visit(func(f *flag.Flag) { ranksSet = ranksSet || f.Name == "ranks" })
 	var err error
 	if o.ranks, err = parseIntList(*ranks); err != nil {
 		return fail(stderr, "allreduce", fmt.Errorf("--ranks: %v", err))
@@ -71,8 +82,19 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	if o.iters < 1 {
 		return fail(stderr, "allreduce", fmt.Errorf("-n %d: at least 1", o.iters))
 	}
+	if o.rank >= 0 || *peers != "" {
+		if err := o.parsePeers(*peers, ranksSet); err != nil {
+			return fail(stderr, "allreduce", err)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if o.peers != nil {
+		if err := o.runRank(ctx, stdout); err != nil {
+			return fail(stderr, "allreduce", err)
+		}
+		return 0
+	}
 	failed := false
 	for _, n := range o.ranks {
 		if n < 2 {
@@ -211,4 +233,104 @@ func parseSize(s string) (int, error) {
 		return 0, fmt.Errorf("%q: not a size", s)
 	}
 	return n * mult, nil
+}
+
+// parsePeers checks the one-rank-per-process flags: the rank count is the
+// number of peers (--ranks, if given, must say the same).
+func (o *allreduceOpts) parsePeers(peers string, ranksSet bool) error {
+	if peers == "" {
+		return errors.New("--rank needs --peers (every rank's address in rank order)")
+	}
+	if o.rank < 0 {
+		return errors.New("--peers needs --rank (which of them this process is)")
+	}
+	seen := map[netip.Addr]bool{}
+	for _, f := range strings.Split(peers, ",") {
+		a, err := netip.ParseAddr(strings.TrimSpace(f))
+		if err != nil || !a.Is4() {
+			return fmt.Errorf("--peers: %q is not an IPv4 address", f)
+		}
+		if seen[a] {
+			return fmt.Errorf("--peers: %v appears twice (one address per rank)", a)
+		}
+		seen[a] = true
+		o.peers = append(o.peers, a)
+	}
+	n := len(o.peers)
+	switch {
+	case n < 2:
+		return fmt.Errorf("--peers: %d address (at least 2 ranks)", n)
+	case o.rank >= n:
+		return fmt.Errorf("--rank %d: only %d peers (ranks 0..%d)", o.rank, n, n-1)
+	case ranksSet && (len(o.ranks) != 1 || o.ranks[0] != n):
+		return fmt.Errorf("--ranks %v but %d peers (with --rank the rank count is the number of peers)", o.ranks, n)
+	case o.net != "udp":
+		return errors.New("--rank runs over udp only (the in-memory network does not span processes)")
+	}
+	return nil
+}
+
+// runRank is one rank of a ring whose other ranks are other processes:
+// for every size it joins the RDMA ring then the TCP ring, runs the warm-up
+// and the timed iterations, checks its own result and leaves. The first
+// failure ends the run: its neighbours see it (a disconnect, or nothing
+// within --timeout) and fail in turn.
+func (o *allreduceOpts) runRank(ctx context.Context, stdout io.Writer) error {
+	n, me := len(o.peers), o.rank
+	dev, err := ib.OpenDevice(ib.Config{Addrs: []netip.Addr{o.peers[me]}, Workers: 1})
+	if err == nil {
+		err = rdmacm.Enable(dev, nil)
+	}
+	if err != nil {
+		if dev != nil {
+			dev.Close()
+		}
+		return fmt.Errorf("rank %d engine on %v: %v", me, o.peers[me], err)
+	}
+	defer dev.Close()
+	next := o.peers[(me+1)%n]
+	fmt.Fprintf(stdout, "# ring allreduce, rank %d of %d (pid %d, %v), %d iterations per size, load %s\n", me, n, os.Getpid(), o.peers[me], o.iters, loadAvg())
+	fmt.Fprint(stdout, allreduce.FormatHeader("rdma", "tcp"))
+	for size := o.minBytes; size <= o.maxBytes; size *= 2 {
+		count := size / 4
+		if count < n {
+			continue
+		}
+		cfg := allreduce.Config{Rank: me, Ranks: n, Count: count, Timeout: o.timeout}
+		var rs []allreduce.Result
+		for _, tr := range []string{"rdma", "tcp"} {
+			var r *allreduce.Ring
+			var err error
+			if tr == "rdma" {
+				r, err = allreduce.DialRDMA(ctx, dev, cfg, allreduce.RDMAConfig{
+					Listen: netip.AddrPortFrom(o.peers[me], uint16(o.cmPort)), Next: netip.AddrPortFrom(next, uint16(o.cmPort))})
+			} else {
+				r, err = allreduce.DialTCP(ctx, cfg, allreduce.TCPConfig{
+					Listen: netip.AddrPortFrom(o.peers[me], uint16(o.tcpBase)).String(), Next: netip.AddrPortFrom(next, uint16(o.tcpBase)).String()})
+			}
+			if err != nil {
+				return fmt.Errorf("rank %d of %d, %s, %d bytes: %w", me, n, tr, size, err)
+			}
+			if o.verbose {
+				fmt.Fprintf(stdout, "# rank %d joined the %s ring for %d bytes\n", me, tr, size)
+			}
+			res := allreduce.MeasureRank(ctx, r, me, n, o.iters)
+			if res.Failed != nil {
+				r.Close()
+				return fmt.Errorf("rank %d of %d, %s, %d bytes: %w", me, n, tr, size, res.Failed)
+			}
+			if err := r.Leave(ctx); err != nil {
+				return fmt.Errorf("rank %d of %d, %s, %d bytes: %w", me, n, tr, size, err)
+			}
+			rs = append(rs, res)
+		}
+		fmt.Fprint(stdout, allreduce.FormatLine(size, rs...))
+		for i, r := range rs {
+			if r.Wrong != 0 {
+				return fmt.Errorf("rank %d of %d, %s, %d bytes: %d elements differ from the reference sum", me, n, []string{"rdma", "tcp"}[i], size, r.Wrong)
+			}
+		}
+	}
+	fmt.Fprintf(stdout, "# load after: %s\n", loadAvg())
+	return nil
 }
