@@ -71,6 +71,9 @@ type perfOpts struct {
 	// rdmaCM is perftest's -R: connect with rdma_cm, exchange over it
 	// (perf_rdmacm.go).
 	rdmaCM bool
+	// listen is the server's --listen: the TCP address of the exchange
+	// (listenAddress; "" listens on every address, as perftest).
+	listen string
 }
 
 // perfMaxOutReads is rxe's max_qp_rd_atom, perftest's default -o for read and atomic tests.
@@ -106,7 +109,8 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	o.ef.registerSpin(fs)
 	fs.BoolVar(&o.test.Latency, "lat", false, "latency test (ib_*_lat) instead of bandwidth (ib_*_bw)")
 	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of busy polling (perftest's -e; polling lets the engine receive in the test's goroutine)")
-	size := fs.Uint64("s", 0, "message `size` (default 65536 for bandwidth, 2 for latency; atomics are 8)")
+	var size sizeFlag
+	sizeVar(fs, &size, "s", 0, "message `size` in bytes, K/M/G suffixes (default 65536 for bandwidth, 2 for latency; atomics are 8)")
 	iters := fs.Uint64("n", 0, "iterations (default 5000 for write bandwidth, 1000 otherwise)")
 	dur := fs.Int("D", 0, "run for this many `seconds` instead of -n (write/read/atomic bandwidth)")
 	fs.IntVar(&o.qps, "q", 1, "number of QPs")
@@ -130,6 +134,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	fs.DurationVar(&o.progress, "progress", 2*time.Second, "print a progress line to stderr this often during long runs (0: never)")
 	token := fs.String("token", "", "client: the shared `secret` of an rxed serve started with --token/--token-file")
 	tokenFile := fs.String("token-file", "", "client: read the shared secret from `file` (trailing newline ignored)")
+	fs.StringVar(&o.listen, "listen", "", "server: TCP `address` of the exchange (default: every address, port -p); e.g. 10.0.0.1 or [::1]:18515")
 	fs.BoolVar(&o.rdmaCM, "R", false, "connect with rdma_cm (perftest -R): no TCP, the exchange runs over an rdma_cm control connection on port -p")
 	rest, code, ok := parseArgs(fs, args[1:], stderr)
 	if !ok {
@@ -145,6 +150,22 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	}
 	if len(rest) == 1 {
 		o.server = rest[0]
+	}
+	// perftest refuses -s 0 ("Message Size should be between 1 and ..."),
+	// -n below its MIN_ITER, -t 0 and -D 0; rxed refuses every explicit 0
+	// rather than running the default in its place.
+	for _, name := range []string{"s", "n", "t", "D", "o", "m"} {
+		if f := fs.Lookup(name); flagSet(fs, name) && f.Value.String() == "0" {
+			return bad("-%s 0: must be positive (omit -%s for the default)", name, name)
+		}
+	}
+	if o.listen != "" {
+		if o.server != "" || o.rdmaCM {
+			return bad("--listen: only for a TCP server (no server address, no -R)")
+		}
+		if _, err := listenAddress(o.listen, o.ef.oobPort); err != nil {
+			return bad("%v", err)
+		}
 	}
 	if len(o.token) > 0 && (o.server == "" || o.noVersions) {
 		return bad("--token: only for a client (give the server's address) that exchanges versions")
@@ -192,7 +213,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	if o.mtu != 0 && oob.MTUEnum(o.mtu) == 0 {
 		return bad("-m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	}
-	o.size = *size
+	o.size = uint64(size)
 	switch {
 	case o.test.Verb == oob.VerbAtomic:
 		if o.size != 0 && o.size != 8 {
@@ -359,7 +380,8 @@ func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error
 	}
 	var sess *oob.Session
 	if r.server() {
-		ln, err := oob.ListenPerftest(oobAddress("", o.ef.oobPort), cfg)
+		addr, _ := listenAddress(o.listen, o.ef.oobPort)
+		ln, err := oob.ListenPerftest(addr, cfg)
 		if err != nil {
 			return err
 		}

@@ -56,6 +56,7 @@ type pingpongOpts struct {
 	wait      time.Duration
 	qpTimeout uint
 	server    string // "" for the server side
+	listen    string // the server's --listen (listenAddress)
 }
 
 func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
@@ -67,7 +68,8 @@ func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
 	fs.StringVar(typ, "type", "rc", "same as -t")
 	fs.String("d", "rxed0", "device name (accepted for compatibility; rxed has one device)")
 	ibPort := fs.Int("i", 1, "device port (only 1)")
-	fs.UintVar(&o.size, "s", 4096, "message `size` in bytes (ud: default 2048)")
+	var size sizeFlag
+	sizeVar(fs, &size, "s", 4096, "message `size` in bytes, K/M/G suffixes (ud: default 2048)")
 	mtu := fs.Int("m", 1024, "path MTU in bytes: 256, 512, 1024, 2048 or 4096")
 	fs.UintVar(&o.rx, "r", 500, "receives to post at a time (rx depth)")
 	fs.UintVar(&o.iters, "n", 1000, "number of exchanges")
@@ -78,10 +80,12 @@ func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
 	fs.BoolVar(&o.chk, "chk", false, "same as -c")
 	fs.DurationVar(&o.wait, "wait", 0, "server: give up when no client connects within this `duration` (0 waits forever, like the tools)")
 	fs.UintVar(&o.qpTimeout, "qp-timeout", 14, "RC local ACK timeout exponent (4.096 µs * 2^N; the tools use 14)")
+	fs.StringVar(&o.listen, "listen", "", "server: TCP `address` of the exchange (default: every address, port -p, as the tools); e.g. 10.0.0.1 or [::1]:18515")
 	rest, code, ok := parseArgs(fs, args, stderr)
 	if !ok {
 		return nil, code, false
 	}
+	o.size = uint(min(uint64(size), 1<<31))
 	sizeSet, mtuSet := false, false
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
@@ -149,6 +153,14 @@ func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
 	if len(rest) == 1 {
 		o.server = rest[0]
 	}
+	if o.listen != "" {
+		if o.server != "" {
+			return bad("--listen: only for the server (no server address)")
+		}
+		if _, err := listenAddress(o.listen, o.ef.oobPort); err != nil {
+			return bad("%v", err)
+		}
+	}
 	return o, 0, true
 }
 
@@ -211,7 +223,8 @@ func pingpong(ctx context.Context, o *pingpongOpts, stdout, stderr io.Writer) (e
 	// the address line can connect at once.
 	var ln *oob.PingpongListener
 	if o.server == "" {
-		if ln, err = oob.ListenPingpong(oobAddress("", o.ef.oobPort), oopts); err != nil {
+		addr, _ := listenAddress(o.listen, o.ef.oobPort)
+		if ln, err = oob.ListenPingpong(addr, oopts); err != nil {
 			return err
 		}
 		defer ln.Close()

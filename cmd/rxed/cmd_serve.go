@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -323,19 +322,5 @@ func serve(ctx context.Context, o *serveOpts, logOut io.Writer, ready func(*daem
 	return err
 }
 
-// listenAddr is the exchange's TCP listen address: --listen (an address,
-// or address:port), with -p as the port when --listen has none.
-func (o *serveOpts) listenAddr() (string, error) {
-	port := strconv.Itoa(int(o.ef.oobPort))
-	if o.listen == "" {
-		return ":" + port, nil
-	}
-	if ap, err := netip.ParseAddrPort(o.listen); err == nil {
-		return ap.String(), nil
-	}
-	a, err := netip.ParseAddr(strings.Trim(o.listen, "[]"))
-	if err != nil {
-		return "", fmt.Errorf("--listen %q: want an IP address or address:port", o.listen)
-	}
-	return netip.AddrPortFrom(a, uint16(o.ef.oobPort)).String(), nil
-}
+// listenAddr is the exchange's TCP listen address (listenAddress).
+func (o *serveOpts) listenAddr() (string, error) { return listenAddress(o.listen, o.ef.oobPort) }

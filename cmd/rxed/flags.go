@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -264,4 +265,22 @@ func closeEngineAndMemory(en *engine, region *ib.MR, m *mr.Mapping) error {
 		_ = m.Close()
 	}
 	return err
+}
+
+// listenAddress is a server's TCP listen address for its exchange: the
+// --listen flag's value (an address, or address:port) with port (-p) when
+// it names none; "" listens on every address, as perftest and the
+// ibv_*_pingpong tools do.
+func listenAddress(listen string, port uint) (string, error) {
+	if listen == "" {
+		return ":" + strconv.Itoa(int(port)), nil
+	}
+	if ap, err := netip.ParseAddrPort(listen); err == nil {
+		return ap.String(), nil
+	}
+	a, err := netip.ParseAddr(strings.Trim(listen, "[]"))
+	if err != nil {
+		return "", fmt.Errorf("--listen %q: want an IP address or address:port", listen)
+	}
+	return netip.AddrPortFrom(a, uint16(port)).String(), nil
 }

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The CLI edges of issue 15: the servers' --listen, explicit zeros, size
+// suffixes, usage errors' exit status.
+
+// requireRefused checks nothing accepts TCP connections at addr: the
+// server bound another address only.
+func requireRefused(t *testing.T, addr string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err == nil {
+		c.Close()
+		t.Fatalf("%s accepted a connection: the server listens on more than its --listen address", addr)
+	}
+}
+
+// Issue 15: perf's TCP exchange listened on every address with no way to
+// restrict it. With --listen it accepts on that address only.
+func TestPerfListenAddress(t *testing.T) {
+	t.Parallel()
+	a, b := addrPair(t)
+	port := reservePort(t)
+	common := []string{"-p", port, "-n", "20", "-s", "4K", "--timeout", "20s", "--progress", "0"}
+	sout, _, sdone := startCmd(append([]string{"perf", "write", "--addr", a, "--listen", a}, common...)...)
+	sout.waitFor(t, "Waiting for client", 20*time.Second)
+	requireRefused(t, net.JoinHostPort(b, port))
+	cli := runCmd(append([]string{"perf", "write", "--addr", b}, append(common, a)...)...)
+	requireOK(t, "client", cli)
+	requireOK(t, "server", await(t, sdone, 60*time.Second))
+	require.Contains(t, cli.stdout, " 4096 ", "-s 4K ran 4096-byte messages")
+}
+
+// Issue 15: as perf, for pingpong's exchange (address:port form).
+func TestPingpongListenAddress(t *testing.T) {
+	t.Parallel()
+	a, b := addrPair(t)
+	port := reservePort(t)
+	common := []string{"-p", port, "-n", "10", "-s", "1K", "--timeout", "20s"}
+	sout, _, sdone := startCmd(append([]string{"pingpong", "--addr", a, "--listen", net.JoinHostPort(a, port)}, common...)...)
+	sout.waitFor(t, "local address", 20*time.Second)
+	requireRefused(t, net.JoinHostPort(b, port))
+	cli := runCmd(append([]string{"pingpong", "--addr", b}, append(common, a)...)...)
+	requireOK(t, "client", cli)
+	requireOK(t, "server", await(t, sdone, 60*time.Second))
+	require.Contains(t, cli.stdout, "20480 bytes in", "-s 1K: 10 iterations of 1024 bytes each way")
+}
+
+// Issue 15: an explicit 0 silently ran the default; it is a usage error
+// now, as perftest refuses -s 0, -t 0 and -D 0. A bad --listen, a size
+// without a number, and --listen on a client are usage errors too.
+func TestZeroAndBadSizeFlags(t *testing.T) {
+	t.Parallel()
+	a, _ := addrPair(t)
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"perf", "write", "--addr", a, "-s", "0"}, []string{"-s 0"}},
+		{[]string{"perf", "write", "--addr", a, "-s", "0K"}, []string{"-s 0"}},
+		{[]string{"perf", "write", "--addr", a, "--lat", "-s", "0"}, []string{"-s 0"}},
+		{[]string{"perf", "write", "--addr", a, "-n", "0"}, []string{"-n 0"}},
+		{[]string{"perf", "read", "--addr", a, "-t", "0"}, []string{"-t 0"}},
+		{[]string{"perf", "write", "--addr", a, "-D", "0"}, []string{"-D 0"}},
+		{[]string{"perf", "read", "--addr", a, "-o", "0"}, []string{"-o 0"}},
+		{[]string{"perf", "write", "--addr", a, "-m", "0"}, []string{"-m 0"}},
+		{[]string{"perf", "write", "--addr", a, "-s", "4Q"}, []string{"4Q"}},
+		{[]string{"perf", "write", "--addr", a, "-s", "2G"}, []string{"too large"}},
+		{[]string{"perf", "write", "--addr", a, "--listen", "nowhere"}, []string{"--listen", "nowhere"}},
+		{[]string{"perf", "write", "--addr", a, "--listen", a, "10.0.0.1"}, []string{"--listen"}},
+		{[]string{"pingpong", "--addr", a, "-s", "0"}, []string{"-s 0"}},
+		{[]string{"pingpong", "--addr", a, "-s", "lots"}, []string{"lots"}},
+		{[]string{"pingpong", "--addr", a, "-n", "0"}, []string{"-n 0"}},
+		{[]string{"pingpong", "--addr", a, "--listen", "nowhere"}, []string{"--listen", "nowhere"}},
+		{[]string{"pingpong", "--addr", a, "--listen", a, "10.0.0.1"}, []string{"--listen"}},
+	}
+	for _, c := range cases {
+		r := runCmd(c.args...)
+		requireOneLineError(t, r, c.want...)
+		require.Equal(t, 2, r.code, "%v: %s", c.args, r.stderr)
+	}
+}
+
+// Issue 15: sizes take K, M and G suffixes (powers of 1024) wherever a
+// command takes a size.
+func TestSizeSuffixes(t *testing.T) {
+	t.Parallel()
+	a, _ := addrPair(t)
+	for _, c := range []struct {
+		s    string
+		want uint64
+	}{{"4096", 4096}, {"4K", 4096}, {"64k", 64 << 10}, {"1M", 1 << 20}, {"1G", 1 << 30}, {"2KiB", 2048}} {
+		o, code, ok := parsePerf([]string{"write", "--addr", a, "-s", c.s}, new(bytes.Buffer))
+		require.True(t, ok, "perf -s %s: exit %d", c.s, code)
+		require.Equal(t, c.want, o.size, "perf -s %s", c.s)
+	}
+	pp, _, ok := parsePingpong([]string{"--addr", a, "-s", "8K"}, new(bytes.Buffer))
+	require.True(t, ok)
+	require.Equal(t, uint(8192), pp.size)
+}
