@@ -25,7 +25,7 @@ import (
 // The tools therefore wait hybrid by default (ib.HybridWaiter): they spin
 // on Poll for a bounded budget and then sleep in WaitPoll until the
 // engine's receive goroutine delivers. The budget adapts between --spin
-// (defaultSpin) and 16 times it: a wait that slept but ended within
+// (defaultSpin) and 4 times it: a wait that slept but ended within
 // 4 budgets would have been caught by spinning a little longer, so the
 // budget doubles; one that slept longer than that halves it. A fixed
 // budget shorter than a round trip in which the peer has to wake up
@@ -142,7 +142,7 @@ func nextCompletions(ctx context.Context, cq *ib.CQ, wcs []ib.WC, events bool, s
 // registerSpin adds --spin, for the commands that wait for completions.
 func (e *engineFlags) registerSpin(fs *flag.FlagSet) {
 	e.spin = defaultSpin
-	fs.Var((*spinFlag)(&e.spin), "spin", "busy-poll the CQ this long before sleeping until the completion arrives (`duration`; -1: never sleep, perftest's pure busy poll; 0: sleep at once, as -e; the budget adapts up to 16 times this)")
+	fs.Var((*spinFlag)(&e.spin), "spin", "busy-poll the CQ this long before sleeping until the completion arrives (`duration`; -1: never sleep, perftest's pure busy poll; 0: sleep at once, as -e; the budget adapts up to 4 times this)")
 }
 
 // spinFlag is a duration that also accepts -1 (spin forever).

@@ -35,16 +35,16 @@ func TestHybridBudgetAdapts(t *testing.T) {
 	}
 }
 
-// TestHybridLimits: the zero value spins DefaultHybridSpin up to 16
+// TestHybridLimits: the zero value spins DefaultHybridSpin up to 4
 // times that; a negative Spin never spins; MaxSpin below Spin is Spin.
 func TestHybridLimits(t *testing.T) {
 	for _, c := range []struct {
 		h         HybridWaiter
 		base, top time.Duration
 	}{
-		{HybridWaiter{}, DefaultHybridSpin, 16 * DefaultHybridSpin},
+		{HybridWaiter{}, DefaultHybridSpin, 4 * DefaultHybridSpin},
 		{HybridWaiter{Spin: -1}, 0, 0},
-		{HybridWaiter{Spin: 5 * time.Microsecond}, 5 * time.Microsecond, 80 * time.Microsecond},
+		{HybridWaiter{Spin: 5 * time.Microsecond}, 5 * time.Microsecond, 20 * time.Microsecond},
 		{HybridWaiter{Spin: 5 * time.Microsecond, MaxSpin: time.Microsecond}, 5 * time.Microsecond, 5 * time.Microsecond},
 	} {
 		base, top := c.h.limits()

@@ -54,7 +54,7 @@ func TestHybridWaiterReturnsCompletions(t *testing.T) {
 				base = ib.DefaultHybridSpin
 			}
 			require.GreaterOrEqual(t, h.Budget(), base)
-			require.LessOrEqual(t, h.Budget(), 16*base)
+			require.LessOrEqual(t, h.Budget(), 4*base)
 		}
 	}
 }
