@@ -36,7 +36,7 @@ ar() { # ar LABEL FILES...
 		k = label n "r/" $1 "B/"
 		print k "rdma-us", $6; print k "tcp-us", $10
 		print k "rdma-busbw", $8; print k "tcp-busbw", $12
-		if ($12 > 0) print k "busbw-ratio", $8 / $12
+		if ($6 > 0) print k "busbw-ratio", $10 / $6 # = rdma busbw / tcp busbw, from the unrounded times
 		if ($9 != "0" || $13 != "0") print k "WRONG", $9 + $13 }
 	$3 == "float" && ($6 == "failed" || $10 == "failed") { print label n "r/" $1 "B/FAILED", 1 }' "$@" | med
 }
@@ -44,3 +44,7 @@ echo "## allreduce, ranks in one process: bus bandwidth GB/s, rdma/tcp ratio"
 ar inproc/ "$OUT"/allreduce-run*.txt
 echo "## allreduce, one process per rank (rank 0's view): bus bandwidth GB/s, rdma/tcp ratio"
 ar procs/ "$OUT"/allreduce-procs*-rank0.txt
+echo "## allreduce, one process per rank: every rank's process CPU per allreduce (us) and rdma/tcp"
+awk '/^# ring allreduce, rank/ { n = $7 } /CPU \(user\+system/ { c = 1; next } /^# load after/ { c = 0 }
+	c && $2 ~ /^[0-9]+$/ { k = "procs/" n "r/" $2 "B/"; print k "rdma-cpu-us", $3; print k "tcp-cpu-us", $4; print k "cpu-ratio", $5 }' \
+	"$OUT"/allreduce-procs*-rank*.txt | med

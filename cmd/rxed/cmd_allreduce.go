@@ -47,8 +47,9 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	o := &allreduceOpts{}
 	fs := flag.NewFlagSet("allreduce", flag.ContinueOnError)
 	ranks := fs.String("ranks", "2,4,8", "rank `counts` to run")
-	minB := fs.String("b", "4K", "smallest `size` (bytes; K, M suffixes)")
-	maxB := fs.String("e", "64M", "largest `size`")
+	var minB, maxB sizeFlag
+	sizeVar(fs, &minB, "b", 4<<10, "smallest `size` (bytes; K, M, G suffixes)")
+	sizeVar(fs, &maxB, "e", 64<<20, "largest `size` (bytes; K, M, G suffixes)")
 	fs.IntVar(&o.iters, "n", 5, "timed `iterations` per size (after one warm-up)")
 	fs.StringVar(&o.net, "net", "udp", "`mem` (in-memory network) or udp (one engine per rank on 127.0.1.x loopback)")
 	base := fs.String("addr", "127.0.1.1", "first rank's `address` (rank i uses the i-th next one)")
@@ -63,28 +64,39 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	}
 	ranksSet := false
 	fs.Visit(func(f *flag.Flag) { ranksSet = ranksSet || f.Name == "ranks" })
+	// Usage errors exit 2, as every command's; a failed run exits 1.
+	usage := func(err error) int {
+		fail(stderr, "allreduce", err)
+		return 2
+	}
 	var err error
 	if o.ranks, err = parseIntList(*ranks); err != nil {
-		return fail(stderr, "allreduce", fmt.Errorf("--ranks: %v", err))
+		return usage(fmt.Errorf("--ranks: %v", err))
 	}
-	if o.minBytes, err = parseSize(*minB); err != nil {
-		return fail(stderr, "allreduce", fmt.Errorf("-b: %v", err))
+	for _, n := range o.ranks {
+		if n < 2 {
+			return usage(fmt.Errorf("--ranks: %d ranks (at least 2)", n))
+		}
 	}
-	if o.maxBytes, err = parseSize(*maxB); err != nil || o.maxBytes < o.minBytes {
-		return fail(stderr, "allreduce", fmt.Errorf("-e %q: a size at least -b", *maxB))
+	if minB == 0 || minB > 1<<40 {
+		return usage(fmt.Errorf("-b %d: want a positive size", minB))
 	}
+	if maxB < minB || maxB > 1<<40 {
+		return usage(fmt.Errorf("-e %d: a size at least -b", maxB))
+	}
+	o.minBytes, o.maxBytes = int(minB), int(maxB)
 	if o.base, err = netip.ParseAddr(*base); err != nil || !o.base.Is4() {
-		return fail(stderr, "allreduce", fmt.Errorf("--addr %q: not an IPv4 address", *base))
+		return usage(fmt.Errorf("--addr %q: not an IPv4 address", *base))
 	}
 	if o.net != "mem" && o.net != "udp" {
-		return fail(stderr, "allreduce", fmt.Errorf("--net %q: mem or udp", o.net))
+		return usage(fmt.Errorf("--net %q: mem or udp", o.net))
 	}
 	if o.iters < 1 {
-		return fail(stderr, "allreduce", fmt.Errorf("-n %d: at least 1", o.iters))
+		return usage(fmt.Errorf("-n %d: at least 1", o.iters))
 	}
 	if o.rank >= 0 || *peers != "" {
 		if err := o.parsePeers(*peers, ranksSet); err != nil {
-			return fail(stderr, "allreduce", err)
+			return usage(err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -97,9 +109,6 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	}
 	failed := false
 	for _, n := range o.ranks {
-		if n < 2 {
-			return fail(stderr, "allreduce", fmt.Errorf("--ranks: %d ranks (at least 2)", n))
-		}
 		fmt.Fprintf(stdout, "# ring allreduce, %d ranks in one process (%s), %d iterations per size, load %s\n", n, o.net, o.iters, loadAvg())
 		fmt.Fprint(stdout, allreduce.FormatHeader("rdma", "tcp"))
 		for size := o.minBytes; size <= o.maxBytes; size *= 2 {
@@ -215,26 +224,6 @@ func (o *allreduceOpts) openDevices(n int) ([]*ib.Device, error) {
 	return devs, nil
 }
 
-// parseSize reads 4096, 4K, 64M.
-func parseSize(s string) (int, error) {
-	mult := 1
-	if len(s) > 0 {
-		switch s[len(s)-1] {
-		case 'K', 'k':
-			mult, s = 1<<10, s[:len(s)-1]
-		case 'M', 'm':
-			mult, s = 1<<20, s[:len(s)-1]
-		case 'G', 'g':
-			mult, s = 1<<30, s[:len(s)-1]
-		}
-	}
-	var n int
-	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || n <= 0 {
-		return 0, fmt.Errorf("%q: not a size", s)
-	}
-	return n * mult, nil
-}
-
 // parsePeers checks the one-rank-per-process flags: the rank count is the
 // number of peers (--ranks, if given, must say the same).
 func (o *allreduceOpts) parsePeers(peers string, ranksSet bool) error {
@@ -291,6 +280,7 @@ func (o *allreduceOpts) runRank(ctx context.Context, stdout io.Writer) error {
 	next := o.peers[(me+1)%n]
 	fmt.Fprintf(stdout, "# ring allreduce, rank %d of %d (pid %d, %v), %d iterations per size, load %s\n", me, n, os.Getpid(), o.peers[me], o.iters, loadAvg())
 	fmt.Fprint(stdout, allreduce.FormatHeader("rdma", "tcp"))
+	var cpu []string // the CPU lines printed after the table
 	for size := o.minBytes; size <= o.maxBytes; size *= 2 {
 		count := size / 4
 		if count < n {
@@ -314,7 +304,7 @@ func (o *allreduceOpts) runRank(ctx context.Context, stdout io.Writer) error {
 			if o.verbose {
 				fmt.Fprintf(stdout, "# rank %d joined the %s ring for %d bytes\n", me, tr, size)
 			}
-			res := allreduce.MeasureRank(ctx, r, me, n, o.iters)
+			res := allreduce.MeasureRank(ctx, r, me, n, o.iters, processCPU)
 			if res.Failed != nil {
 				r.Close()
 				return fmt.Errorf("rank %d of %d, %s, %d bytes: %w", me, n, tr, size, res.Failed)
@@ -325,11 +315,18 @@ func (o *allreduceOpts) runRank(ctx context.Context, stdout io.Writer) error {
 			rs = append(rs, res)
 		}
 		fmt.Fprint(stdout, allreduce.FormatLine(size, rs...))
+		cpu = append(cpu, fmt.Sprintf("# %12d  %12.1f %12.1f %8.2f", size, float64(rs[0].CPU)/1e3, float64(rs[1].CPU)/1e3,
+			float64(rs[0].CPU)/float64(max(rs[1].CPU, 1))))
 		for i, r := range rs {
 			if r.Wrong != 0 {
 				return fmt.Errorf("rank %d of %d, %s, %d bytes: %d elements differ from the reference sum", me, n, []string{"rdma", "tcp"}[i], size, r.Wrong)
 			}
 		}
+	}
+	fmt.Fprintf(stdout, "# this process's CPU (user+system: the engine's and the kernel's work in its threads) per allreduce\n")
+	fmt.Fprintf(stdout, "# %12s  %12s %12s %8s\n", "size (B)", "rdma cpu us", "tcp cpu us", "rdma/tcp")
+	for _, l := range cpu {
+		fmt.Fprintln(stdout, l)
 	}
 	fmt.Fprintf(stdout, "# load after: %s\n", loadAvg())
 	return nil

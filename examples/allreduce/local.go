@@ -109,6 +109,9 @@ type Result struct {
 	Spread time.Duration // max - min over the iterations
 	Iters  int
 	Failed error
+	// CPU is the process's CPU time (user + system) per timed allreduce,
+	// when MeasureRank was given a clock for it.
+	CPU time.Duration
 }
 
 // Measure runs iters timed allreduces (after one warm-up) on ms and checks
@@ -169,11 +172,13 @@ func FormatLine(bytes int, rs ...Result) string {
 // elsewhere (other processes) and call MeasureRank with the same iters:
 // each allreduce is timed as this rank sees it (the ring synchronises the
 // ranks: no rank finishes before every rank has started), and this rank's
-// last result is checked bit for bit with CheckRank.
-func MeasureRank(ctx context.Context, m Member, rank, ranks, iters int) Result {
+// last result is checked bit for bit with CheckRank. cpu, if not nil, is
+// the process's CPU time so far; Result.CPU is then its increase per timed
+// allreduce (the copy of the input in, not the check).
+func MeasureRank(ctx context.Context, m Member, rank, ranks, iters int, cpu func() (time.Duration, error)) Result {
 	r := Result{Bytes: len(m.Data()) * 4, Iters: iters}
 	in := Input(rank, len(m.Data()))
-	var total, lo, hi time.Duration
+	var total, lo, hi, cpu0 time.Duration
 	for i := range iters + 1 { // the first is the warm-up
 		copy(m.Data(), in)
 		start := time.Now()
@@ -183,6 +188,9 @@ func MeasureRank(ctx context.Context, m Member, rank, ranks, iters int) Result {
 		}
 		d := time.Since(start)
 		if i == 0 {
+			if cpu != nil {
+				cpu0, _ = cpu()
+			}
 			continue
 		}
 		total += d
@@ -190,6 +198,11 @@ func MeasureRank(ctx context.Context, m Member, rank, ranks, iters int) Result {
 			lo = d
 		}
 		hi = max(hi, d)
+	}
+	if cpu != nil {
+		if c, err := cpu(); err == nil {
+			r.CPU = (c - cpu0) / time.Duration(iters)
+		}
 	}
 	r.Time = total / time.Duration(iters)
 	r.Spread = hi - lo

@@ -67,7 +67,7 @@ func TestRanksOnTheirOwn(t *testing.T) {
 								if err != nil {
 									return err
 								}
-								res := MeasureRank(ctx, r, i, n, 3)
+								res := MeasureRank(ctx, r, i, n, 3, nil)
 								if err := r.Leave(ctx); err != nil {
 									return err
 								}

@@ -355,7 +355,14 @@ func (l *rdmaLink) handle(wc ib.WC) error {
 		if l.side(wc.QPNum) == toPrev {
 			peer = l.cfg.prev()
 		}
-		return fmt.Errorf("work completion %v on the connection to rank %d", wc.Status, peer)
+		why := ""
+		switch wc.Status {
+		case ib.WCRetryExcErr:
+			why = fmt.Sprintf(" (rank %d stopped acknowledging: did it die?)", peer)
+		case ib.WCWRFlushErr:
+			why = " (the connection was closed under it)"
+		}
+		return fmt.Errorf("work completion %v on the connection to rank %d%s", wc.Status, peer, why)
 	}
 	switch wc.Opcode {
 	case ib.WCRecvRDMAWithImm:
