@@ -77,12 +77,11 @@ func conformServe(t *testing.T, tool conform.Tool, only string, cfg conform.Conf
 }
 
 // knownRequesterFindings are requester scenarios rxed FAILs today: real
-// findings in pkg/qp, recorded in docs/conform.md and
-// /work/helpers/conform-needs.md. The test asserts they still FAIL, so a
-// fix shows up here and the entry goes.
-var knownRequesterFindings = map[string]string{
-	"Q-GHOST-ACK": "rxed's completer (pkg/qp handleResponse) takes an ACK whose PSN is past the last WQE, even one never sent, as a coalesced ACK",
-}
+// findings, recorded in docs/conform.md. The test asserts they still FAIL,
+// so a fix shows up here and the entry goes. Q-GHOST-ACK was one until the
+// completer learnt to ignore responses past the last PSN sent
+// (pkg/qp TestGhostACKIgnored).
+var knownRequesterFindings = map[string]string{}
 
 // requesterDeviations are rxed's documented choices (docs/conform.md).
 var requesterDeviations = map[string]string{

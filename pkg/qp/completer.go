@@ -101,6 +101,13 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 		return
 	}
 	psn := PSN(p.BTH.PSN())
+	// A response for a PSN no request has used yet is a ghost (IBA
+	// 9.9.1: responses outside the outstanding window are ignored): taken
+	// as a coalesced ACK it would complete work the responder never saw.
+	if psn.Diff(q.req.sentEnd) >= 0 {
+		q.ctr.GhostResponses.Add(1)
+		return
+	}
 	// retry_cnt bounds retries while the responder is silent. Any response
 	// inside the outstanding window proves it is alive and answering, even
 	// one that only tells us (implied NAK) that an earlier response was

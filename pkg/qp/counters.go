@@ -28,6 +28,7 @@ type Counters struct {
 	ResponderResourceHit atomic.Uint64 // replayed_responses: READ/atomic responses replayed for a duplicate
 	ReplaysLimited       atomic.Uint64 // replays_limited: duplicate READs not replayed (too many without progress)
 	NAKsLimited          atomic.Uint64 // naks_limited: PSN sequence NAKs not sent (per-QP rate limit)
+	GhostResponses       atomic.Uint64 // ghost_responses: responses for PSNs never sent, ignored
 }
 
 // CounterNames lists the rxe counter names in rxe's order, followed by
@@ -38,7 +39,7 @@ var CounterNames = []string{
 	"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err",
 	"send_err", "link_downed", "rdma_sends", "rdma_recvs",
 	"cnp_rcvd", "retransmit_timeouts", "implied_naks", "replayed_responses",
-	"replays_limited", "naks_limited",
+	"replays_limited", "naks_limited", "ghost_responses",
 }
 
 // Snapshot returns every counter by name (see CounterNames).
@@ -50,7 +51,7 @@ func (c *Counters) Snapshot() map[string]uint64 {
 		&c.RetryExceededErr, &c.RetryRNRExceededErr, &c.CompleterRetryErr,
 		&c.SendErr, &c.LinkDowned, &c.RDMASends, &c.RDMARecvs,
 		&c.CNPRcvd, &c.RetransmitTimeouts, &c.ImpliedNAKs, &c.ResponderResourceHit,
-		&c.ReplaysLimited, &c.NAKsLimited,
+		&c.ReplaysLimited, &c.NAKsLimited, &c.GhostResponses,
 	}
 	m := make(map[string]uint64, len(fields))
 	for i, f := range fields {

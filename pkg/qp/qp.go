@@ -281,6 +281,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	if mask.Has(AttrSQPSN) {
 		q.attr.SQPSN = a.SQPSN
 		q.req.psn = a.SQPSN
+		q.req.sentEnd = a.SQPSN
 		q.comp.psn = a.SQPSN
 	}
 	if mask.Has(AttrDestQPN) {

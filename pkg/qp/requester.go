@@ -10,7 +10,11 @@ import (
 // requester is the send side of rxe_req.c: it turns WQEs into request
 // packets, segmented by the path MTU.
 type requester struct {
-	psn      PSN    // PSN of the next request packet
+	psn PSN // PSN of the next request packet
+	// sentEnd is one past the highest PSN a request has used: psn goes
+	// back on go-back-N, sentEnd does not. A response past it answers
+	// nothing we sent (a ghost).
+	sentEnd  PSN
 	idx      uint64 // next WQE to work on (sq.head <= idx <= tail)
 	noack    int    // packets sent since the last AckReq
 	rdAtomic int    // max_rd_atomic credits in use
@@ -261,6 +265,7 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 			av = &wr.AV
 		}
 		q.req.psn = q.req.psn.Next()
+		q.req.noteSent()
 		finished = last
 		if q.typ == RC { // rxe sets no AckReq on UC/UD (see the captures)
 			q.req.noack++
@@ -277,6 +282,7 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 		}
 		w.firstPSN, w.lastPSN = q.req.psn, q.req.psn.Add(uint32(n-1))
 		q.req.psn = q.req.psn.Add(uint32(n))
+		q.req.noteSent()
 		h.AckReq, finished = true, true
 	}
 	if h.AckReq {
@@ -368,4 +374,11 @@ func (q *QP) scatter(sgl []SGE, src []byte, off int) (ok bool) {
 		off = 0
 	}
 	return len(src) == 0
+}
+
+// noteSent moves sentEnd up to psn after psn advanced.
+func (r *requester) noteSent() {
+	if r.psn.Diff(r.sentEnd) > 0 {
+		r.sentEnd = r.psn
+	}
 }
