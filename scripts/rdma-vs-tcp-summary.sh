@@ -1,9 +1,13 @@
 #!/bin/sh
 # Summarises the outputs of scripts/rdma-vs-tcp.sh: for every cell, the
 # median over the runs and the (min-max) range, as docs/rdma-vs-tcp.md
-# quotes them. usage: scripts/rdma-vs-tcp-summary.sh OUT
+# quotes them. Several OUT directories are summarised together.
+# usage: scripts/rdma-vs-tcp-summary.sh OUT [OUT...]
 set -eu
-OUT=${1:-rdma-vs-tcp.out}
+[ $# -gt 0 ] || set -- rdma-vs-tcp.out
+
+# files PATTERN OUT...: the files matching PATTERN in every OUT
+files() { p=$1; shift; for d in "$@"; do ls "$d"/$p 2>/dev/null || true; done; }
 
 # med KEY VALUE lines on stdin -> "KEY median (min-max)"
 med() {
@@ -15,17 +19,17 @@ med() {
 }
 
 echo "## load (/proc/loadavg, before and after each run)"
-grep -h "load" "$OUT"/kv-run*.txt "$OUT"/allreduce-run*.txt | sed 's/^# *//' | cut -c1-100
+grep -h "load" $(files 'kv-run*.txt' "$@") $(files 'allreduce-run*.txt' "$@") | sed 's/^# *//' | cut -c1-100
 
 echo "## kv bench: GET/s, p50 us, p99 us, app CPU/GET ns, server CPU/op us, copied B/GET per transport/clients/GET%"
 for col in 4:GET/s 6:p50 7:p99 9:appCPU/GET 11:serverCPU/op 12:clientCPU/op 13:copiedB/GET 14:wireB/GET; do
 	c=${col%%:*} name=${col#*:}
-	awk -v c="$c" -v name="$name" '($1 == "rdma" || $1 == "tcp") && NF >= 15 { print $1 "/" $2 "c/" $3 "%/" name, $c }' "$OUT"/kv-run*.txt | med
+	awk -v c="$c" -v name="$name" '($1 == "rdma" || $1 == "tcp") && NF >= 15 { print $1 "/" $2 "c/" $3 "%/" name, $c }' $(files 'kv-run*.txt' "$@") | med
 done
 echo "## kv bench: rdma/tcp ratios of the same run (GET/s, p50, p99, server CPU/op)"
 awk '/^# load after/ { r = 0 } /rdma\/tcp/ { r = 1; next } r && NF == 6 { for (i = 3; i <= 6; i++) { sub("x", "", $i) }
 	print $1 "c/" $2 "%/GET/s", $3; print $1 "c/" $2 "%/p50", $4; print $1 "c/" $2 "%/p99", $5; print $1 "c/" $2 "%/serverCPU", $6 }
-	' "$OUT"/kv-run*.txt | med
+	' $(files 'kv-run*.txt' "$@") | med
 
 # allreduce: busbw (GB/s) of both transports and their ratio, per ranks/size
 ar() { # ar LABEL FILES...
@@ -41,10 +45,10 @@ ar() { # ar LABEL FILES...
 	$3 == "float" && ($6 == "failed" || $10 == "failed") { print label n "r/" $1 "B/FAILED", 1 }' "$@" | med
 }
 echo "## allreduce, ranks in one process: bus bandwidth GB/s, rdma/tcp ratio"
-ar inproc/ "$OUT"/allreduce-run*.txt
+ar inproc/ $(files 'allreduce-run*.txt' "$@")
 echo "## allreduce, one process per rank (rank 0's view): bus bandwidth GB/s, rdma/tcp ratio"
-ar procs/ "$OUT"/allreduce-procs*-rank0.txt
+ar procs/ $(files 'allreduce-procs*-rank0.txt' "$@")
 echo "## allreduce, one process per rank: every rank's process CPU per allreduce (us) and rdma/tcp"
 awk '/^# ring allreduce, rank/ { n = $7 } /CPU \(user\+system/ { c = 1; next } /^# load after/ { c = 0 }
 	c && $2 ~ /^[0-9]+$/ { k = "procs/" n "r/" $2 "B/"; print k "rdma-cpu-us", $3; print k "tcp-cpu-us", $4; print k "cpu-ratio", $5 }' \
-	"$OUT"/allreduce-procs*-rank*.txt | med
+	$(files 'allreduce-procs*-rank*.txt' "$@") | med
