@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -81,6 +83,22 @@ func TestZeroAndBadSizeFlags(t *testing.T) {
 		{[]string{"pingpong", "--addr", a, "-n", "0"}, []string{"-n 0"}},
 		{[]string{"pingpong", "--addr", a, "--listen", "nowhere"}, []string{"--listen", "nowhere"}},
 		{[]string{"pingpong", "--addr", a, "--listen", a, "10.0.0.1"}, []string{"--listen"}},
+		{[]string{"serve", "--addr", a, "--export", "x=anon,size=1M", "--max-read", "0"}, []string{"--max-read 0"}},
+		{[]string{"serve", "--addr", a, "--export", "x=anon,size=1M", "--session-bytes", "ten"}, []string{"ten"}},
+		{[]string{"allreduce", "--net", "mem", "-b", "0"}, []string{"-b 0"}},
+		{[]string{"allreduce", "--net", "mem", "-b", "4X"}, []string{"4X"}},
+		{[]string{"allreduce", "--net", "mem", "-b", "8K", "-e", "4K"}, []string{"-e 4096"}},
+		{[]string{"allreduce", "--net", "mem", "--ranks", "1"}, []string{"--ranks"}},
+		{[]string{"allreduce", "--net", "tcp"}, []string{"--net"}},
+		{[]string{"allreduce", "--rank", "0"}, []string{"--peers"}},
+		{[]string{"kv", "bench", "--addr", a, "--server", a, "-s", "2K"}, []string{"-s 2048"}},
+		{[]string{"kv", "bench", "--addr", a, "--server", "127.0.0.1", "--extent", "0"}, []string{"--extent 0"}},
+		{[]string{"kv", "serve", "--addr", a, "--buckets", "0"}, []string{"--buckets 0"}},
+		{[]string{"kv", "serve", "--addr", a, "--probe", "0"}, []string{"--probe 0"}},
+		{[]string{"kv", "get", "--addr", a, "127.0.0.1"}, []string{"want SERVER KEY"}},
+		{[]string{"kv", "put", "--addr", a, "not-an-ip", "k", "v"}, []string{"not-an-ip"}},
+		{[]string{"kv", "del", "127.0.0.1", "k"}, []string{"--addr"}},
+		{[]string{"serve", "--addr", a}, []string{"--export"}},
 	}
 	for _, c := range cases {
 		r := runCmd(c.args...)
@@ -105,4 +123,64 @@ func TestSizeSuffixes(t *testing.T) {
 	pp, _, ok := parsePingpong([]string{"--addr", a, "-s", "8K"}, new(bytes.Buffer))
 	require.True(t, ok)
 	require.Equal(t, uint(8192), pp.size)
+	kb, _, ok := parseKVBench([]string{"--addr", a, "--server", "127.0.0.1", "--extent", "4K", "-s", "1K"}, new(bytes.Buffer))
+	require.True(t, ok)
+	require.Equal(t, 1024, kb.valueLen)
+	require.Equal(t, 4096, kb.tf.config().ExtentSize)
+	so, _, ok := parseServe([]string{"--addr", a, "--export", "x=anon,size=1M", "--max-read", "64K"}, new(bytes.Buffer))
+	require.True(t, ok)
+	require.Equal(t, sizeFlag(64<<10), so.maxRead)
+}
+
+// Issue 15: a client rxed serve cannot serve learned it from "sent 0
+// bytes" (a latency or send test), a remote access error (a message
+// larger than the export) or a stall; now an rxed client is refused
+// during the exchange with the reason, and --validate checks its writes
+// by reading the export back (serve is rxed) instead of saying the peer
+// is not rxed.
+func TestServeRefusesWhatItCannotServe(t *testing.T) {
+	t.Parallel()
+	a, b := addrPair(t)
+	port, roPort := reservePort(t), reservePort(t)
+	dir := t.TempDir()
+	rw, ro := filepath.Join(dir, "rw"), filepath.Join(dir, "ro")
+	require.NoError(t, os.WriteFile(rw, make([]byte, 64<<10), 0o644))
+	require.NoError(t, os.WriteFile(ro, make([]byte, 64<<10), 0o644))
+	startServe(t, "--addr", a, "-p", port, "--export", "data=file:"+rw)
+	perf := func(p string, test ...string) result {
+		args := append([]string{"perf", test[0], "--addr", b, "-p", p, "-n", "20", "--timeout", "10s", "--progress", "0"}, test[1:]...)
+		return runCmd(append(args, a)...)
+	}
+	for _, c := range []struct {
+		test []string
+		want []string
+	}{
+		{[]string{"write", "--lat"}, []string{"refused the session", "does not run this test"}},
+		{[]string{"read", "--lat"}, []string{"refused the session", "does not run this test"}},
+		{[]string{"send"}, []string{"refused the session", "does not run this test"}},
+		{[]string{"write", "-s", "128K"}, []string{"-s 131072", "export is 65536 bytes"}},
+		{[]string{"read", "-a"}, []string{"-s 8388608", "export is 65536 bytes"}},
+	} {
+		r := perf(port, c.test...)
+		requireOneLineError(t, r, c.want...)
+		require.Equal(t, 1, r.code, "%v", c.test)
+	}
+
+	// --validate: the writes are read back and compared; no "not rxed".
+	r := perf(port, "write", "-s", "64K", "--validate")
+	requireOK(t, "perf write --validate against serve", r)
+	require.Empty(t, r.stderr)
+	got, err := os.ReadFile(rw)
+	require.NoError(t, err)
+	require.Equal(t, -1, checkPattern(got), "the export holds what perf wrote")
+	r = perf(port, "read", "-s", "4K", "--validate")
+	requireOK(t, "perf read --validate against serve", r)
+	require.Contains(t, r.stderr, "the peer is rxed serve")
+
+	// A read-only export takes no WRITE.
+	startServe(t, "--addr", a, "--port", "4792", "-p", roPort, "--export", "data=file:"+ro+",ro")
+	r = runCmd("perf", "write", "--addr", b, "--port", "4792", "-p", roPort, "-n", "20", "-s", "4K", "--timeout", "10s", "--progress", "0", a)
+	requireOneLineError(t, r, "refused the session", "read-only")
+	r = runCmd("perf", "read", "--addr", b, "--port", "4792", "-p", roPort, "-n", "20", "-s", "4K", "--timeout", "10s", "--progress", "0", a)
+	requireOK(t, "perf read of a read-only export", r)
 }

@@ -57,16 +57,33 @@ func runKV(args []string, stdout, stderr io.Writer) int {
 }
 
 // kvTableFlags size the server's table.
-type kvTableFlags struct{ buckets, extent, probe int }
+type kvTableFlags struct {
+	buckets, probe int
+	extent         sizeFlag
+}
 
 func (t *kvTableFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.buckets, "buckets", 4096, "index `buckets`")
-	fs.IntVar(&t.extent, "extent", 1024, "value extent `bytes` (the largest value)")
+	sizeVar(fs, &t.extent, "extent", 1024, "value extent `bytes` (the largest value; K, M suffixes)")
 	fs.IntVar(&t.probe, "probe", 16, "probe window in `buckets`")
 }
 
+// check refuses sizes the table would silently replace by its defaults
+// (0) or cannot use.
+func (t *kvTableFlags) check() error {
+	switch {
+	case t.buckets < 1 || t.buckets > 1<<24:
+		return fmt.Errorf("--buckets %d: want 1..%d", t.buckets, 1<<24)
+	case t.extent < kv.InlineMax || t.extent%8 != 0 || t.extent > 1<<20:
+		return fmt.Errorf("--extent %d: want a multiple of 8 from %d to %d", t.extent, kv.InlineMax, 1<<20)
+	case t.probe < 1:
+		return fmt.Errorf("--probe %d: want at least 1", t.probe)
+	}
+	return nil
+}
+
 func (t *kvTableFlags) config() kv.TableConfig {
-	return kv.TableConfig{NBuckets: t.buckets, ExtentSize: t.extent, MaxProbe: t.probe}
+	return kv.TableConfig{NBuckets: t.buckets, ExtentSize: int(min(t.extent, 1<<40)), MaxProbe: t.probe}
 }
 
 // kvServer is a running server: the engine, the table and both front ends.
@@ -130,8 +147,9 @@ func runKVServe(args []string, stdout, stderr io.Writer) int {
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
 	}
-	if err := ef.check(); err != nil {
-		return fail(stderr, "kv serve", err)
+	if err := errors.Join(ef.check(), tf.check()); err != nil {
+		fail(stderr, "kv serve", err)
+		return 2 // a usage error
 	}
 	if *tcpAddr == "" {
 		*tcpAddr = netip.AddrPortFrom(ef.addrs[0], kvTCPPort).String()
@@ -171,10 +189,14 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	usageErr := func(err error) int {
+		fail(stderr, "kv "+name, err)
+		return 2
+	}
 	want := map[string]int{"get": 2, "put": 3, "del": 2}[name]
 	if len(rest) != want {
 		usage := map[string]string{"get": "SERVER KEY", "put": "SERVER KEY VALUE", "del": "SERVER KEY"}[name]
-		return fail(stderr, "kv "+name, fmt.Errorf("want %s", usage))
+		return usageErr(fmt.Errorf("want %s", usage))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ef.timeout)
 	defer cancel()
@@ -190,11 +212,11 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 			ef.timeout = 30 * time.Second
 		}
 		if err := ef.check(); err != nil {
-			return fail(stderr, "kv "+name, err)
+			return usageErr(err)
 		}
 		srv, err := netip.ParseAddr(rest[0])
 		if err != nil {
-			return fail(stderr, "kv "+name, fmt.Errorf("server %q: not an IP address", rest[0]))
+			return usageErr(fmt.Errorf("server %q: not an IP address", rest[0]))
 		}
 		en, err := ef.open(ef.logger(stderr))
 		if err != nil {
@@ -309,15 +331,17 @@ func parseKVBench(args []string, stderr io.Writer) (*kvBenchOpts, int, bool) {
 	fs.DurationVar(&o.dur, "D", 2*time.Second, "`duration` of each cell")
 	fs.IntVar(&o.ops, "n", 0, "operations per client per cell instead of -D")
 	fs.IntVar(&o.keys, "keys", 1000, "`keys` preloaded and read uniformly")
-	fs.IntVar(&o.valueLen, "s", 256, "value `size` in bytes (at most 64 is one READ, else two)")
+	var valueLen sizeFlag
+	sizeVar(fs, &valueLen, "s", 256, "value `size` in bytes, K suffix (at most 64 is one READ, else two)")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return nil, code, false
 	}
+	o.valueLen = int(min(valueLen, 1<<40))
 	bad := func(err error) (*kvBenchOpts, int, bool) {
 		fail(stderr, "kv bench", err)
 		return nil, 2, false
 	}
-	if err := o.ef.check(); err != nil {
+	if err := errors.Join(o.ef.check(), o.tf.check()); err != nil {
 		return bad(err)
 	}
 	var err error
@@ -333,7 +357,7 @@ func parseKVBench(args []string, stderr io.Writer) (*kvBenchOpts, int, bool) {
 	if o.keys < 1 || o.keys > o.tf.buckets/2 {
 		return bad(fmt.Errorf("--keys %d: 1..%d (half the buckets)", o.keys, o.tf.buckets/2))
 	}
-	if o.valueLen < 0 || o.valueLen > o.tf.extent {
+	if o.valueLen < 0 || o.valueLen > int(o.tf.extent) {
 		return bad(fmt.Errorf("-s %d: 0..%d (--extent)", o.valueLen, o.tf.extent))
 	}
 	if o.server == o.ef.addrs[0] {
@@ -439,7 +463,7 @@ func spawnKVServer(o *kvBenchOpts, tcpAddr string, stderr io.Writer) (*kvChild, 
 	}
 	args := []string{"kv", "serve", "--addr", o.server.String(), "--port", strconv.Itoa(int(o.ef.port)),
 		"--cm-port", strconv.Itoa(int(o.cmPort)), "--tcp", tcpAddr,
-		"--buckets", strconv.Itoa(o.tf.buckets), "--extent", strconv.Itoa(o.tf.extent), "--probe", strconv.Itoa(o.tf.probe)}
+		"--buckets", strconv.Itoa(o.tf.buckets), "--extent", o.tf.extent.String(), "--probe", strconv.Itoa(o.tf.probe)}
 	cmd := exec.Command(exe, args...)
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()

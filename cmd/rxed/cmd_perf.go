@@ -333,9 +333,12 @@ type perfRun struct {
 	slots  int // receive slots per QP (send tests)
 	slotSz int
 	peer   bool // the peer is rxed (marker seen): exact validation
-	wait   *cqWaiter
-	stdout io.Writer
-	stderr io.Writer
+	// serveExport: the peer is rxed serve (it speaks the rxed extension),
+	// whose export perf_serve.go checks against.
+	serveExport bool
+	wait        *cqWaiter
+	stdout      io.Writer
+	stderr      io.Writer
 }
 
 func (r *perfRun) server() bool { return r.o.server == "" }
@@ -376,7 +379,7 @@ func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error
 	if !r.server() && !o.noVersions {
 		// The rxed extension (a perftest server ignores it): serve's busy
 		// and refusal answers, token mode, and the proof of our GID.
-		cfg.Ext = &oob.ExtConfig{Token: o.token}
+		cfg.Ext = &oob.ExtConfig{Token: o.token, Test: &o.test}
 	}
 	var sess *oob.Session
 	if r.server() {
@@ -444,6 +447,7 @@ func (r *perfRun) session(ctx context.Context, sess *oob.Session, closed *bool) 
 		return err
 	}
 	if sess.Ext() {
+		r.serveExport = true
 		if err := r.proveAddress(ctx, sess, remotes); err != nil {
 			return err
 		}
@@ -638,6 +642,9 @@ func (r *perfRun) proveAddress(ctx context.Context, sess *oob.Session, remotes [
 	}
 	g, err := sess.ProveAddress(ctx, nonce)
 	if err != nil {
+		return err
+	}
+	if err := r.checkExportFits(g); err != nil {
 		return err
 	}
 	for i, q := range r.qps {

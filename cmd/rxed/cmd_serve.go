@@ -73,8 +73,8 @@ type serveOpts struct {
 	handshake       time.Duration
 	idle            time.Duration
 	perSource       int
-	sessionBytes    string
-	maxRead         string
+	sessionBytes    sizeFlag // 0: no bound
+	maxRead         sizeFlag // 0: no bound
 }
 
 // prefixList is the repeatable --allow flag.
@@ -128,8 +128,8 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	fs.DurationVar(&o.handshake, "handshake-timeout", daemon.DefaultHandshakeTimeout, "a client must finish the exchange up to its run within this `duration`")
 	fs.DurationVar(&o.idle, "idle-timeout", daemon.DefaultIdleTimeout, "end a session whose QPs received nothing for this `duration` (0: never)")
 	fs.IntVar(&o.perSource, "max-sessions-per-source", 0, "concurrent sessions from one client address (0: --max-sessions)")
-	fs.StringVar(&o.sessionBytes, "session-bytes", "", "stop sending to a session after this many `bytes` (e.g. 10G; default: no bound)")
-	fs.StringVar(&o.maxRead, "max-read", "", "refuse RDMA READs longer than this many `bytes` (e.g. 1M; default: no bound)")
+	fs.Var(&o.sessionBytes, "session-bytes", "stop sending to a session after this many `bytes` (e.g. 10G; default: no bound)")
+	fs.Var(&o.maxRead, "max-read", "refuse RDMA READs longer than this many `bytes` (e.g. 1M; default: no bound)")
 	rest, code, ok := parseArgs(fs, args, stderr)
 	if !ok {
 		return nil, code, false
@@ -178,12 +178,9 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	if o.idle < 0 {
 		return bad("--idle-timeout %v: want 0 (never) or a positive duration", o.idle)
 	}
-	for _, f := range []struct{ name, v string }{{"--session-bytes", o.sessionBytes}, {"--max-read", o.maxRead}} {
-		if f.v == "" {
-			continue
-		}
-		if n, err := daemon.ParseBytes(f.v); err != nil || n == 0 {
-			return bad("%s %q: want a positive byte count such as 64M", f.name, f.v)
+	for _, name := range []string{"session-bytes", "max-read"} {
+		if f := fs.Lookup(name); flagSet(fs, name) && f.Value.String() == "0" {
+			return bad("--%s %s: want a positive byte count such as 64M", name, f.Value)
 		}
 	}
 	tok, err := readToken(o.token, o.tokenFile)
@@ -201,6 +198,9 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 		if _, err := o.listenAddr(); err != nil {
 			return bad("%v", err)
 		}
+	}
+	if len(o.exports) == 0 && o.ef.oobPort != 0 {
+		return bad("perftest clients need an export to target (give --export, or -p 0 for no perftest exchange)")
 	}
 	return o, 0, true
 }
@@ -299,8 +299,7 @@ func serve(ctx context.Context, o *serveOpts, logOut io.Writer, ready func(*daem
 	if o.idle == 0 {
 		cfg.IdleTimeout = -1 // never
 	}
-	cfg.SessionBytes, _ = daemon.ParseBytes(o.sessionBytes)
-	cfg.MaxReadLen, _ = daemon.ParseBytes(o.maxRead)
+	cfg.SessionBytes, cfg.MaxReadLen = int64(o.sessionBytes), int64(o.maxRead)
 	cfg.RDMACMPort = uint16(o.rdmaCMPort)
 	if o.ef.oobPort != 0 {
 		cfg.OOBAddr, _ = o.listenAddr()

@@ -60,6 +60,11 @@ func (r *perfRun) run(ctx context.Context, sess perfFinisher, local oob.Key, clo
 	if err != nil {
 		return err
 	}
+	if readBack, _ := r.serveValidation(); o.validate && r.serveExport && readBack {
+		if err := r.readBackExport(ctx); err != nil { // perf_serve.go
+			return err
+		}
+	}
 	remote, err := sess.Finish(ctx, t, local, my)
 	*closed = true
 	if err != nil {
@@ -81,8 +86,8 @@ func (r *perfRun) run(ctx context.Context, sess perfFinisher, local oob.Key, clo
 		}
 	}
 	_, _ = r.stdout.Write([]byte(oob.ResultLine))
-	if verr == nil && o.validate && !r.peer {
-		fmt.Fprintf(r.stderr, "rxed perf: --validate: the peer is not rxed, so only sizes, counts and consistency were checked\n")
+	if note := r.validateNote(); verr == nil && o.validate && !r.peer && note != "" {
+		fmt.Fprintf(r.stderr, "rxed perf: --validate: %s\n", note) // perf_serve.go
 	}
 	return verr
 }

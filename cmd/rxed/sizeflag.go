@@ -12,7 +12,8 @@ import (
 // suffix in powers of 1024 (4K, 64K, 1M, 1G; "KiB" and "KB" too), as
 // serve's export sizes (daemon.ParseBytes). perftest takes K and M on -s;
 // every rxed command that takes a size takes this one type, so one
-// spelling works everywhere.
+// spelling works everywhere. A value is at most 2^50 (ParseBytes's bound),
+// so it converts to int and int64 safely.
 type sizeFlag uint64
 
 // sizeVar registers a size flag with default def.

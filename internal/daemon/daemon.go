@@ -246,7 +246,7 @@ func (d *Daemon) open() (err error) {
 			return errors.New("perftest clients need an export to target (give --export)")
 		}
 		d.oobLn, err = oob.ListenPerftest(cfg.OOBAddr, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.StepTimeout, Logger: cfg.Logger},
-			Ext: &oob.ExtConfig{Token: cfg.Token}})
+			Ext: &oob.ExtConfig{Token: cfg.Token, Serves: d.servesTest}})
 		if err != nil {
 			return err
 		}

@@ -160,7 +160,7 @@ func (d *Daemon) perftestSession(ctx context.Context, sess *oob.Session, s *sess
 			if gc.needProof && (proofErr != nil || got != nonce) {
 				return oob.Grant{}, oob.ExtUnverifiedGID
 			}
-			return oob.Grant{RKey: d.target.MR.RKey(), VAddr: d.target.MR.IOVA()}, oob.ExtOK
+			return oob.Grant{RKey: d.target.MR.RKey(), VAddr: d.target.MR.IOVA(), Len: uint64(d.target.MR.Len())}, oob.ExtOK
 		})
 		if err != nil {
 			if gc.needProof {

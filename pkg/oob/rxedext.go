@@ -24,7 +24,10 @@ import (
 //     peer ignores it and sends zeros there, so each side knows whether the
 //     other speaks it, and a server can answer "busy" or "refused" to an
 //     rxed client in the version reply (a perftest client just sees the
-//     connection closed).
+//     connection closed). An rxed client also announces its test (verb,
+//     latency or bandwidth) in the trailer's last byte, so a server that
+//     does not run that test refuses it here, with the reason, rather than
+//     at a later step the client cannot interpret.
 //   - Token mode: when the server's version reply sets extFlagToken, both
 //     sides exchange two more messages right after the versions (before the
 //     system data): hello (a nonce each way), then auth (HMAC-SHA256 of the
@@ -35,8 +38,10 @@ import (
 //     an rxed client sends the 16-byte nonce the server RDMA-WROTE into its
 //     buffer over RoCE (zeros when the server sent none), and the server
 //     answers with a grant carrying the export's rkey and address, which it
-//     left out of the key messages until then. A client that cannot read
-//     what was sent to the GID it announced never learns the rkey.
+//     left out of the key messages until then, and the export's length,
+//     which a client checks its message size against. A client that
+//     cannot read what was sent to the GID it announced never learns the
+//     rkey.
 //
 // Both ends must enable it (SessionConfig.Ext); otherwise nothing changes
 // on the wire.
@@ -50,7 +55,7 @@ const (
 	ExtHelloLen = 32 // magic "RXEH", 12 reserved, 16-byte nonce
 	ExtAuthLen  = 40 // magic "RXEA", status, 3 reserved, 32-byte HMAC
 	ExtProofLen = 32 // magic "RXEP", 12 reserved, 16-byte nonce
-	ExtGrantLen = 32 // magic "RXEG", status, 3 reserved, rkey u32 BE, 4 reserved, vaddr u64 BE, 8 reserved
+	ExtGrantLen = 32 // magic "RXEG", status, 3 reserved, rkey u32 BE, 4 reserved, vaddr u64 BE, length u64 BE (0: not said)
 )
 
 // ExtStatus is the outcome a server announces in the extension.
@@ -73,6 +78,13 @@ const (
 	// ExtUnverifiedGID: the client did not echo the nonce sent to the GID
 	// it announced.
 	ExtUnverifiedGID
+	// ExtUnsupportedTest: the server does not run the test the client
+	// announced (rxed serve answers bandwidth WRITE, READ and atomic
+	// clients only).
+	ExtUnsupportedTest
+	// ExtReadOnlyExport: the client announced a WRITE or atomic test and
+	// the server's export is read-only.
+	ExtReadOnlyExport
 )
 
 func (s ExtStatus) String() string {
@@ -89,6 +101,10 @@ func (s ExtStatus) String() string {
 		return "the server did not accept our token"
 	case ExtUnverifiedGID:
 		return "the server could not verify that the announced GID is ours (it sent a nonce over RoCE to it)"
+	case ExtReadOnlyExport:
+		return "the server's export is read-only (run a read test)"
+	case ExtUnsupportedTest:
+		return "the server does not run this test (rxed serve answers write, read and atomic bandwidth clients; run rxed perf as the server for latency and send tests)"
 	}
 	return fmt.Sprintf("status %d", uint8(s))
 }
@@ -106,6 +122,13 @@ type ExtConfig struct {
 	// Token is the shared secret: a client proves it holds it, a server
 	// with a token refuses clients that do not. Empty: no token.
 	Token []byte
+	// Test is what a client runs, announced in its version message (nil:
+	// not announced). Servers ignore it.
+	Test *Test
+	// Serves is a server's verdict on the test a client announced: ExtOK
+	// serves it, another status refuses the client in the version reply.
+	// nil (or a client that announced none) serves every test.
+	Serves func(Test) ExtStatus
 }
 
 // extState is what the extension negotiated.
@@ -141,6 +164,31 @@ func parseExt(b []byte) (st ExtStatus, flags byte, ok bool) {
 	return ExtStatus(b[extOff+5]), b[extOff+6], true
 }
 
+// The trailer's last byte: a client's test, extTestSet|verb|extTestLat
+// (0: none announced, as from a perftest peer or an older rxed).
+const (
+	extTestOff = extOff + 7
+	extTestSet = 1 << 7
+	extTestLat = 1 << 2
+)
+
+func putExtTest(b []byte, t Test) {
+	v := extTestSet | byte(t.Verb&3)
+	if t.Latency {
+		v |= extTestLat
+	}
+	b[extTestOff] = v
+}
+
+// parseExtTest reads the test a client announced in its trailer.
+func parseExtTest(b []byte) (Test, bool) {
+	if len(b) <= extTestOff || b[extTestOff]&extTestSet == 0 {
+		return Test{}, false
+	}
+	v := b[extTestOff]
+	return Test{Verb: Verb(v & 3), Latency: v&extTestLat != 0}, true
+}
+
 // extVersionMsg encodes our version message, with the trailer when the
 // extension is on.
 func (s *Session) versionMsg(out []byte, st ExtStatus, flags byte) error {
@@ -152,6 +200,9 @@ func (s *Session) versionMsg(out []byte, st ExtStatus, flags byte) error {
 			return fmt.Errorf("oob: version %q leaves no room for the rxed extension", s.cfg.version())
 		}
 		putExt(out, st, flags)
+		if s.role == Client && s.cfg.Ext.Test != nil {
+			putExtTest(out, *s.cfg.Ext.Test)
+		}
 	}
 	return nil
 }
@@ -191,6 +242,9 @@ func (s *Session) extServerVersions(ctx context.Context) ([]byte, error) {
 		if ok && cflags&extFlagToken == 0 {
 			st = ExtTokenRequired
 		}
+	}
+	if t, announced := parseExtTest(in[:]); ok && announced && st == ExtOK && s.cfg.Ext.Serves != nil {
+		st = s.cfg.Ext.Serves(t)
 	}
 	if !ok {
 		if tokenMode {
@@ -322,6 +376,9 @@ func (s *Session) tokenExchange(ctx context.Context) error {
 type Grant struct {
 	RKey  uint32
 	VAddr uint64
+	// Len is the export's length in bytes (0: the server did not say);
+	// a client whose messages do not fit refuses to run.
+	Len uint64
 }
 
 // ProveAddress is the client's address proof: it sends nonce (what the
@@ -341,7 +398,7 @@ func (s *Session) ProveAddress(ctx context.Context, nonce [16]byte) (Grant, erro
 	if st := ExtStatus(in[4]); st != ExtOK {
 		return Grant{}, s.fail(errorf(s.s.peer, ErrRefused, "refused the session: %v", st))
 	}
-	return Grant{RKey: binary.BigEndian.Uint32(in[8:]), VAddr: binary.BigEndian.Uint64(in[16:])}, nil
+	return Grant{RKey: binary.BigEndian.Uint32(in[8:]), VAddr: binary.BigEndian.Uint64(in[16:]), Len: binary.BigEndian.Uint64(in[24:])}, nil
 }
 
 // CheckAddress is the server's side of ProveAddress: it reads the
@@ -364,6 +421,7 @@ func (s *Session) CheckAddress(ctx context.Context, decide func(nonce [16]byte) 
 	if st == ExtOK {
 		binary.BigEndian.PutUint32(out[8:], g.RKey)
 		binary.BigEndian.PutUint64(out[16:], g.VAddr)
+		binary.BigEndian.PutUint64(out[24:], g.Len)
 	}
 	if err := s.s.writeMsg(ctx, out[:ExtGrantLen], "rxed grant"); err != nil {
 		return s.fail(err)

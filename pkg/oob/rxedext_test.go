@@ -140,7 +140,7 @@ func TestExtToken(t *testing.T) {
 func TestExtAddressProof(t *testing.T) {
 	ext := &SessionConfig{Ext: &ExtConfig{}}
 	nonce := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
-	want := Grant{RKey: 0xdeadbeef, VAddr: 0x7f0000001000}
+	want := Grant{RKey: 0xdeadbeef, VAddr: 0x7f0000001000, Len: 64 << 10} // issue 15: the length travels too
 	decide := func(n [16]byte) (Grant, ExtStatus) {
 		if n != nonce {
 			return Grant{}, ExtUnverifiedGID
@@ -181,4 +181,55 @@ func TestAnswerRefusalWritesNothing(t *testing.T) {
 		})
 	require.ErrorIs(t, serr, boom)
 	require.ErrorIs(t, cerr, ErrClosed)
+}
+
+// TestExtAnnouncedTest (issue 15): an rxed client announces its test in
+// the version message; a server that does not run it refuses in the
+// version reply, and the client's error says why (it used to read "sent
+// 0 bytes" at the key message). A perftest server never sees the
+// announcement (its bytes are past the version string's NUL).
+func TestExtAnnouncedTest(t *testing.T) {
+	opts := Options{Timeout: 5 * time.Second}
+	bwOnly := func(seen *[]Test) func(Test) ExtStatus {
+		return func(tt Test) ExtStatus {
+			*seen = append(*seen, tt)
+			if tt.Latency || tt.Verb == VerbSend {
+				return ExtUnsupportedTest
+			}
+			return ExtOK
+		}
+	}
+	for _, tc := range []struct {
+		test    *Test
+		refused bool
+	}{
+		{&Test{Verb: VerbWrite}, false},
+		{&Test{Verb: VerbAtomic}, false},
+		{&Test{Verb: VerbWrite, Latency: true}, true},
+		{&Test{Verb: VerbSend}, true},
+		{nil, false}, // an rxed client that announces nothing is served
+	} {
+		var seen []Test
+		ccfg := &SessionConfig{Options: opts, Ext: &ExtConfig{Test: tc.test}}
+		scfg := &SessionConfig{Options: opts, Ext: &ExtConfig{Serves: bwOnly(&seen)}}
+		cerr, serr := extPair(t, ccfg, scfg, negotiate, negotiate)
+		if tc.test == nil {
+			require.Empty(t, seen)
+		} else {
+			require.Equal(t, []Test{*tc.test}, seen)
+		}
+		if !tc.refused {
+			require.NoError(t, cerr, "%v", tc.test)
+			require.NoError(t, serr, "%v", tc.test)
+			continue
+		}
+		require.ErrorIs(t, cerr, ErrRefused, "%v", tc.test)
+		require.ErrorContains(t, cerr, "does not run this test")
+		require.ErrorIs(t, serr, ErrRefused)
+	}
+	// The announcement is invisible to a plain (perftest) server.
+	cerr, serr := extPair(t, &SessionConfig{Options: opts, Ext: &ExtConfig{Test: &Test{Verb: VerbSend, Latency: true}}},
+		&SessionConfig{Options: opts}, negotiate, negotiate)
+	require.NoError(t, cerr)
+	require.NoError(t, serr)
 }
