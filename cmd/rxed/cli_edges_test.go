@@ -184,3 +184,35 @@ func TestServeRefusesWhatItCannotServe(t *testing.T) {
 	r = runCmd("perf", "read", "--addr", b, "--port", "4792", "-p", roPort, "-n", "20", "-s", "4K", "--timeout", "10s", "--progress", "0", a)
 	requireOK(t, "perf read of a read-only export", r)
 }
+
+// Issue 15: every usage error exits 2, in every command: an unknown flag
+// (for each registered command, so a new one is covered too) and a
+// missing or malformed argument of the commands whose checks used to
+// exit 1.
+func TestEveryCommandUsageErrorExits2(t *testing.T) {
+	t.Parallel()
+	sub := map[string][]string{"perf": {"write"}, "kv": {"get"}}
+	for name := range commands {
+		args := append(append([]string{name}, sub[name]...), "--no-such-flag")
+		r := runCmd(args...)
+		require.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
+		if name == "decode" {
+			require.Contains(t, r.stderr, "no-such-flag") // then its usage, as flag's default
+			continue
+		}
+		requireOneLineError(t, r, "no-such-flag")
+	}
+	require.Equal(t, 0, runCmd("demo", "-h").code, "help is not an error")
+	for _, args := range [][]string{
+		{"kv", "get", "--addr", "127.0.2.1", "127.0.0.1"},
+		{"kv", "put", "--addr", "127.0.2.1", "127.0.0.1", "k"},
+		{"kv", "serve"},
+		{"allreduce", "-e", "1K"},
+		{"allreduce", "--peers", "127.0.0.1,127.0.0.2"},
+		{"serve", "--addr", "127.0.2.1"},
+	} {
+		r := runCmd(args...)
+		require.NotEmpty(t, r.stderr, "%v", args)
+		require.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
+	}
+}
