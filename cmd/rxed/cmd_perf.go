@@ -151,9 +151,9 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	if len(rest) == 1 {
 		o.server = rest[0]
 	}
-	// perftest refuses -s 0 ("Message Size should be between 1 and ..."),
-	// -n below its MIN_ITER, -t 0 and -D 0; rxed refuses every explicit 0
-	// rather than running the default in its place.
+	// perftest refuses -s 0 ("Message Size should be between 1 and ...");
+	// rxed refuses every explicit 0 of these rather than running the
+	// default in its place (issue 15).
 	for _, name := range []string{"s", "n", "t", "D", "o", "m"} {
 		if f := fs.Lookup(name); flagSet(fs, name) && f.Value.String() == "0" {
 			return bad("-%s 0: must be positive (omit -%s for the default)", name, name)
