@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rxed/rxed/pkg/cm"
@@ -25,8 +26,10 @@ import (
 // order: registryMu, then a.mu. The cm.Manager has its own lock and calls
 // our handlers with it released.
 type agent struct {
-	dev    *ib.Device
-	mad    *ib.MADAgent
+	dev *ib.Device
+	// mad is set once OpenMADAgent returned; the Manager may send (from
+	// the MAD agent's own receive goroutine) before that.
+	mad    atomic.Pointer[ib.MADAgent]
 	cm     *cm.Manager
 	linger time.Duration
 
@@ -128,7 +131,7 @@ func acquireWith(dev *ib.Device, cfg *Config) (*agent, error) {
 		a.cm.Close()
 		return nil, err
 	}
-	a.mad = m
+	a.mad.Store(m)
 	registry[dev] = a
 	dev.OnClose(a.close)
 	return a, nil
@@ -136,7 +139,14 @@ func acquireWith(dev *ib.Device, cfg *Config) (*agent, error) {
 
 // send is the Manager's Config.Send.
 func (a *agent) send(dst, src netip.Addr, b []byte) error {
-	return a.mad.Send(src, dst, b)
+	m := a.mad.Load()
+	if m == nil {
+		// A REQ arrived while QP 1 was being opened and is answered
+		// before the agent is complete: the MAD is lost, as on a full
+		// queue, and the peer's retransmission finds us ready.
+		return ib.ErrMADAgentClosed
+	}
+	return m.Send(src, dst, b)
 }
 
 // close stops the agent when its device closes, first waiting up to the
@@ -179,7 +189,7 @@ func (a *agent) close() {
 	delete(registry, a.dev)
 	registryMu.Unlock()
 	a.cm.Close()
-	_ = a.mad.Close()
+	_ = a.mad.Load().Close()
 }
 
 // track and untrack maintain the live set.

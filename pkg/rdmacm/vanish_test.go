@@ -2,12 +2,15 @@ package rdmacm_test
 
 import (
 	"context"
+	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rxed/rxed/pkg/cm/cmtest"
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/rdmacm"
+	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -68,8 +71,17 @@ func TestDialPeerVanishes(t *testing.T) {
 // REP is retransmitted (the REQ's max CM retries, each after its local CM
 // response timeout: 4096 ms) and Accept fails with ErrTimeout.
 func TestAcceptPeerVanishes(t *testing.T) {
-	hs := memHosts(t, nil, "10.10.0.1", "10.10.0.2")
-	srv, cli := hs[0], hs[1]
+	// The client's transport goes silent (a host that crashed: a closed
+	// device would still REJ as a destroyed cm_id does).
+	net := transport.NewMemNetwork()
+	conn := func(s string) transport.Conn {
+		c, err := net.Listen(netip.AddrPortFrom(netip.MustParseAddr(s), transport.RoCEv2Port))
+		require.NoError(t, err)
+		return c
+	}
+	srv := openHost(t, ib.Config{Conn: conn("10.10.0.1")}, netip.MustParseAddr("10.10.0.1"))
+	mute := &muteConn{Conn: conn("10.10.0.2")}
+	cli := openHost(t, ib.Config{Conn: mute}, netip.MustParseAddr("10.10.0.2"))
 	fc := cmtest.NewFakeClock(time.Unix(2_000_000, 0))
 	require.NoError(t, rdmacm.Enable(srv.dev, &rdmacm.Config{Clock: fc}))
 	l, err := rdmacm.Listen(srv.dev, ap("10.10.0.1:7174"), nil)
@@ -85,7 +97,7 @@ func TestAcceptPeerVanishes(t *testing.T) {
 	}()
 	req, err := l.Accept(testCtx(t))
 	require.NoError(t, err)
-	require.NoError(t, cli.dev.Close()) // the client is gone
+	mute.mute.Store(true) // the client is gone
 	cancel()
 	<-dialed
 
@@ -98,4 +110,17 @@ func TestAcceptPeerVanishes(t *testing.T) {
 	runClock(t, fc, done)
 	require.ErrorIs(t, err, rdmacm.ErrTimeout)
 	require.Equal(t, 16*4096*time.Millisecond, fc.Now().Sub(start), "16 REPs, 4096 ms apart")
+}
+
+// muteConn drops everything it is asked to send once mute is set.
+type muteConn struct {
+	transport.Conn
+	mute atomic.Bool
+}
+
+func (c *muteConn) Send(bufs [][]byte, ep transport.Endpoint) error {
+	if c.mute.Load() {
+		return nil
+	}
+	return c.Conn.Send(bufs, ep)
 }
