@@ -131,33 +131,56 @@ type idPair struct{ src, dst [4]byte }
 const idGuardMaxPairs = 4096
 
 // idGuard holds the ID windows of every IPv4 pair the engine receives
-// from. It is safe for concurrent use by the workers: mu guards the map
-// and every window in it (one short critical section per IPv4 packet;
-// IPv6 packets never get here).
+// from. It is safe for concurrent use by the workers, which call admit
+// once per IPv4 packet: mu guards only the map's shape (read-locked on the
+// per-packet path, written when a pair first appears), and each pair's
+// window has its own lock, so workers receiving from different peers do
+// not contend. IPv6 packets never get here.
 type idGuard struct {
-	mu    sync.Mutex
-	pairs map[idPair]*idWindow
+	mu    sync.RWMutex
+	pairs map[idPair]*lockedWindow
+}
+
+// lockedWindow is one pair's window and the lock that serialises it.
+type lockedWindow struct {
+	mu sync.Mutex
+	w  idWindow
 }
 
 // admit applies the window of the pair (src, dst) to id. src and dst must
 // be IPv4 (or IPv4-mapped) addresses.
 func (g *idGuard) admit(src, dst netip.Addr, id uint16, now time.Time) idVerdict {
 	k := idPair{src.Unmap().As4(), dst.Unmap().As4()}
+	g.mu.RLock()
+	lw := g.pairs[k]
+	g.mu.RUnlock()
+	if lw == nil {
+		lw = g.add(k)
+	}
+	lw.mu.Lock()
+	v := lw.w.admit(id, now)
+	lw.mu.Unlock()
+	return v
+}
+
+// add returns k's window, creating it (and forgetting an arbitrary pair
+// when the table is full).
+func (g *idGuard) add(k idPair) *lockedWindow {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	w := g.pairs[k]
-	if w == nil {
-		if g.pairs == nil {
-			g.pairs = make(map[idPair]*idWindow)
-		}
-		if len(g.pairs) >= idGuardMaxPairs {
-			for old := range g.pairs {
-				delete(g.pairs, old)
-				break
-			}
-		}
-		w = new(idWindow)
-		g.pairs[k] = w
+	if lw := g.pairs[k]; lw != nil {
+		return lw // another worker was first
 	}
-	return w.admit(id, now)
+	if g.pairs == nil {
+		g.pairs = make(map[idPair]*lockedWindow)
+	}
+	if len(g.pairs) >= idGuardMaxPairs {
+		for old := range g.pairs {
+			delete(g.pairs, old)
+			break
+		}
+	}
+	lw := new(lockedWindow)
+	g.pairs[k] = lw
+	return lw
 }
