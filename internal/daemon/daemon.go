@@ -360,30 +360,39 @@ func (d *Daemon) acceptLoop() {
 			d.refuse(sess, oob.ExtBusy)
 			continue
 		}
-		var sctx context.Context
-		sctx, s.cancel = context.WithCancelCause(d.sessCtx)
-		d.wg.Add(1)
-		d.active.Add(1)
-		d.total.Add(1)
-		go func() {
-			defer d.wg.Done()
-			err := d.perftestSession(sctx, sess, s)
-			if c := context.Cause(sctx); err != nil && c != nil && c != context.Canceled {
-				err = c
-			}
-			// The slot is free before the session counts as over.
-			s.cancel(nil)
-			d.reg.release(s)
-			d.active.Add(-1)
-			if err != nil {
-				d.failed.Add(1)
-				d.log.Warn("perftest session failed", "peer", sess.RemoteAddr(), "err", err)
-				return
-			}
-			d.completed.Add(1)
-			d.log.Debug("perftest session complete", "peer", sess.RemoteAddr())
-		}()
+		d.runSession(s, "perftest session", sess.RemoteAddr(), func(ctx context.Context) error {
+			return d.perftestSession(ctx, sess, s)
+		})
 	}
+}
+
+// runSession runs one admitted session (TCP exchange or rdma_cm) on a
+// goroutine of its own under the daemon's session context, and counts and
+// logs its end as what ("perftest session failed" / "... complete"). The
+// slot is free before the session counts as over.
+func (d *Daemon) runSession(s *session, what string, peer any, run func(context.Context) error) {
+	var sctx context.Context
+	sctx, s.cancel = context.WithCancelCause(d.sessCtx)
+	d.wg.Add(1)
+	d.active.Add(1)
+	d.total.Add(1)
+	go func() {
+		defer d.wg.Done()
+		err := run(sctx)
+		if c := context.Cause(sctx); err != nil && c != nil && c != context.Canceled {
+			err = c
+		}
+		s.cancel(nil)
+		d.reg.release(s)
+		d.active.Add(-1)
+		if err != nil {
+			d.failed.Add(1)
+			d.log.Warn(what+" failed", "peer", peer, "err", err)
+			return
+		}
+		d.completed.Add(1)
+		d.log.Debug(what+" complete", "peer", peer)
+	}()
 }
 
 // refuse tells a client it is not served (an rxed client reads st, a

@@ -159,27 +159,8 @@ func (d *Daemon) cmAcceptLoop() {
 			_ = req.Reject([]byte("server busy"))
 			continue
 		}
-		var sctx context.Context
-		sctx, s.cancel = context.WithCancelCause(d.sessCtx)
-		d.wg.Add(1)
-		d.active.Add(1)
-		d.total.Add(1)
-		go func() {
-			defer d.wg.Done()
-			err := d.rdmaCMSession(sctx, req, s)
-			if c := context.Cause(sctx); err != nil && c != nil && c != context.Canceled {
-				err = c
-			}
-			s.cancel(nil)
-			d.reg.release(s)
-			d.active.Add(-1)
-			if err != nil {
-				d.failed.Add(1)
-				d.log.Warn("perftest rdma_cm session failed", "peer", req.Remote, "err", err)
-				return
-			}
-			d.completed.Add(1)
-			d.log.Debug("perftest rdma_cm session complete", "peer", req.Remote)
-		}()
+		d.runSession(s, "perftest rdma_cm session", req.Remote, func(ctx context.Context) error {
+			return d.rdmaCMSession(ctx, req, s)
+		})
 	}
 }
