@@ -301,15 +301,30 @@ func cmaParams(local netip.Addr, o *cmaOpts) cmParams {
 }
 
 func cmatose(ctx context.Context, o *cmaOpts, dev *ib.Device, stdout io.Writer) error {
+	return cmaRun(ctx, o, dev, stdout, cmatoseClient, cmatoseServer)
+}
+
+// cmaPart is the client's or the server's half of ucmatose or udaddy.
+type cmaPart[N any] func(ctx context.Context, o *cmaOpts, dev *ib.Device, pd *ib.PD, nodes []N, local netip.Addr, stdout io.Writer) error
+
+// cmaRun is the frame ucmatose and udaddy share around their connections:
+// a PD, one node per connection (each closed at the end), the local
+// address, then the client's part (with a server address) or the
+// server's.
+func cmaRun[N interface {
+	comparable
+	close()
+}](ctx context.Context, o *cmaOpts, dev *ib.Device, stdout io.Writer, client, server cmaPart[N]) error {
 	pd, err := dev.AllocPD()
 	if err != nil {
 		return err
 	}
 	defer pd.Dealloc()
-	nodes := make([]*cmaNode, o.conns)
+	nodes := make([]N, o.conns)
 	defer func() {
+		var none N
 		for _, n := range nodes {
-			if n != nil {
+			if n != none {
 				n.close()
 			}
 		}
@@ -319,9 +334,9 @@ func cmatose(ctx context.Context, o *cmaOpts, dev *ib.Device, stdout io.Writer) 
 		return err
 	}
 	if o.dst.IsValid() {
-		return cmatoseClient(ctx, o, dev, pd, nodes, local, stdout)
+		return client(ctx, o, dev, pd, nodes, local, stdout)
 	}
-	return cmatoseServer(ctx, o, dev, pd, nodes, local, stdout)
+	return server(ctx, o, dev, pd, nodes, local, stdout)
 }
 
 // cmaEach runs f for every connection at once (ucmatose resolves,

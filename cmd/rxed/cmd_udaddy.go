@@ -185,27 +185,7 @@ func pollUD(ctx context.Context, o *cmaOpts, pd *ib.PD, dev *ib.Device, local ne
 }
 
 func udaddy(ctx context.Context, o *cmaOpts, dev *ib.Device, stdout io.Writer) error {
-	pd, err := dev.AllocPD()
-	if err != nil {
-		return err
-	}
-	defer pd.Dealloc()
-	nodes := make([]*udNode, o.conns)
-	defer func() {
-		for _, n := range nodes {
-			if n != nil {
-				n.close()
-			}
-		}
-	}()
-	local, err := o.localAddr()
-	if err != nil {
-		return err
-	}
-	if o.dst.IsValid() {
-		return udaddyClient(ctx, o, dev, pd, nodes, local, stdout)
-	}
-	return udaddyServer(ctx, o, dev, pd, nodes, local, stdout)
+	return cmaRun(ctx, o, dev, stdout, udaddyClient, udaddyServer)
 }
 
 func udaddyServer(ctx context.Context, o *cmaOpts, dev *ib.Device, pd *ib.PD, nodes []*udNode, local netip.Addr, stdout io.Writer) error {
