@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The tests below run each rank of a ring as its own process: this test
-// binary re-executed into TestAllreduceRankHelperProcess, which runs
-// `rxed allreduce ARGS...` (the arguments after --) and exits with its
-// status.
+// The tests below run each rank of a ring (and rdmacm_process_test.go each
+// rdma_cm tool) as its own process: this test binary re-executed into
+// TestAllreduceRankHelperProcess, which runs `rxed ARGS...` (the arguments
+// after --) and exits with its status.
 const rankArgsEnv = "RXED_TEST_ALLREDUCE_RANK_ARGS"
 
 func TestAllreduceRankHelperProcess(t *testing.T) {
@@ -44,8 +44,15 @@ type rankProc struct {
 
 func startRank(t *testing.T, args ...string) *rankProc {
 	t.Helper()
+	return startProcess(t, append([]string{"allreduce"}, args...)...)
+}
+
+// startProcess runs `rxed ARGS...` as a process of its own (this test
+// binary re-executed).
+func startProcess(t *testing.T, args ...string) *rankProc {
+	t.Helper()
 	p := &rankProc{stdout: newSyncBuffer(), stderr: newSyncBuffer(), done: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], append([]string{"-test.run=^TestAllreduceRankHelperProcess$", "--", "allreduce"}, args...)...)
+	p.cmd = exec.Command(os.Args[0], append([]string{"-test.run=^TestAllreduceRankHelperProcess$", "--"}, args...)...)
 	p.cmd.Env = append(os.Environ(), rankArgsEnv+"=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	require.NoError(t, p.cmd.Start())
