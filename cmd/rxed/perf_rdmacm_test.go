@@ -36,8 +36,8 @@ func TestPerfRDMACM(t *testing.T) {
 		{"read_lat", []string{"read", "--lat", "-n", "50"}, 2, 50, true, false},
 		// Under loss the CM itself retries: a lost REQ waits 6.1 s, a lost
 		// RTU 4.1 s, and perftest -R sets up two connections, so the run
-		// gets a longer --timeout (the later flag wins); 20 s failed about
-		// in this session's runs (twice, one of them a full CI run).
+		// gets a longer --timeout (the later flag wins); 20 s failed twice
+		// in this session's runs, once in a full CI run.
 		{"write_bw_faults", []string{"write", "-s", "4096", "-n", "100", "-t", "16",
 			"--fault", "loss=0.02,dup=0.02,seed=3", "--timeout", "90s"}, 4096, 100, false, true},
 	}
