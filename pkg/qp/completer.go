@@ -95,6 +95,18 @@ func (q *QP) rearm(now time.Time) {
 	}
 }
 
+// The response to the oldest WQE passes through the steps of rxe's
+// completer (rxe_comp.c), one function each: handleResponse is GET_ACK
+// and GET_WQE (headWQE), checkPSN is CHECK_PSN (whether the response
+// concerns the oldest WQE at all, or completes it as a coalesced ACK:
+// completeCoalesced); checkAck is CHECK_ACK, which hands the response
+// to READ (completeReadResponse), ATOMIC (completeAtomicAck) or, for an
+// ACK or NAK, to the syndrome's step (completeAck: WRITE_SEND,
+// RNR_RETRY, ERROR_RETRY or ERROR). A step that consumes its response
+// moves comp.psn past it and completes the WQE when it is whole
+// (UPDATE_COMP and COMP_WQE); one that rejects it returns without
+// touching anything, and the requester's retry or timer recovers.
+
 // handleResponse processes an ACK, NAK, READ response or atomic ACK.
 func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 	if q.typ != RC {
@@ -122,168 +134,272 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 		if w == nil {
 			return
 		}
-		// A response past the oldest WQE acknowledges it (coalesced ACK),
-		// unless it is a READ or atomic whose response never came: that is
-		// an implied NAK and the requester goes back. A SEND/WRITE being
-		// resent after a go-back counts as sent: the peer has it all.
-		if (w.state == wqePending || w.sent > 0) && psn.Diff(w.lastPSN) > 0 {
-			if w.isReadOrAtomic() {
-				q.ctr.ImpliedNAKs.Add(1)
-				q.errorRetry(w, now)
-				return
-			}
-			q.resetRetry()
-			if w.lastPSN.Diff(q.comp.psn) >= 0 {
-				q.comp.psn = w.lastPSN.Next()
-				q.comp.opcode = -1
-			}
-			q.completeWQE(w, false)
-			continue
+		switch q.checkPSN(w, psn) {
+		case psnCoalescedAck:
+			q.completeCoalesced(w)
+			continue // the response may acknowledge the next WQE too
+		case psnImpliedNAK:
+			q.ctr.ImpliedNAKs.Add(1)
+			q.errorRetry(w, now)
+			return
+		case psnIgnore:
+			return
 		}
-		d := psn.Diff(q.comp.psn)
-		if d < 0 {
-			return // an old or duplicated response
-		}
-		if d > 0 && w.isReadOrAtomic() {
-			return // READ responses must arrive in order; wait for the retry
-		}
-		q.checkAck(env, p, w, psn, now)
+		q.checkAck(p, w, psn, now)
 		q.rearm(now)
 		q.completeDone()
 		return
 	}
 }
 
-// checkAck is rxe's check_ack and what follows it for one response whose
-// PSN is the expected one (or inside the oldest SEND/WRITE).
-func (q *QP) checkAck(env Env, p *wire.Packet, w *wqe, psn PSN, now time.Time) {
-	fl := p.Info.Flags
-	// Sequence of READ responses.
-	switch q.comp.opcode {
-	case -1:
-		if fl&(wire.FlagFirst|wire.FlagOnly) == 0 {
-			return
+// psnVerdict is what checkPSN makes of a response's PSN.
+type psnVerdict uint8
+
+const (
+	psnCheckAck     psnVerdict = iota // at the expected PSN: checkAck consumes it
+	psnCoalescedAck                   // past the oldest WQE, a SEND/WRITE: that one is acknowledged
+	psnImpliedNAK                     // past a READ or atomic whose responses never came
+	psnIgnore                         // old, duplicated, or ahead inside a READ or atomic
+)
+
+// checkPSN is rxe's COMPST_CHECK_PSN: where the response's PSN lies
+// relative to the oldest WQE w and the next expected response PSN.
+func (q *QP) checkPSN(w *wqe, psn PSN) psnVerdict {
+	// A response past the oldest WQE acknowledges it (coalesced ACK),
+	// unless it is a READ or atomic whose response never came: that is an
+	// implied NAK and the requester goes back. A SEND/WRITE being resent
+	// after a go-back counts as sent: the peer has it all.
+	if (w.state == wqePending || w.sent > 0) && psn.Diff(w.lastPSN) > 0 {
+		if w.isReadOrAtomic() {
+			return psnImpliedNAK
 		}
-	case int(wire.RCReadResponseFirst), int(wire.RCReadResponseMiddle):
-		if p.Opcode != wire.RCReadResponseMiddle && p.Opcode != wire.RCReadResponseLast {
-			if !(psn == w.firstPSN && (p.Opcode == wire.RCReadResponseFirst || p.Opcode == wire.RCReadResponseOnly)) {
-				return
-			}
-		}
+		return psnCoalescedAck
+	}
+	d := psn.Diff(q.comp.psn)
+	if d < 0 {
+		return psnIgnore // an old or duplicated response
+	}
+	if d > 0 && w.isReadOrAtomic() {
+		return psnIgnore // READ responses must arrive in order; wait for the retry
+	}
+	return psnCheckAck
+}
+
+// completeCoalesced is rxe's COMPST_COMP_ACK for a WQE a later response
+// acknowledged: the responder sends one ACK for several requests, so the
+// SEND/WRITE behind it completes without an ACK of its own.
+func (q *QP) completeCoalesced(w *wqe) {
+	q.resetRetry()
+	if w.lastPSN.Diff(q.comp.psn) >= 0 {
+		q.comp.psn = w.lastPSN.Next()
+		q.comp.opcode = -1
+	}
+	q.completeWQE(w, false)
+}
+
+// checkAck is rxe's check_ack for one response whose PSN is the expected
+// one (or inside the oldest SEND/WRITE): it must fit the READ response
+// sequence in progress, then its opcode picks the step that consumes it.
+func (q *QP) checkAck(p *wire.Packet, w *wqe, psn PSN, now time.Time) {
+	if !q.continuesReadSequence(p, w, psn) {
+		return
 	}
 	switch p.Opcode {
-	case wire.RCReadResponseFirst, wire.RCReadResponseLast, wire.RCReadResponseOnly, wire.RCReadResponseMiddle:
-		if p.AETH != nil && p.AETH.Syndrome().Kind() != wire.SynACK {
-			return
-		}
-		if w.wr.Opcode != WRRDMARead {
-			return
-		}
-		q.resetRetry()
-		if len(p.Payload) > w.length-w.recvd || !q.scatter(w.sgl, p.Payload, w.recvd) {
-			w.status = WCLocLenErr
-			if len(p.Payload) <= w.length-w.recvd {
-				w.status = WCLocProtErr
-			}
-			q.failWQE(w)
-			return
-		}
-		w.recvd += len(p.Payload)
-		q.comp.psn = psn.Next()
-		if fl&(wire.FlagLast|wire.FlagOnly) != 0 {
-			q.comp.opcode = -1
-			if w.recvd == w.length {
-				q.completeWQE(w, false)
-			}
-		} else {
-			q.comp.opcode = int(p.Opcode)
-		}
+	case wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCReadResponseOnly:
+		q.completeReadResponse(p, w, psn)
 	case wire.RCAtomicAck:
-		if p.AETH.Syndrome().Kind() != wire.SynACK || !w.wr.Opcode.IsAtomic() {
-			return
-		}
-		q.resetRetry()
-		var orig [8]byte
-		// rxe copies the 64-bit value in host order into the local buffer.
-		binary.NativeEndian.PutUint64(orig[:], p.AtomicAckETH.OrigData())
-		if !q.scatter(w.sgl, orig[:], 0) {
-			w.status = WCLocProtErr
-			q.failWQE(w)
-			return
-		}
-		q.comp.psn = psn.Next()
-		q.comp.opcode = -1
-		q.completeWQE(w, false)
+		q.completeAtomicAck(p, w, psn)
 	case wire.RCAck:
-		syn := p.AETH.Syndrome()
-		switch syn.Kind() {
-		case wire.SynACK:
-			q.resetRetry()
-			if w.isReadOrAtomic() && w.wr.Opcode != WRFlush && w.wr.Opcode != WRAtomicWrite {
-				return // an ACK cannot complete a READ or atomic
-			}
-			q.comp.psn = psn.Next()
-			q.comp.opcode = -1
-			if w.lastPSN == psn {
-				q.completeWQE(w, false)
-			} else if q.req.psn.Diff(q.comp.psn) < 0 {
-				// The peer already has what we are resending: skip ahead.
-				q.goBackN()
-			}
-		case wire.SynRNR:
-			q.ctr.RcvdRNRErr.Add(1)
-			if q.comp.rnrRetry > 0 {
-				if q.comp.rnrRetry != 7 {
-					q.comp.rnrRetry--
-				}
-				q.rnrAt = now.Add(RNRDelay(syn.RNRTimer()))
-				q.retransmitAt = time.Time{}
-				return
-			}
-			q.ctr.RetryRNRExceededErr.Add(1)
-			w.status = WCRNRRetryExcErr
-			q.failWQE(w)
-		case wire.SynNAK:
-			switch syn.NAKCode() {
-			case wire.NAKPSNSeqErr:
-				if !q.rnrAt.IsZero() {
-					// The packets behind an RNR-NAKed one arrive out of
-					// sequence; the RNR retry resends them anyway.
-					return
-				}
-				if psn.Diff(q.comp.psn) > 0 {
-					q.ctr.RcvdSeqErr.Add(1)
-					q.implicitAck(psn)
-					// The NAK acknowledges the requests before psn, but
-					// not the responses of a READ or atomic among them:
-					// never move past one that is still unanswered, so
-					// the retry asks for its data again.
-					if h := q.headWQE(); h == nil || !h.isReadOrAtomic() || h.state != wqePending {
-						q.comp.psn = psn
-						// The NAK acknowledged new packets: that is
-						// progress, so this gap gets its own retry
-						// rather than waiting for the timer behind the
-						// previous one.
-						q.comp.startedRetry = false
-					}
-				}
-				if w = q.headWQE(); w != nil {
-					q.errorRetry(w, now)
-				}
-			case wire.NAKInvalidRequest:
-				w.status = WCRemInvReqErr
-				q.failWQE(w)
-			case wire.NAKRemoteAccess:
-				w.status = WCRemAccessErr
-				q.failWQE(w)
-			default:
-				w.status = WCRemOpErr
-				q.failWQE(w)
-			}
-		default:
-			w.status = WCBadRespErr
-			q.failWQE(w)
+		q.completeAck(p, w, psn, now)
+	}
+}
+
+// continuesReadSequence is check_ack's opcode check. While a READ's
+// responses are arriving (comp.opcode FIRST or MIDDLE) only a MIDDLE or
+// LAST continues them, or a FIRST or ONLY at the READ's first PSN: the
+// responder answers a READ retried from its start with a whole new reply.
+// With no reply in progress a response must open a message (FIRST or
+// ONLY; an ACK or atomic ACK is an ONLY): a stray MIDDLE or LAST belongs
+// to a reply whose start was lost, and waits for the retry.
+func (q *QP) continuesReadSequence(p *wire.Packet, w *wqe, psn PSN) bool {
+	switch q.comp.opcode {
+	case -1:
+		return p.Info.Flags&(wire.FlagFirst|wire.FlagOnly) != 0
+	case int(wire.RCReadResponseFirst), int(wire.RCReadResponseMiddle):
+		switch p.Opcode {
+		case wire.RCReadResponseMiddle, wire.RCReadResponseLast:
+			return true
+		case wire.RCReadResponseFirst, wire.RCReadResponseOnly:
+			return psn == w.firstPSN
 		}
+		return false
+	}
+	return true
+}
+
+// completeReadResponse is rxe's COMPST_READ: place the response's bytes
+// where the READ's SGEs say, at the offset reached so far, and complete
+// the READ with its last response once every byte has arrived. A
+// response carrying a NAK syndrome, or one for a WQE that is not a READ,
+// is ignored: the responder is answering something else and the retry
+// sorts it out. Bytes beyond the READ's length or outside its local
+// memory fail it (LOC_LEN_ERR, LOC_PROT_ERR), as a receive would.
+func (q *QP) completeReadResponse(p *wire.Packet, w *wqe, psn PSN) {
+	if p.AETH != nil && p.AETH.Syndrome().Kind() != wire.SynACK {
+		return
+	}
+	if w.wr.Opcode != WRRDMARead {
+		return
+	}
+	q.resetRetry()
+	if len(p.Payload) > w.length-w.recvd {
+		w.status = WCLocLenErr
+		q.failWQE(w)
+		return
+	}
+	if !q.scatter(w.sgl, p.Payload, w.recvd) {
+		w.status = WCLocProtErr
+		q.failWQE(w)
+		return
+	}
+	w.recvd += len(p.Payload)
+	q.comp.psn = psn.Next()
+	if p.Info.Flags&(wire.FlagLast|wire.FlagOnly) == 0 {
+		q.comp.opcode = int(p.Opcode) // more responses of this READ follow
+		return
+	}
+	q.comp.opcode = -1
+	if w.recvd == w.length {
+		q.completeWQE(w, false)
+	}
+}
+
+// completeAtomicAck is rxe's COMPST_ATOMIC: the original value the
+// responder read is the atomic's result, written into its local buffer.
+// An atomic ACK with a NAK syndrome or for a WQE that is not an atomic is
+// ignored, as a stray READ response is.
+func (q *QP) completeAtomicAck(p *wire.Packet, w *wqe, psn PSN) {
+	if p.AETH.Syndrome().Kind() != wire.SynACK || !w.wr.Opcode.IsAtomic() {
+		return
+	}
+	q.resetRetry()
+	var orig [8]byte
+	// rxe copies the 64-bit value in host order into the local buffer.
+	binary.NativeEndian.PutUint64(orig[:], p.AtomicAckETH.OrigData())
+	if !q.scatter(w.sgl, orig[:], 0) {
+		w.status = WCLocProtErr
+		q.failWQE(w)
+		return
+	}
+	q.comp.psn = psn.Next()
+	q.comp.opcode = -1
+	q.completeWQE(w, false)
+}
+
+// completeAck is check_ack's AETH test for an ACK packet: the syndrome
+// says whether the requests up to psn arrived (ACK), the responder had no
+// receive WQE (RNR NAK), a request went missing (PSN sequence error NAK)
+// or failed for good (any other NAK).
+func (q *QP) completeAck(p *wire.Packet, w *wqe, psn PSN, now time.Time) {
+	syn := p.AETH.Syndrome()
+	switch syn.Kind() {
+	case wire.SynACK:
+		q.ackWriteSend(w, psn)
+	case wire.SynRNR:
+		q.rnrRetry(w, syn, now)
+	case wire.SynNAK:
+		if syn.NAKCode() == wire.NAKPSNSeqErr {
+			q.nakSequenceError(psn, now)
+			return
+		}
+		w.status = nakStatus(syn.NAKCode())
+		q.failWQE(w)
+	default:
+		// A reserved syndrome: the responder is broken (IBA 9.7.5.1.6).
+		w.status = WCBadRespErr
+		q.failWQE(w)
+	}
+}
+
+// ackWriteSend is rxe's COMPST_WRITE_SEND: an ACK at psn acknowledges the
+// requests up to it, and completes the oldest WQE when psn is its last.
+// Only a SEND, WRITE, FLUSH or ATOMIC_WRITE is completed by an ACK; a
+// READ or atomic awaits its own responses. An ACK from inside the WQE
+// while a go-back-N resends it says the peer already holds more than is
+// being resent: the requester skips ahead to comp.psn.
+func (q *QP) ackWriteSend(w *wqe, psn PSN) {
+	q.resetRetry()
+	if w.isReadOrAtomic() && w.wr.Opcode != WRFlush && w.wr.Opcode != WRAtomicWrite {
+		return
+	}
+	q.comp.psn = psn.Next()
+	q.comp.opcode = -1
+	if w.lastPSN == psn {
+		q.completeWQE(w, false)
+	} else if q.req.psn.Diff(q.comp.psn) < 0 {
+		q.goBackN()
+	}
+}
+
+// rnrRetry is rxe's COMPST_RNR_RETRY: the responder had no receive WQE.
+// The requester pauses for the NAK's RNR timer (OnTimer then resends
+// from comp.psn), while rnr_retry lasts; 7 means retry forever. The
+// retransmit timer stops meanwhile: waiting for the peer to post a
+// receive is not a lost packet.
+func (q *QP) rnrRetry(w *wqe, syn wire.Syndrome, now time.Time) {
+	q.ctr.RcvdRNRErr.Add(1)
+	if q.comp.rnrRetry > 0 {
+		if q.comp.rnrRetry != 7 {
+			q.comp.rnrRetry--
+		}
+		q.rnrAt = now.Add(RNRDelay(syn.RNRTimer()))
+		q.retransmitAt = time.Time{}
+		return
+	}
+	q.ctr.RetryRNRExceededErr.Add(1)
+	w.status = WCRNRRetryExcErr
+	q.failWQE(w)
+}
+
+// nakSequenceError is rxe's COMPST_ERROR_RETRY for a PSN sequence error
+// NAK: the responder expects psn, so the requests before it arrived and
+// those from it on are to be resent.
+func (q *QP) nakSequenceError(psn PSN, now time.Time) {
+	if !q.rnrAt.IsZero() {
+		// The packets behind an RNR-NAKed one arrive out of sequence; the
+		// RNR retry resends them anyway.
+		return
+	}
+	if psn.Diff(q.comp.psn) > 0 {
+		q.ctr.RcvdSeqErr.Add(1)
+		q.implicitAck(psn)
+		// The NAK acknowledges the requests before psn, but not the
+		// responses of a READ or atomic among them: never move past one
+		// that is still unanswered, so the retry asks for its data again.
+		if h := q.headWQE(); h == nil || !h.isReadOrAtomic() || h.state != wqePending {
+			q.comp.psn = psn
+			// The NAK acknowledged new packets: that is progress, so this
+			// gap gets its own retry rather than waiting for the timer
+			// behind the previous one.
+			q.comp.startedRetry = false
+		}
+	}
+	if w := q.headWQE(); w != nil {
+		q.errorRetry(w, now)
+	}
+}
+
+// nakStatus is the completion status of a WQE the responder NAKed for
+// good (rxe's COMPST_ERROR): the request was invalid, broke the remote
+// access rules, or failed at the responder for another reason.
+func nakStatus(code uint8) WCStatus {
+	switch code {
+	case wire.NAKInvalidRequest:
+		return WCRemInvReqErr
+	case wire.NAKRemoteAccess:
+		return WCRemAccessErr
+	default:
+		return WCRemOpErr
 	}
 }
 
