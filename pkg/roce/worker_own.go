@@ -1,0 +1,121 @@
+package roce
+
+// kick asks the worker to run qpn's requester, coalescing repeated kicks.
+func (w *worker) kick(qpn uint32) {
+	w.kickMu.Lock()
+	pending := w.kickSet[qpn]
+	w.kickSet[qpn] = true
+	owned := w.owned
+	w.kickMu.Unlock()
+	if pending || owned {
+		return
+	}
+	w.enqueue(event{kind: evKick, qpn: qpn})
+}
+
+// tryInline runs f as the shard's owner in the calling goroutine if the
+// worker is idle (and, with needIdle, nothing is queued for it), then
+// flushes and rearms like the worker loop would. It reports whether f ran.
+func (w *worker) tryInline(needIdle bool, f func()) bool {
+	if !w.tryAcquire(needIdle) {
+		return false
+	}
+	f()
+	w.releaseInline()
+	return true
+}
+
+// tryAcquire makes the calling goroutine the shard's owner if the worker
+// is idle (and, with needIdle, nothing is queued for it).
+func (w *worker) tryAcquire(needIdle bool) bool {
+	if needIdle && w.pending.Load() != 0 {
+		return false
+	}
+	if !w.own.TryLock() {
+		return false
+	}
+	if needIdle && w.pending.Load() != 0 {
+		w.own.Unlock()
+		return false
+	}
+	w.inline = true
+	w.setOwned()
+	return true
+}
+
+// releaseInline ends an inline ownership taken by tryAcquire: answer
+// window, kicked QPs, flush, rearm; QPs that still want to send are left
+// to the worker goroutine.
+func (w *worker) releaseInline() { w.release(false) }
+
+// release is releaseInline, for a poller when polled: a poller gets no
+// answer window (it answers after Poll returns), and a batch holding ACKs
+// for messages it received is left unsent for that answer to join: the
+// next owner sends it, and the worker goroutine is woken to be that owner
+// if nobody else is first.
+func (w *worker) release(polled bool) {
+	keepBatch := polled && w.txN > 0 && w.received()
+	if !polled {
+		w.answerWindow()
+	}
+	w.settle()
+	w.inline = false
+	if !keepBatch {
+		w.flush()
+	}
+	w.rearm()
+	wake := keepBatch || len(w.ready) > 0
+	w.own.Unlock()
+	if wake {
+		// A full inbox already guarantees the worker another round.
+		w.offer(event{kind: evWake})
+	}
+}
+
+// lockOwned makes the worker goroutine the shard's owner.
+func (w *worker) lockOwned() {
+	w.own.Lock()
+	w.setOwned()
+}
+
+// received reports whether the current owner completed a receive (a
+// SEND message) on the shard.
+func (w *worker) received() bool { return w.ctr.RDMARecvs.Load() != w.recvsOwned }
+
+// setOwned records (under own) that kicks are now the owner's to run, and
+// the receive count received compares against.
+func (w *worker) setOwned() {
+	w.recvsOwned = w.ctr.RDMARecvs.Load()
+	w.nowSet = false
+	w.kickMu.Lock()
+	w.owned = true
+	w.kickMu.Unlock()
+}
+
+// settle runs every kicked QP until none is left, then stops taking
+// kicks (later ones queue an event). Called under own, before flushing,
+// so an answer posted during this round leaves with the round's batch.
+func (w *worker) settle() {
+	for {
+		var nums [16]uint32
+		n := 0
+		w.kickMu.Lock()
+		for qpn := range w.kickSet {
+			if n == len(nums) {
+				break
+			}
+			nums[n] = qpn
+			n++
+			delete(w.kickSet, qpn)
+		}
+		if n == 0 {
+			w.owned = false
+			w.kickMu.Unlock()
+			return
+		}
+		w.kickMu.Unlock()
+		for _, qpn := range nums[:n] {
+			w.runQP(w.qps[qpn])
+		}
+	}
+}
