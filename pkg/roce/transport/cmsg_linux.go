@@ -1,0 +1,81 @@
+//go:build linux
+
+package transport
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// rxOOBSize holds an in6_pktinfo and a UDP_GRO cmsg with room to spare.
+const rxOOBSize = 128
+
+// txOOBSpace holds a UDP_SEGMENT and an IP(V6)_PKTINFO control message.
+var txOOBSpace = unix.CmsgSpace(2) + unix.CmsgSpace(unix.SizeofInet6Pktinfo)
+
+// parseCmsgs reads the destination address (IP_PKTINFO / IPV6_PKTINFO) and
+// the GRO segment size without allocating.
+func (s *udpSocket) parseCmsgs(m *rxMsg, oob []byte) {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			return
+		}
+		data := oob[unix.CmsgLen(0):l]
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+			// struct in_pktinfo: ifindex, spec_dst, addr (header destination).
+			m.local = netip.AddrFrom4([4]byte(data[8:12]))
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
+			m.local = netip.AddrFrom16([16]byte(data[0:16])).Unmap()
+		case h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
+			m.segSize = int(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
+			s.noteOverflow(binary.NativeEndian.Uint32(data))
+		}
+		next := unix.CmsgSpace(l - unix.CmsgLen(0))
+		if next > len(oob) {
+			return
+		}
+		oob = oob[next:]
+	}
+}
+
+// setSource prepares the control message that makes a wildcard-bound socket
+// send from src (none when src is invalid or unspecified).
+func (y *sockSys) setSource(src netip.Addr, is6 bool) {
+	y.txSrc = y.txSrcB[:0]
+	if !src.IsValid() || src.IsUnspecified() || src.Is6() != is6 {
+		return
+	}
+	b := y.txSrcB[:]
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	if is6 {
+		h.Level, h.Type = unix.IPPROTO_IPV6, unix.IPV6_PKTINFO
+		h.SetLen(unix.CmsgLen(unix.SizeofInet6Pktinfo))
+		clear(b[unix.CmsgLen(0):unix.CmsgSpace(unix.SizeofInet6Pktinfo)])
+		a := src.As16()
+		copy(b[unix.CmsgLen(0):], a[:]) // in6_pktinfo.ipi6_addr; ifindex 0
+		y.txSrc = b[:unix.CmsgSpace(unix.SizeofInet6Pktinfo)]
+		return
+	}
+	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_PKTINFO
+	h.SetLen(unix.CmsgLen(unix.SizeofInet4Pktinfo))
+	clear(b[unix.CmsgLen(0):unix.CmsgSpace(unix.SizeofInet4Pktinfo)])
+	a := src.As4()
+	copy(b[unix.CmsgLen(0)+4:], a[:]) // in_pktinfo.ipi_spec_dst: the source address
+	y.txSrc = b[:unix.CmsgSpace(unix.SizeofInet4Pktinfo)]
+}
+
+// noteOverflow folds the kernel's drop counter of this socket (a 32-bit
+// running count, SO_RXQ_OVFL) into the Conn's DropRcvbuf.
+func (s *udpSocket) noteOverflow(count uint32) {
+	if d := count - s.ovfl; d != 0 && d < 1<<31 {
+		s.ovfl = count
+		s.conn.stats.dropRcvbuf.Add(uint64(d))
+	}
+}

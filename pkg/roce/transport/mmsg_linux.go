@@ -1,0 +1,393 @@
+//go:build linux
+
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The Linux implementation calls recvmmsg/sendmmsg itself on preallocated
+// mmsghdr arrays instead of going through x/net's ipv4/ipv6 ReadBatch: x/net
+// allocates a *net.UDPAddr (and its IP slice) for every received message,
+// which would break the zero-allocation data path. The technique is the same
+// (syscall.RawConn.Read/Write around a non-blocking mmsg call, so Go's
+// netpoller does the waiting).
+
+// mmsghdr is struct mmsghdr; Go pads it to the kernel's size on every
+// architecture (Msghdr's alignment).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
+}
+
+type rxBatchSys struct {
+	hdrs  []mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6 // large enough for either family
+	oob   []byte
+	bufs  [][]byte
+}
+
+func newRxBatch(s *udpSocket, batchSize int) *rxBatch {
+	slots := batchSize
+	if s.sys.gro {
+		// Each slot may carry many coalesced datagrams; fewer, larger
+		// slots keep memory per socket near that of the plain case.
+		slots = max(4, batchSize/4)
+	}
+	b := &rxBatch{sock: s, msgs: make([]rxMsg, slots)}
+	y := &b.sys
+	y.hdrs = make([]mmsghdr, slots)
+	y.iovs = make([]unix.Iovec, slots)
+	y.names = make([]unix.RawSockaddrInet6, slots)
+	y.oob = make([]byte, slots*rxOOBSize)
+	y.bufs = make([][]byte, slots)
+	mem := make([]byte, slots*s.slotSz)
+	for i := range slots {
+		y.bufs[i] = mem[i*s.slotSz : (i+1)*s.slotSz : (i+1)*s.slotSz]
+		y.iovs[i].Base = &y.bufs[i][0]
+		y.iovs[i].SetLen(s.slotSz)
+		h := &y.hdrs[i].hdr
+		h.Name = (*byte)(unsafe.Pointer(&y.names[i]))
+		h.Iov = &y.iovs[i]
+		h.SetIovlen(1)
+		h.Control = &y.oob[i*rxOOBSize]
+	}
+	return b
+}
+
+// readBatch blocks until the socket has data, then receives as many messages
+// as are queued (up to the batch's slots) and parses them into b.msgs.
+func (s *udpSocket) readBatch(b *rxBatch) (int, error) {
+	s.prepareRead(b)
+	if err := s.sys.rc.Read(s.sys.recvFn); err != nil {
+		return 0, err
+	}
+	return s.finishRead(b)
+}
+
+// readBatchHooked is readBatch for a socket that pollers read too: each
+// attempt to take datagrams from the kernel first calls hold, which takes
+// the locks that order the socket's receivers and reports whether to go
+// on (false: return 0 with the locks held, something else is to be handed
+// out first); an attempt that finds nothing calls release before it waits.
+// held reports whether the locks are held on return (always, unless err
+// comes from waiting: the socket was closed).
+func (s *udpSocket) readBatchHooked(b *rxBatch, hold func() bool, release func()) (n int, held bool, err error) {
+	s.resetSlots(b)
+	y := &s.sys
+	y.hold, y.release, y.held = hold, release, false
+	y.hookHdrs = b.sys.hdrs // rxHdrs is the pollers' too: set under the locks
+	err = y.rc.Read(y.hookedFn)
+	y.hold, y.release, y.hookHdrs = nil, nil, nil
+	if err != nil || !y.held {
+		return 0, false, err
+	}
+	if y.skipped {
+		return 0, true, nil
+	}
+	n, err = s.finishRead(b)
+	return n, true, err
+}
+
+// pollBatch receives into b what the kernel has queued, without waiting:
+// 0 when nothing is. The caller serialises it with the socket's other
+// receivers.
+func (s *udpSocket) pollBatch(b *rxBatch) (int, error) {
+	s.prepareRead(b)
+	y := &s.sys
+	y.polled = false
+	if err := y.rc.Control(y.pollFn); err != nil {
+		return 0, err
+	}
+	if !y.polled {
+		return 0, nil
+	}
+	return s.finishRead(b)
+}
+
+// prepareRead points the receive call at b's slots, reset for the kernel.
+func (s *udpSocket) prepareRead(b *rxBatch) {
+	s.resetSlots(b)
+	s.sys.rxHdrs = b.sys.hdrs
+}
+
+// resetSlots readies b's slots for the kernel.
+func (s *udpSocket) resetSlots(b *rxBatch) {
+	y := &b.sys
+	for i := range y.hdrs {
+		h := &y.hdrs[i].hdr
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.SetControllen(rxOOBSize)
+		h.Flags = 0
+		y.hdrs[i].len = 0
+	}
+}
+
+// finishRead parses what the receive call put into b.
+func (s *udpSocket) finishRead(b *rxBatch) (int, error) {
+	y := &b.sys
+	if s.sys.rxErr != nil {
+		return 0, os.NewSyscallError("recvmmsg", s.sys.rxErr)
+	}
+	n := s.sys.rxN
+	for i := range n {
+		h := &y.hdrs[i]
+		m := &b.msgs[i]
+		m.data = y.bufs[i][:h.len]
+		m.trunc = h.hdr.Flags&unix.MSG_TRUNC != 0
+		m.remote = sockaddrToAddrPort(&y.names[i])
+		m.local = s.local.Addr()
+		m.segSize = 0
+		s.parseCmsgs(m, y.oob[i*rxOOBSize:i*rxOOBSize+int(h.hdr.Controllen)])
+		if m.segSize > 0 && m.segSize < len(m.data) {
+			s.conn.stats.groReceives.Add(1)
+		}
+	}
+	return n, nil
+}
+
+// recvHooked is readBatchHooked's attempt (see there).
+func (y *sockSys) recvHooked(fd uintptr) bool {
+	if !y.hold() {
+		y.held, y.skipped = true, true
+		return true
+	}
+	y.rxHdrs = y.hookHdrs
+	if y.recv(fd) {
+		y.held, y.skipped = true, false
+		return true
+	}
+	y.release()
+	return false
+}
+
+// recvPolled is pollBatch's attempt.
+func (y *sockSys) recvPolled(fd uintptr) { y.polled = y.recv(fd) }
+
+func (y *sockSys) recv(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&y.rxHdrs[0])),
+			uintptr(len(y.rxHdrs)), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			y.rxN, y.rxErr = int(n), nil
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			y.rxN, y.rxErr = 0, e
+			return true
+		}
+	}
+}
+
+// writeBatch sends bufs (or, when bufs is nil, dgrams) to one destination
+// with sendmmsg, packing runs of equal-sized datagrams into single
+// UDP_SEGMENT messages when GSO is on. A valid from (only for
+// wildcard-bound sockets) sets the source address.
+func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, from netip.Addr) error {
+	y := &s.sys
+	y.txMu.Lock()
+	defer y.txMu.Unlock()
+	y.setName(to, s.is6)
+	y.setSource(from, s.is6)
+	maxGSO := maxGSOBytes4
+	if s.is6 {
+		maxGSO = maxGSOBytes6
+	}
+	// IPv4 GSO only towards loopback: when the kernel (or a NIC) segments a
+	// UDP GSO message it numbers the IPv4 IDs of the segments 0, 1, 2, …
+	// (inet_gso_segment), but the ICRC of each datagram was computed for ID
+	// 0, so every datagram after the first would fail the peer's ICRC check.
+	// Loopback delivers the message unsegmented to the receiving socket,
+	// which never sees an ID. IPv6 has no ID: its segments' headers are
+	// identical.
+	gso := y.gso.Load() && (s.is6 || to.Addr().IsLoopback())
+	src := txSource{bufs: bufs, dgrams: dgrams}
+	for src.n() > 0 {
+		nm, used := y.pack(&src, gso, maxGSO)
+		y.txOff, y.txEnd = 0, nm
+		for y.txOff < y.txEnd {
+			if err := y.rc.Write(y.sendFn); err != nil {
+				return err
+			}
+			if y.txErr != nil {
+				msgGSO := y.txSegs[y.txOff] > 1
+				if !msgGSO || !(errors.Is(y.txErr, unix.EIO) || errors.Is(y.txErr, unix.EINVAL)) {
+					return os.NewSyscallError("sendmmsg", y.txErr)
+				}
+				// The kernel or device refused segmentation offload: resend
+				// the rest of this call one datagram per message. EIO means
+				// the device cannot do it at all (no checksum offload).
+				if errors.Is(y.txErr, unix.EIO) {
+					y.gso.Store(false)
+					s.conn.log.Warn("transport: UDP GSO refused, disabled", "local", s.local, "err", y.txErr)
+				}
+				gso = false
+				done := 0
+				for _, k := range y.txSegs[:y.txOff] {
+					done += k
+				}
+				used = done
+				break
+			}
+			for _, k := range y.txSegs[y.txOff : y.txOff+y.txN] {
+				if k > 1 {
+					s.conn.stats.gsoSends.Add(1)
+				}
+			}
+			y.txOff += y.txN
+		}
+		src.skip(used)
+	}
+	return nil
+}
+
+// txSource is what writeBatch sends: whole datagrams or Gather ones.
+type txSource struct {
+	bufs   [][]byte
+	dgrams []Gather
+}
+
+func (t *txSource) n() int {
+	if t.bufs != nil {
+		return len(t.bufs)
+	}
+	return len(t.dgrams)
+}
+
+func (t *txSource) len(i int) int {
+	if t.bufs != nil {
+		return len(t.bufs[i])
+	}
+	return t.dgrams[i].Len()
+}
+
+func (t *txSource) skip(n int) {
+	if t.bufs != nil {
+		t.bufs = t.bufs[n:]
+	} else {
+		t.dgrams = t.dgrams[n:]
+	}
+}
+
+// iovecs points iovs at datagram i's pieces and returns how many it used
+// (a datagram of length 0 still takes one, empty, iovec).
+func (t *txSource) iovecs(i int, iovs []unix.Iovec) int {
+	if t.bufs != nil {
+		setIovec(&iovs[0], t.bufs[i])
+		return 1
+	}
+	k := 0
+	for _, p := range t.dgrams[i] {
+		if len(p) > 0 {
+			setIovec(&iovs[k], p)
+			k++
+		}
+	}
+	if k == 0 {
+		setIovec(&iovs[0], nil)
+		k = 1
+	}
+	return k
+}
+
+func setIovec(iov *unix.Iovec, b []byte) {
+	iov.Base = nil
+	if len(b) > 0 {
+		iov.Base = &b[0]
+	}
+	iov.SetLen(len(b))
+}
+
+// pack fills the tx mmsghdrs from src and returns the number of messages
+// and of datagrams they carry.
+func (y *sockSys) pack(src *txSource, gso bool, maxGSO int) (msgs, used int) {
+	const maxPieces = len(Gather{})
+	k := 0 // next iovec
+	total := src.n()
+	for used < total && msgs < len(y.txHdrs) && k+maxPieces <= len(y.txIovs) {
+		seg := src.len(used)
+		cnt, size := 1, seg
+		if gso && seg > 0 {
+			for used+cnt < total && k+(cnt+1)*maxPieces <= len(y.txIovs) && cnt < maxGSOSegments {
+				l := src.len(used + cnt)
+				if l == 0 || l > seg || size+l > maxGSO {
+					break
+				}
+				size += l
+				cnt++
+				if l < seg {
+					break // a shorter datagram can only end a GSO run
+				}
+			}
+		}
+		niov := 0
+		for j := range cnt {
+			niov += src.iovecs(used+j, y.txIovs[k+niov:])
+		}
+		h := &y.txHdrs[msgs].hdr
+		h.Name = (*byte)(unsafe.Pointer(&y.txName))
+		h.Namelen = y.txNameN
+		h.Iov = &y.txIovs[k]
+		h.SetIovlen(niov)
+		h.Flags = 0
+		oob := y.txOOB[msgs*txOOBSpace : (msgs+1)*txOOBSpace]
+		ol := copy(oob, y.txSrc)
+		if cnt > 1 {
+			ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[ol]))
+			ch.Level = unix.SOL_UDP
+			ch.Type = unix.UDP_SEGMENT
+			ch.SetLen(unix.CmsgLen(2))
+			binary.NativeEndian.PutUint16(oob[ol+unix.CmsgLen(0):], uint16(seg))
+			ol += unix.CmsgSpace(2)
+		}
+		if ol > 0 {
+			h.Control = &oob[0]
+			h.SetControllen(ol)
+		} else {
+			h.Control = nil
+			h.SetControllen(0)
+		}
+		y.txSegs[msgs] = cnt
+		k += niov
+		used += cnt
+		msgs++
+	}
+	return msgs, used
+}
+
+func (y *sockSys) send(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&y.txHdrs[y.txOff])),
+			uintptr(y.txEnd-y.txOff), 0, 0, 0)
+		switch e {
+		case 0:
+			y.txN, y.txErr = int(n), nil
+			if n == 0 {
+				y.txErr = unix.EIO // never seen; keeps writeBatch from spinning
+			}
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			y.txN, y.txErr = 0, e
+			return true
+		}
+	}
+}
+
+// canPollSockets: a Linux socket can be read without waiting (recvmmsg
+// with MSG_DONTWAIT).
+const canPollSockets = true
