@@ -9,8 +9,14 @@
 #                               checked; a UD multicast group across all 8
 #   TestEightHostFabricLossyLink the same mesh with 2% loss both ways on
 #                               host 2's link (rxed fault injection)
-# The log lines give aggregate bandwidth and CPU per host (process CPU time
-# over the run divided by 8: all hosts share one process).
+#   TestEightHostAllreduce      the ring allreduce (examples/allreduce), one
+#                               rank process per host (ip netns exec), ranks
+#                               joined by rdma_cm; 64 KiB, 1 MiB, 4 MiB, every
+#                               rank's result bit-exact
+#   TestEightHostAllreduceLossyLink the ring at 1 MiB with 2% loss on host 2
+# The log lines give bandwidth and CPU per host: the mesh's is the process
+# CPU time over the run divided by 8 (its hosts share one process), the
+# allreduce's each rank process's own.
 #
 # Needs root (network namespaces); without it the tests skip with a message
 # (and fail under CI=true). Extra arguments go to go test, e.g. -race.
@@ -20,4 +26,4 @@ if [ "$(id -u)" != 0 ]; then
 	echo "fabric.sh: needs root for network namespaces (try: sudo $0)" >&2
 	exit 1
 fi
-exec go test -run Fabric -count=1 -v "$@" ./test/fabric
+exec go test -run EightHost -count=1 -v "$@" ./test/fabric

@@ -8,6 +8,7 @@
 package netns
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -74,6 +75,13 @@ func (ns *NS) Exec(name string, args ...string) error {
 		return fmt.Errorf("ip %s: %v: %s", strings.Join(full, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// Command is the command name args... run inside the namespace (ip netns
+// exec), not yet started: for long-running processes such as one host's
+// rank of a job, whose output and exit the caller handles.
+func (ns *NS) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns.Name, name}, args...)...)
 }
 
 // Do runs f on an OS thread inside the namespace and returns its error.

@@ -48,10 +48,16 @@ type host struct {
 	faulty *transport.Faulty
 }
 
-// fabric creates the bridge namespace and the hosts; everything is
-// deleted when the test ends, whichever way it ends. fault, if not nil,
-// gives host i (0-based) rxed's fault injection on its device (nil: none).
-func fabric(t *testing.T, n int, fault func(i int) *transport.FaultConfig) []*host {
+// hostNet is one host's namespace and address on the bridge.
+type hostNet struct {
+	ns   *netns.NS
+	addr netip.Addr
+}
+
+// network creates the bridge namespace and n host namespaces on it
+// (10.199.0.1..n); everything is deleted when the test ends, whichever
+// way it ends.
+func network(t *testing.T, n int) []hostNet {
 	t.Helper()
 	why := netns.Available()
 	testenv.Need(t, why == "", "the eight-host fabric: %s", why)
@@ -71,18 +77,31 @@ func fabric(t *testing.T, n int, fault func(i int) *transport.FaultConfig) []*ho
 	require.NoError(t, br.IP("link", "add", "br0", "type", "bridge"))
 	require.NoError(t, br.IP("link", "set", "br0", "type", "bridge", "mcast_snooping", "0"))
 	require.NoError(t, br.IP("link", "set", "br0", "up"))
-	var hs []*host
+	var hs []hostNet
 	for i := 1; i <= n; i++ {
-		h := &host{ns: mk(fmt.Sprintf("rxfab-h%d", i)), addr: netip.MustParseAddr(fmt.Sprintf("%s%d", subnet, i))}
+		h := hostNet{ns: mk(fmt.Sprintf("rxfab-h%d", i)), addr: netip.MustParseAddr(fmt.Sprintf("%s%d", subnet, i))}
 		v := fmt.Sprintf("v%d", i)
 		require.NoError(t, br.IP("link", "add", v, "type", "veth", "peer", "name", "eth0", "netns", h.ns.Name))
 		require.NoError(t, br.IP("link", "set", v, "master", "br0", "up"))
 		require.NoError(t, h.ns.IP("addr", "add", h.addr.String()+"/24", "dev", "eth0"))
 		require.NoError(t, h.ns.IP("link", "set", "eth0", "up"))
 		require.NoError(t, h.ns.IP("route", "add", "224.0.0.0/4", "dev", "eth0"))
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// fabric is network with one rxed device per host, opened in this
+// process. fault, if not nil, gives host i (0-based) rxed's fault
+// injection on its device (nil: none).
+func fabric(t *testing.T, n int, fault func(i int) *transport.FaultConfig) []*host {
+	t.Helper()
+	var hs []*host
+	for i, hn := range network(t, n) {
+		h := &host{ns: hn.ns, addr: hn.addr}
 		cfg := ib.Config{Addrs: []netip.Addr{h.addr}}
 		if fault != nil {
-			if cfg.Fault = fault(i - 1); cfg.Fault != nil {
+			if cfg.Fault = fault(i); cfg.Fault != nil {
 				cfg.Wrap = func(c transport.Conn) (transport.Conn, error) { h.faulty, _ = c.(*transport.Faulty); return c, nil }
 			}
 		}
