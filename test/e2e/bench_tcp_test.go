@@ -114,22 +114,31 @@ func (r *rtts) quantiles() (p50, p99, maxNS float64) {
 // tcpPingPong is n round trips of size bytes each way over TCP; it
 // returns the round-trip times and process CPU ns per round trip.
 func tcpPingPong(b testing.TB, n, size int) (*rtts, float64) {
+	return tcpRequestResponse(b, n, size, size)
+}
+
+// tcpRequestResponse is n round trips over TCP of a req-byte request
+// answered by a resp-byte response (the server writes the response from
+// memory it already has, as a key-value server answers a GET): what an
+// RDMA READ of resp bytes replaces. It returns the round-trip times and
+// process CPU ns per round trip.
+func tcpRequestResponse(b testing.TB, n, req, resp int) (*rtts, float64) {
 	a, c := tcpPair(b)
 	defer a.Close()
 	defer c.Close()
-	go func() { // echo
-		buf := make([]byte, size)
+	go func() { // the server: read a request, write the response
+		in, out := make([]byte, req), make([]byte, resp)
 		for {
-			if _, err := io.ReadFull(c, buf); err != nil {
+			if _, err := io.ReadFull(c, in); err != nil {
 				return
 			}
-			if _, err := c.Write(buf); err != nil {
+			if _, err := c.Write(out); err != nil {
 				return
 			}
 		}
 	}()
 	r := newRTTs(n)
-	out, in := make([]byte, size), make([]byte, size)
+	out, in := make([]byte, req), make([]byte, resp)
 	cpu0 := processCPU()
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
