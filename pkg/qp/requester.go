@@ -45,6 +45,17 @@ func (q *QP) maxRdAtomic() int {
 	return int(q.attr.MaxRdAtomic)
 }
 
+// The requester passes each WQE through the steps of rxe's requester
+// (rxe_req.c), one function each: Run picks the next WQE (req_next_wqe),
+// holds it while the SQ drains (drainHolds) or a fence stands (fenced),
+// carries out a local operation at once (executeLocal), takes a
+// max_rd_atomic credit for a READ or atomic (takeRdAtomic), and stops at
+// the edge of the PSN window (windowFull). sendNext then sends one packet
+// (sendRequest: requestHeaders, the header as init_req_packet and
+// next_opcode build it; wantsAck; transmitRequest, finish_packet and
+// rxe_xmit_packet; updateRequestState, update_wqe_psn and update_state)
+// and moves the WQE on (update_wqe_state) or fails it.
+
 // Run lets the requester send up to budget packets and retires WQEs that
 // need no response. It reports whether work remains that only more budget
 // (not an ACK or a timer) would let it do.
@@ -64,71 +75,125 @@ func (q *QP) Run(env Env, now time.Time, budget int) (more bool) {
 	for budget > 0 && q.req.idx != tail && !q.req.stopped && q.rnrAt.IsZero() {
 		w := q.sq.at(q.req.idx)
 		if w.state != wqePosted {
-			q.req.idx++
+			q.req.idx++ // sent whole (or executed): the completer has it now
 			continue
 		}
-		if q.attr.State == SQD && q.req.idx >= q.req.startedEnd {
-			// Draining: finish (and resend) what had started, start
-			// nothing new. Unlike rxe, which in SQD only continues a
-			// WQE in mid-message, a WQE rewound by a retry is resent,
-			// or the drain would never end.
+		if q.drainHolds() {
 			break
 		}
-		if w.sent == 0 && !w.hasRdAtomic {
-			if w.wr.Flags&Fence != 0 && q.req.idx != q.sq.head {
-				break // wait for every earlier WQE to complete
+		if w.sent == 0 && !w.hasRdAtomic { // the WQE's first packet
+			if q.fenced(w) {
+				break
 			}
 			if w.wr.Opcode.IsLocal() {
-				st := WCLocQPOpErr
-				if q.localOps != nil {
-					st = q.localOps.Execute(q, &w.wr)
-				}
-				q.markStarted()
-				w.status = st
-				if st == WCSuccess {
-					w.state = wqeDone
-				} else {
-					w.state = wqeError
-					q.req.stopped = true
-				}
-				q.req.idx++
+				q.executeLocal(w)
 				continue
 			}
-			if w.isReadOrAtomic() {
-				if q.req.rdAtomic >= q.maxRdAtomic() {
-					break
-				}
-				q.req.rdAtomic++
-				w.hasRdAtomic = true
+			if !q.takeRdAtomic(w) {
+				break
 			}
 		}
-		if q.typ == RC && q.req.psn.Diff(q.comp.psn) > MaxUnackedPSNs {
+		if q.windowFull() {
 			break
 		}
-		finished, st := q.sendRequest(env, w)
-		q.markStarted()
 		budget--
-		if st != WCSuccess {
-			w.status = st
-			w.state = wqeError
-			q.req.stopped = true
-			q.req.idx++
+		if !q.sendNext(env, w, now) {
 			break
-		}
-		if q.typ == RC && q.timeout > 0 && q.retransmitAt.IsZero() {
-			q.retransmitAt = now.Add(q.timeout)
-		}
-		if finished {
-			if q.typ == RC {
-				w.state = wqePending
-			} else {
-				w.state = wqeDone
-			}
-			q.req.idx++
 		}
 	}
 	q.completeDone()
 	return budget == 0 && q.req.idx != tail && !q.req.stopped && q.rnrAt.IsZero()
+}
+
+// drainHolds reports that the WQE at req.idx must wait because the SQ is
+// draining (SQD): finish (and resend) what had started, start nothing
+// new. Unlike rxe, which in SQD only continues a WQE in mid-message, a
+// WQE rewound by a retry is resent, or the drain would never end.
+func (q *QP) drainHolds() bool {
+	return q.attr.State == SQD && q.req.idx >= q.req.startedEnd
+}
+
+// fenced reports that w carries the fence flag and an earlier WQE is
+// still outstanding: w waits until every earlier one has completed
+// (rxe_wqe_is_fenced; IBA's fence orders a WQE after earlier READs and
+// atomics, and rxe, like us, waits for all of them).
+func (q *QP) fenced(w *wqe) bool {
+	return w.wr.Flags&Fence != 0 && q.req.idx != q.sq.head
+}
+
+// executeLocal carries out a LOCAL_INV, BIND_MW or REG_MR WQE at once
+// (rxe_do_local_ops): it touches only local memory objects and sends
+// nothing. It completes in order behind the WQEs before it; a failure
+// stops the requester, and the QP moves to ERR when the completer reaches
+// it.
+func (q *QP) executeLocal(w *wqe) {
+	st := WCLocQPOpErr
+	if q.localOps != nil {
+		st = q.localOps.Execute(q, &w.wr)
+	}
+	q.markStarted()
+	w.status = st
+	if st == WCSuccess {
+		w.state = wqeDone
+	} else {
+		w.state = wqeError
+		q.req.stopped = true
+	}
+	q.req.idx++
+}
+
+// takeRdAtomic takes one of the max_rd_atomic credits for a READ or
+// atomic before its request goes out (rxe's check for rd_atomic in
+// rxe_requester): the responder keeps only that many responses for
+// replay, so more outstanding would be NAKed. false: w waits for a credit,
+// which the completer returns when an earlier one completes.
+func (q *QP) takeRdAtomic(w *wqe) bool {
+	if !w.isReadOrAtomic() {
+		return true
+	}
+	if q.req.rdAtomic >= q.maxRdAtomic() {
+		return false
+	}
+	q.req.rdAtomic++
+	w.hasRdAtomic = true
+	return true
+}
+
+// windowFull reports that an RC requester is more than MaxUnackedPSNs
+// ahead of the oldest unacknowledged PSN (rxe's RXE_MAX_UNACKED_PSNS
+// check): the responder's duplicate detection covers only so far back,
+// and it bounds what a go-back-N must resend.
+func (q *QP) windowFull() bool {
+	return q.typ == RC && q.req.psn.Diff(q.comp.psn) > MaxUnackedPSNs
+}
+
+// sendNext sends the next packet of w and moves w on: once its last
+// request packet is out an RC WQE waits for its response (pending), a UC
+// or UD one is done. The first packet out arms the retransmit timer. A
+// packet that could not be built or sent fails w (in order, once the
+// completer reaches it) and stops the requester; false then.
+func (q *QP) sendNext(env Env, w *wqe, now time.Time) bool {
+	finished, st := q.sendRequest(env, w)
+	q.markStarted()
+	if st != WCSuccess {
+		w.status = st
+		w.state = wqeError
+		q.req.stopped = true
+		q.req.idx++
+		return false
+	}
+	if q.typ == RC && q.timeout > 0 && q.retransmitAt.IsZero() {
+		q.retransmitAt = now.Add(q.timeout)
+	}
+	if finished {
+		if q.typ == RC {
+			w.state = wqePending
+		} else {
+			w.state = wqeDone
+		}
+		q.req.idx++
+	}
+	return true
 }
 
 // markStarted records that the WQE at req.idx has started.
@@ -201,27 +266,62 @@ func pktCount(n, mtu int) int {
 	return (n + mtu - 1) / mtu
 }
 
+// request is the next request packet of a WQE as requestHeaders plans
+// it, from the WQE and the requester's state without changing either:
+// rxe updates the WQE and the PSN only once the packet is out, so a
+// packet that cannot be built or sent leaves no trace.
+type request struct {
+	h       wire.Headers
+	av      *AddrVector
+	payload int // payload bytes
+	from    int // offset in the message of the payload's first byte
+	// psns is how many PSNs the packet takes: one, or for a READ one per
+	// response it asks for. span, when not zero, is the number of PSNs of
+	// the whole WQE starting at this packet's (its first packet, or any
+	// READ or atomic request, retried or not).
+	psns, span uint32
+	last       bool // w needs no more request packets after this one
+	countSend  bool // the first packet of a SEND: rdma_sends once it is out
+}
+
 // sendRequest builds and transmits the next packet of w. finished reports
 // that w needs no more request packets.
 func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
-	mtu := q.mtu
-	wr := &w.wr
-	// What a packet that cannot be built or sent must not have advanced
-	// (rxe updates the WQE and PSN only once the packet is out).
-	psn0, noack0, sent0, first0, last0 := q.req.psn, q.req.noack, w.sent, w.firstPSN, w.lastPSN
-	fail := func(st WCStatus) (bool, WCStatus) {
-		q.req.psn, q.req.noack, w.sent, w.firstPSN, w.lastPSN = psn0, noack0, sent0, first0, last0
+	r, st := q.requestHeaders(w)
+	if st != WCSuccess {
 		return false, st
 	}
-	h := wire.Headers{PKey: DefaultPKey, DestQP: q.attr.DestQPN, PSN: uint32(q.req.psn)}
-	av := &q.attr.AV
+	r.h.AckReq = q.wantsAck(w, &r)
+	if st := q.transmitRequest(env, w, &r); st != WCSuccess {
+		return false, st
+	}
+	q.updateRequestState(w, &r)
+	return r.last, WCSuccess
+}
+
+// requestHeaders is rxe's next_opcode and init_req_packet: the opcode of
+// w's next packet and the headers it carries, the payload it takes (at
+// most one MTU), and the PSNs it uses. A READ asks in one packet for all
+// that remains; an atomic, FLUSH or ATOMIC_WRITE is one packet; a SEND
+// or WRITE is cut into MTU-sized packets, of which a UD message may have
+// only one (LOC_LEN_ERR otherwise).
+func (q *QP) requestHeaders(w *wqe) (request, WCStatus) {
+	wr := &w.wr
+	mtu := q.mtu
+	r := request{
+		h:    wire.Headers{PKey: DefaultPKey, DestQP: q.attr.DestQPN, PSN: uint32(q.req.psn)},
+		av:   &q.attr.AV,
+		from: w.sent,
+		psns: 1,
+	}
+	h := &r.h
 	remaining := w.length - w.sent
-	payload := 0
-	countSend := false // the first packet of a SEND: rdma_sends once it is out
 	switch op := wr.Opcode; {
 	case op == WRRDMARead:
 		h.Opcode = wire.RCReadRequest
 		h.VA, h.RKey, h.DMALen = wr.RemoteAddr+uint64(w.sent), wr.RKey, uint32(remaining)
+		// Answered by one response PSN per MTU of what remains.
+		r.psns = uint32(pktCount(remaining, mtu))
 	case op.IsAtomic():
 		h.Opcode = wire.RCFetchAdd
 		h.VA, h.RKey, h.SwapAdd = wr.RemoteAddr, wr.RKey, wr.CompareAdd
@@ -236,19 +336,18 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 	case op == WRAtomicWrite:
 		h.Opcode = wire.RCAtomicWrite
 		h.VA, h.RKey, h.DMALen = wr.RemoteAddr, wr.RKey, 8
-		payload = 8
+		r.payload, r.from = 8, 0
 	default: // SEND and WRITE variants
 		if q.typ.Datagram() && w.length > mtu {
-			return false, WCLocLenErr // a UD message is one packet
+			return request{}, WCLocLenErr // a UD message is one packet
 		}
 		first := w.sent == 0
-		payload = min(remaining, mtu)
-		last := remaining <= mtu
-		h.Opcode = sendOpcode(q.typ, op, first, last)
+		r.payload = min(remaining, mtu)
+		r.last = remaining <= mtu
+		h.Opcode = sendOpcode(q.typ, op, first, r.last)
 		if first {
-			n := pktCount(w.length, mtu)
-			w.firstPSN, w.lastPSN = q.req.psn, q.req.psn.Add(uint32(n-1))
-			countSend = op.IsSend()
+			r.span = uint32(pktCount(w.length, mtu))
+			r.countSend = op.IsSend()
 		}
 		if op == WRRDMAWrite || op == WRRDMAWriteWithImm {
 			h.VA, h.RKey, h.DMALen = wr.RemoteAddr, wr.RKey, uint32(w.length)
@@ -259,65 +358,87 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 			h.DestQP = wr.RemoteQPN
 			h.QKey = wr.RemoteQKey
 			if h.QKey&0x80000000 != 0 {
-				h.QKey = q.attr.QKey
+				h.QKey = q.attr.QKey // IBA 10.2.5: the high bit asks for the QP's own Q_Key
 			}
 			h.SrcQP = q.num
-			av = &wr.AV
+			r.av = &wr.AV
 		}
-		q.req.psn = q.req.psn.Next()
-		q.req.noteSent()
-		finished = last
-		if q.typ == RC { // rxe sets no AckReq on UC/UD (see the captures)
-			q.req.noack++
-			h.AckReq = last || q.req.noack > MaxPktPerAck
-		}
-		h.SE = last && wr.Flags&Solicited != 0 && (op.IsSend() || op == WRRDMAWriteWithImm)
+		h.SE = r.last && wr.Flags&Solicited != 0 && (op.IsSend() || op == WRRDMAWriteWithImm)
+		return r, WCSuccess
 	}
-	if w.isReadOrAtomic() {
-		// One request packet, answered by the PSNs of its responses: a
-		// READ's one per MTU of what remains, any other one.
-		n := 1
-		if wr.Opcode == WRRDMARead {
-			n = pktCount(remaining, mtu)
-		}
-		w.firstPSN, w.lastPSN = q.req.psn, q.req.psn.Add(uint32(n-1))
-		q.req.psn = q.req.psn.Add(uint32(n))
-		q.req.noteSent()
-		h.AckReq, finished = true, true
+	// A READ or atomic is one request packet; its responses use its PSNs.
+	r.span, r.last = r.psns, true
+	return r, WCSuccess
+}
+
+// wantsAck decides the AckReq bit: every READ and atomic asks for its
+// response; an RC SEND or WRITE asks on its last packet, and after
+// MaxPktPerAck packets without one so that the responder's ACKs keep the
+// window moving during a long message. rxe sets no AckReq on UC or UD
+// (see the captures): nothing would answer.
+func (q *QP) wantsAck(w *wqe, r *request) bool {
+	switch {
+	case w.isReadOrAtomic():
+		return true
+	case q.typ != RC:
+		return false
+	default:
+		return r.last || q.req.noack+1 > MaxPktPerAck
 	}
-	if h.AckReq {
-		q.req.noack = 0
-	}
+}
+
+// transmitRequest is rxe's finish_packet and rxe_xmit_packet: encode the
+// headers into the Env's buffer, add the payload from the WQE's memory
+// (or hand it to a PayloadEnv where it lies) and send. A payload outside
+// the local keys' memory is LOC_PROT_ERR; an encoding or transmit error
+// is LOC_QP_OP_ERR, as rxe_requester completes a WQE whose
+// rxe_xmit_packet (or address vector) failed, moving the QP to ERR and
+// flushing the WQEs after it.
+func (q *QP) transmitRequest(env Env, w *wqe, r *request) WCStatus {
 	buf := env.TxBuffer()
-	off, n, err := h.EncodeHeaders(buf, payload)
+	off, n, err := r.h.EncodeHeaders(buf, r.payload)
 	if err != nil {
-		return fail(WCLocQPOpErr)
+		return WCLocQPOpErr
 	}
-	from := w.sent
-	if wr.Opcode == WRAtomicWrite {
-		from = 0
-	}
-	if payload == 0 {
-		err = env.Transmit(n, av)
-	} else if ok, terr := q.transmitPayload(env, w, buf, off, from, payload, n, av); !ok {
-		return fail(WCLocProtErr)
+	if r.payload == 0 {
+		err = env.Transmit(n, r.av)
+	} else if ok, terr := q.transmitPayload(env, w, buf, off, r.from, r.payload, n, r.av); !ok {
+		return WCLocProtErr
 	} else {
 		err = terr
 	}
 	if err != nil {
-		// rxe_requester on an rxe_xmit_packet (or address vector)
-		// error: the WQE completes with LOC_QP_OP_ERR and the QP
-		// moves to ERR, flushing the WQEs after it.
-		return fail(WCLocQPOpErr)
+		return WCLocQPOpErr
 	}
-	if wr.Opcode != WRRDMARead {
-		w.sent += payload
+	return WCSuccess
+}
+
+// updateRequestState is rxe's update_wqe_psn and update_state, once the
+// packet is out: the WQE learns its PSNs (from its first packet on, so
+// the completer can match responses to it), the requester's PSN and
+// sentEnd move past the packet, the count of packets since an AckReq
+// restarts or grows, and the bytes sent move on (a READ's advance as its
+// responses arrive instead).
+func (q *QP) updateRequestState(w *wqe, r *request) {
+	psn := PSN(r.h.PSN)
+	if r.span > 0 {
+		w.firstPSN, w.lastPSN = psn, psn.Add(r.span-1)
 	}
-	if countSend {
+	q.req.psn = psn.Add(r.psns)
+	q.req.noteSent()
+	switch {
+	case r.h.AckReq:
+		q.req.noack = 0
+	case q.typ == RC:
+		q.req.noack++
+	}
+	if w.wr.Opcode != WRRDMARead {
+		w.sent += r.payload
+	}
+	if r.countSend {
 		q.ctr.RDMASends.Add(1)
 	}
 	q.ctr.SentPkts.Add(1)
-	return finished, WCSuccess
 }
 
 // gather copies the message bytes [off, off+len(dst)) of w into dst.
