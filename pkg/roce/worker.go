@@ -38,37 +38,68 @@ type event struct {
 	done  chan struct{}
 }
 
-// qpEntry is a worker's bookkeeping for one QP.
+// qpEntry is a worker's bookkeeping for one QP (under the worker's own).
 type qpEntry struct {
-	q       *qp.QP
-	ready   bool // on the run queue
-	kicked  atomic.Bool
-	destroy bool
-	tm      timerState // place in the worker's timer heap (timerheap.go)
+	q     *qp.QP
+	ready bool       // on the run queue
+	tm    timerState // place in the worker's timer heap (timerheap.go)
 }
 
-// worker owns a shard of QPs and does all of their protocol work.
+// worker owns a shard of QPs (those whose number maps to idx) and does
+// all of their protocol work. The goroutines that may do it, and when,
+// are described in docs/DESIGN.md ("Ownership and locking"); in short,
+// whoever holds own is the shard's owner, and only the owner touches a
+// QP of the shard (other than qp.QP's PostSend, PostRecv and Close) or
+// the fields guarded by own below.
 type worker struct {
-	e      *Engine
-	idx    int
-	events chan event
-	stop   chan struct{}
+	// Set by newWorker and never changed; read by any goroutine.
+	e        *Engine
+	idx      int
+	events   chan event // the inbox; sent to by anyone, received by loop
+	stop     chan struct{}
+	stopOnce sync.Once // closes stop (the receive loop, when it fails)
+	txSize   int       // len(txBufs): the Conn's batch size
+	// timer fires for the earliest deadline of the shard. Only the owner
+	// arms it (rearm); loop receives from its channel without owning.
+	timer Timer
+	// persist makes a FLUSH's bytes durable (StartPersist); nil is
+	// Region.Persist. Tests set it before any QP exists, to gate it.
+	persist func(*mr.Region) error
 
-	stopOnce sync.Once
-
+	// Ownership of the shard.
+	//
 	// own is held by whoever runs the shard's protocol work: the worker
 	// goroutine while it handles events, or, when the worker is idle, the
-	// receive loop or a posting goroutine that does the work inline to
-	// save a goroutine hand-off (latency). It also orders their memory
+	// receive loop, a poller (Engine.Progress) or a posting goroutine that
+	// does the work inline to save a goroutine hand-off (latency), and
+	// Close while it sends the last batch. It also orders their memory
 	// accesses for the race detector.
 	own sync.Mutex
-	// pending counts events enqueued and not yet handled. The receive
-	// loop only handles a packet inline when it is zero, so packets of a
-	// QP are never processed out of arrival order.
+	// pending counts events from enqueue until handle is done with them
+	// (atomic; any goroutine). The receive loop and pollers take the
+	// shard only when it is zero, before and again after taking own
+	// (tryAcquire with needIdle), so a packet they handle inline never
+	// overtakes an event queued before it: packets of a QP are processed
+	// in arrival order, and after a ModifyQP queued before they arrived.
+	// A posting goroutine takes the shard regardless: running a
+	// requester early reorders nothing.
 	pending atomic.Int64
 	// inline is set while a goroutine other than the worker owns the
 	// shard (under own).
 	inline bool
+
+	// Kicks: QPs whose requester should run, by number, set by posting
+	// goroutines (kick) and cleared by the owner. kickMu guards kickSet
+	// and owned; it is taken with or without own, never the other way
+	// round (own is not taken under kickMu). While owned is set the
+	// shard's current owner runs every kicked QP before it lets go
+	// (settle), so a post that finds the shard busy costs no event and no
+	// wake-up of the worker goroutine.
+	kickMu  sync.Mutex
+	kickSet map[uint32]bool
+	owned   bool
+
+	// The owner's state: everything below is guarded by own.
 
 	qps   map[uint32]*qpEntry
 	ready []*qpEntry
@@ -76,32 +107,22 @@ type worker struct {
 	// them so a round of the run queue does not allocate.
 	spare []*qpEntry
 
-	timer   Timer
-	timerAt time.Time
+	// timerAt is the deadline timer is armed for (zero: stopped);
 	// timers holds the shard's QPs that have a deadline; touched the
 	// entries to re-key before the next rearm; due is onTimer's scratch.
+	timerAt time.Time
 	timers  timerHeap
 	touched []*qpEntry
 	due     []*qpEntry
 
-	// kicks for QPs by number, set from PostSend; the owner clears them.
-	// While owned is set (under kickMu) the shard's current owner runs
-	// every kicked QP before it lets go (settle), so a post that finds the
-	// shard busy costs no event and no wake-up of the worker goroutine.
-	kickMu  sync.Mutex
-	kickSet map[uint32]bool
-	owned   bool
-
+	// pkt and ri are the receive path's scratch for one packet.
 	pkt wire.Packet
 	ri  qp.RecvInfo
 
-	// persist makes a FLUSH's bytes durable (StartPersist); nil is
-	// Region.Persist. Tests set it before any QP exists, to gate it.
-	persist func(*mr.Region) error
-
-	// ctr counts for the shard's QPs (qp.Config.Counters): one writer at a
-	// time, so no cache line is shared between shards on the per-packet
-	// path; Engine.Counters sums the shards.
+	// ctr counts for the shard's QPs (qp.Config.Counters): written by the
+	// owner only, so no cache line is shared between shards on the
+	// per-packet path; read atomically by Engine.Counters, which sums the
+	// shards, from any goroutine.
 	ctr qp.Counters
 	// recvsOwned is ctr.RDMARecvs when the current owner took the shard.
 	recvsOwned uint64
@@ -113,7 +134,7 @@ type worker struct {
 	now    time.Time
 	nowSet bool
 
-	// transmit batch
+	// The transmit batch (worker_tx.go).
 	txBufs [][]byte // backing buffers, MaxPacketLen each
 	txOut  [][]byte // packets of the batch (prefixes of txBufs), without a GatherSender
 	// With a GatherSender the batch is txG instead: a packet with
@@ -123,7 +144,6 @@ type worker struct {
 	txRegs []mr.Region
 	txN    int
 	txEP   transport.Endpoint
-	txSize int
 	// txResp: the batch holds a response (ACK, READ response);
 	// txMixed: a request was added after one.
 	txResp  bool

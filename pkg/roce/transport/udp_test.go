@@ -44,10 +44,9 @@ func addrOf(c Conn, a netip.Addr) netip.AddrPort {
 }
 
 type offloadMode struct {
-	name       string
-	noGSO      bool
-	noGRO      bool
-	wantOffGSO bool
+	name  string
+	noGSO bool
+	noGRO bool
 }
 
 var offloadModes = []offloadMode{
