@@ -1,17 +1,23 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/rxed/rxed/internal/daemon"
 )
 
 func init() {
@@ -74,8 +80,7 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// fetchMetrics reads a Prometheus text page and returns its unlabelled
-// samples with the rxed_ prefix removed (labelled ones keep their labels).
+// fetchMetrics reads the daemon's Prometheus text page (statValues).
 func fetchMetrics(url string, timeout time.Duration) (map[string]uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -83,6 +88,8 @@ func fetchMetrics(url string, timeout time.Duration) (map[string]uint64, error) 
 	if err != nil {
 		return nil, fmt.Errorf("bad metrics address %q: %v", url, err)
 	}
+	// The classic text format, which the parser reads (not OpenMetrics).
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("no daemon answering at %s: %v", url, rootCause(err))
@@ -94,31 +101,66 @@ func fetchMetrics(url string, timeout time.Duration) (map[string]uint64, error) 
 	return parseMetrics(resp.Body)
 }
 
+// parseMetrics reads a Prometheus text page and returns the daemon's
+// values by the names `rxed stat` prints: a counter rxed_C_total as C
+// (rdma_rxe's name for the engine's, daemon.CounterName), a gauge
+// without the rxed_ prefix, a histogram as its observation count
+// (NAME_count). Labelled samples keep their labels, as
+// name{label="value"}. The process_ and go_ collectors' metrics are not
+// the daemon's counters and are left out.
 func parseMetrics(r io.Reader) (map[string]uint64, error) {
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("not a Prometheus metrics page: %v", err)
+	}
 	m := map[string]uint64{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+	for name, mf := range mfs {
+		if !strings.HasPrefix(name, daemon.MetricPrefix) {
 			continue
 		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			return nil, fmt.Errorf("metrics line %q has no value", line)
+		short := strings.TrimPrefix(name, daemon.MetricPrefix)
+		for _, s := range mf.GetMetric() {
+			var v float64
+			key := short
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				key, _ = daemon.CounterName(name)
+				v = s.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				v = s.GetGauge().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				key += "_count"
+				v = float64(s.GetHistogram().GetSampleCount())
+			case dto.MetricType_UNTYPED:
+				v = s.GetUntyped().GetValue()
+			default:
+				continue
+			}
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("metric %s: bad value %v", name, v)
+			}
+			m[key+labelString(s.GetLabel())] = uint64(v)
 		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("metrics line %q: bad value", line)
-		}
-		m[strings.TrimPrefix(line[:i], "rxed_")] = uint64(v)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
 	}
 	if len(m) == 0 {
-		return nil, fmt.Errorf("the metrics page is empty (is this rxed?)")
+		return nil, fmt.Errorf("the metrics page has no rxed_ metric (is this rxed?)")
 	}
 	return m, nil
+}
+
+// labelString renders labels as the text format does: {a="x",b="y"},
+// sorted by name; "" when there are none.
+func labelString(ls []*dto.LabelPair) string {
+	if len(ls) == 0 {
+		return ""
+	}
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = l.GetName() + "=" + strconv.Quote(l.GetValue())
+	}
+	sort.Strings(parts)
+	return "{" + strings.Join(parts, ",") + "}"
 }
 
 // rootCause drops the URL-and-operation wrappers of net/http errors.

@@ -13,9 +13,11 @@ var errIdle = errors.New("idle session reclaimed: no RoCE traffic on its QPs for
 
 // session is one perftest client's slot.
 type session struct {
-	peer    netip.Addr
-	traffic *sessionTraffic
-	cancel  context.CancelCauseFunc
+	peer     netip.Addr
+	exchange string    // exchangeTCP or exchangeRDMACM (the metrics' label)
+	start    time.Time // accepted (runSession)
+	traffic  *sessionTraffic
+	cancel   context.CancelCauseFunc
 
 	// Guarded by registry.mu.
 	established bool // the exchange is over: the idle timeout applies

@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/oob"
@@ -128,6 +130,11 @@ type Daemon struct {
 	traffic   *trafficConn
 	reg       *registry
 	refusing  chan struct{} // slots of goroutines answering refused clients
+
+	// registry holds every metric of /metrics (metrics.go); sessMetrics
+	// are its histograms the session code observes.
+	registry    *prometheus.Registry
+	sessMetrics sessionMetrics
 
 	wg          sync.WaitGroup
 	sessCtx     context.Context
@@ -254,13 +261,14 @@ func (d *Daemon) open() (err error) {
 	if err := d.openRDMACM(); err != nil {
 		return err
 	}
+	d.registry = d.newMetrics()
 	if cfg.MetricsAddr != "" {
 		d.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("metrics listener: %v", unwrapOp(err))
 		}
 		mux := http.NewServeMux()
-		mux.HandleFunc("/metrics", d.serveMetrics)
+		mux.Handle("/metrics", d.metricsHandler())
 		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 	return nil
@@ -352,7 +360,7 @@ func (d *Daemon) acceptLoop() {
 			_ = sess.CloseWithoutExchange()
 			continue
 		}
-		s := &session{peer: peer, traffic: &sessionTraffic{maxRead: d.cfg.MaxReadLen}}
+		s := &session{peer: peer, exchange: exchangeTCP, traffic: &sessionTraffic{maxRead: d.cfg.MaxReadLen}}
 		if !d.reg.admit(s) {
 			d.refusedBusy.Add(1)
 			d.log.Warn("too many sessions: refusing client (server busy)", "peer", sess.RemoteAddr(),
@@ -369,8 +377,10 @@ func (d *Daemon) acceptLoop() {
 // runSession runs one admitted session (TCP exchange or rdma_cm) on a
 // goroutine of its own under the daemon's session context, and counts and
 // logs its end as what ("perftest session failed" / "... complete"). The
-// slot is free before the session counts as over.
+// slot is free before the session counts as over. Its clock (setup and
+// duration, metrics.go) starts here, as the client is accepted.
 func (d *Daemon) runSession(s *session, what string, peer any, run func(context.Context) error) {
+	s.start = d.cfg.Now()
 	var sctx context.Context
 	sctx, s.cancel = context.WithCancelCause(d.sessCtx)
 	d.wg.Add(1)
@@ -385,6 +395,7 @@ func (d *Daemon) runSession(s *session, what string, peer any, run func(context.
 		s.cancel(nil)
 		d.reg.release(s)
 		d.active.Add(-1)
+		d.observeEnd(s, err != nil)
 		if err != nil {
 			d.failed.Add(1)
 			d.log.Warn(what+" failed", "peer", peer, "err", err)

@@ -9,12 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestMetricName(t *testing.T) {
-	require.Equal(t, "rxed_sent_pkts", MetricName("sent_pkts"))
-	require.Equal(t, "rxed_drop_bad_icrc", MetricName("drop_bad-icrc"))
-	require.Equal(t, "rxed_a_b_c", MetricName("a.b c"))
-}
-
 func TestParseBytes(t *testing.T) {
 	for in, want := range map[string]int64{"0": 0, "4096": 4096, "4K": 4096, "64M": 64 << 20, "1G": 1 << 30, "2GiB": 2 << 30, "1t": 1 << 40} {
 		got, err := ParseBytes(in)

@@ -172,7 +172,7 @@ func (d *Daemon) perftestSession(ctx context.Context, sess *oob.Session, s *sess
 		st.txLimit.Store(d.cfg.SessionBytes)
 	}
 	hcancel()
-	d.reg.establish(s, d.cfg.Now())
+	d.established(s)
 	rep, err := sess.Finish(ctx, oob.Test{Verb: oob.VerbWrite}, q0.key, oob.BWReport{})
 	if err != nil {
 		return err

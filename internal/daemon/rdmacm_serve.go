@@ -151,7 +151,7 @@ func (d *Daemon) cmAcceptLoop() {
 			_ = req.Reject(nil)
 			continue
 		}
-		s := &session{peer: peer, traffic: &sessionTraffic{maxRead: d.cfg.MaxReadLen}}
+		s := &session{peer: peer, exchange: exchangeRDMACM, traffic: &sessionTraffic{maxRead: d.cfg.MaxReadLen}}
 		if !d.reg.admit(s) {
 			d.refusedBusy.Add(1)
 			d.log.Warn("too many sessions: rejecting rdma_cm client (server busy)", "peer", req.Remote,

@@ -112,7 +112,7 @@ func (d *Daemon) rdmaCMSession(ctx context.Context, req *rdmacm.Request, s *sess
 	log.Info("perftest client connected", "version", neg.RemoteVersion, "qps", len(qps), "mtu", oob.MTUBytes(neg.MTU),
 		"export", d.target.Spec.Name, "gid", qps[0].gid)
 	hcancel()
-	d.reg.establish(s, d.cfg.Now())
+	d.established(s)
 	rep, err := ctrl.Finish(ctx, t, qps[0].key, oob.BWReport{})
 	if err != nil {
 		return err

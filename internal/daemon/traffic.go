@@ -76,6 +76,13 @@ func (t *trafficConn) untrack(local uint32, addr netip.Addr, remote uint32) {
 	t.tx.Delete(txKey{addr.Unmap(), remote})
 }
 
+// trackedQPs counts the QPs tracked (our side of each session's QPs).
+func (t *trafficConn) trackedQPs() int {
+	n := 0
+	t.rx.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
 // observeRx accounts one received datagram and reports whether the
 // engine may see it.
 func (t *trafficConn) observeRx(b []byte, now int64) bool {
