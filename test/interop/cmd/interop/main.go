@@ -49,6 +49,9 @@ type options struct {
 	memMB   int
 	rxed    string // prebuilt rxed binary (default: go build ./cmd/rxed)
 	smoke   bool   // stop after the host smoke check
+
+	// the fabric cells selected (rxed hosts in namespaces of their own beside the guest, fabric.go)
+	fabric []interop.Cell
 }
 
 func run() int {
@@ -77,7 +80,8 @@ func run() int {
 		}
 	}
 	cells := interop.Select(interop.Matrix(), o.cells)
-	if len(cells) == 0 {
+	o.fabric = interop.Select(interop.FabricCells(), o.cells)
+	if len(cells) == 0 && len(o.fabric) == 0 {
 		fmt.Fprintf(os.Stderr, "interop: no cell matches %q\n", o.cells)
 		return 2
 	}
@@ -337,6 +341,10 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
 			}
 			fmt.Printf("%-28s %s %5.1fs %-30s %s\n", c.Name, d.Short(), res.Elapsed.Seconds(), res.Metric, st)
 		}
+	}
+	for _, res := range r.RunFabric(ctx, o.fabric) {
+		results = append(results, res)
+		fmt.Println(interop.FabricLine(res))
 	}
 	info.Total = time.Since(started)
 	if o.subject == interop.SubjectRxed {
