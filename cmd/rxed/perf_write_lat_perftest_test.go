@@ -36,7 +36,7 @@ func perftestWriteLatClient(ctx context.Context, t *testing.T, addr, server, por
 	q, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq,
 		Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
-	require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.QPAccessRemoteWrite},
+	require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.AccessRemoteWrite},
 		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))
 
 	sess, err := oob.DialPerftest(ctx, server+":"+port, &oob.SessionConfig{})
@@ -102,7 +102,10 @@ func perftestWriteLatClient(ctx context.Context, t *testing.T, addr, server, por
 // rxed perf write --lat as server against ib_write_lat's client: the
 // server writes first. Before, both sides polled and no packet was ever
 // sent (the interop run's "rxe→rxed write_lat: 0 packets, timeout").
-func TestRegressWriteLatServerAgainstPerftestClient(t *testing.T) {
+//
+// Regression test: was TestRegressWriteLatServerAgainstPerftestClient in regress_writelat_peer_test.go
+// (added in commit a2f6dd1).
+func TestWriteLatServerAgainstPerftestClient(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
 	port := reservePort(t)

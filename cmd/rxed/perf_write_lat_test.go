@@ -14,7 +14,10 @@ import (
 // server it waited for a client that was itself waiting (no packets at
 // all), as client both sides wrote message 1 and the real server's poll
 // for exactly 1 was overwritten by 2.
-func TestRegressLatencyFirstSender(t *testing.T) {
+//
+// Regression test: was TestRegressLatencyFirstSender in regress_writelat_test.go
+// (added in commit fb9f5b8).
+func TestLatencyFirstSender(t *testing.T) {
 	cases := []struct {
 		name            string
 		byWrite, server bool

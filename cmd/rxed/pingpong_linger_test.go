@@ -11,7 +11,10 @@ import (
 // last message (lost), so every retransmission went unanswered. The
 // finished side now lingers until its peer has been quiet for two
 // retransmit timeouts. Seeds failed that way before; --qp-timeout 12 (16 ms) keeps retries quick.
-func TestRegressPingpongLossLastAck(t *testing.T) {
+//
+// Regression test: was TestRegressPingpongLossLastAck in regress_pplinger_test.go
+// (added in commit ddcf82f).
+func TestPingpongLossLastAck(t *testing.T) {
 	t.Parallel()
 	for _, seed := range []int{46, 59, 66, 69} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {

@@ -31,7 +31,7 @@ func TestPingpong(t *testing.T) {
 		{"uc", []string{"-t", "uc", "-s", "2048", "-n", "30", "-r", "64"}, 2048, 30},
 		{"ud", []string{"-t", "ud", "-s", "1000", "-n", "30", "-m", "1024"}, 1000, 30},
 		// Single-packet messages under loss and duplication; multi-packet
-		// SENDs under loss are TestRegressPingpongLossLastAck's, and perf's
+		// SENDs under loss are TestPingpongLossLastAck's, and perf's
 		// fault cases cover multi-packet messages too.
 		{"rc_faults", []string{"-t", "rc", "-s", "3000", "-m", "4096", "-n", "40",
 			"--fault", "loss=0.03,dup=0.03,seed=11"}, 3000, 40},

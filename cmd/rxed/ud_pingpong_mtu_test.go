@@ -9,7 +9,10 @@ import (
 
 // UD pingpong carries 4096-byte messages (ibv_ud_pingpong -s 4096 on a
 // jumbo-frame rxe link): UD uses the port's active MTU, 4096 by default.
-func TestRegressUDPingpong4096(t *testing.T) {
+//
+// Regression test: was TestRegressUDPingpong4096 in regress_udmtu_test.go
+// (added in commit 77b8bdc).
+func TestUDPingpong4096(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
 	port := reservePort(t)
@@ -24,7 +27,10 @@ func TestRegressUDPingpong4096(t *testing.T) {
 }
 
 // -m lowers the port MTU, and a UD size above it is refused up front.
-func TestRegressUDPingpongLoweredMTU(t *testing.T) {
+//
+// Regression test: was TestRegressUDPingpongLoweredMTU in regress_udmtu_test.go
+// (added in commit 77b8bdc).
+func TestUDPingpongLoweredMTU(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
 	o, code, ok := parsePingpong([]string{"-t", "ud", "-m", "1024", "-s", "1025"}, &stderr)

@@ -31,7 +31,10 @@ type posted struct {
 // finished all complete once the QP is moved to ERR; a post begun after Destroy
 // returned fails with ErrDestroyed, and the destroyed QP completes
 // nothing more.
-func TestRegressPostRacesResetAndDestroy(t *testing.T) {
+//
+// Regression test: was TestRegressPostRacesResetAndDestroy in regress_postdestroy_test.go
+// (added in commit 7d1552a).
+func TestPostRacesResetAndDestroy(t *testing.T) {
 	cycles := 150
 	if testing.Short() {
 		cycles = 40

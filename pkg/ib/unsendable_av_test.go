@@ -62,7 +62,10 @@ func unsendableAVs(sgidIndex uint8) []unsendableAV {
 // the engine dropped the packet and counted send_err. Like rdma_rxe when
 // its requester cannot send, it now completes with LOC_QP_OP_ERR, the QP
 // moves to ERR (QP_FATAL), and the WRs after it are flushed.
-func TestRegressUDSendUnsendableAVFails(t *testing.T) {
+//
+// Regression test: was TestRegressUDSendUnsendableAVFails in regress_badav_test.go
+// (added in commit 7d1552a).
+func TestUDSendUnsendableAVFails(t *testing.T) {
 	for _, tc := range unsendableAVs(3) {
 		t.Run(tc.name, func(t *testing.T) {
 			a, qa, b, qb := udPair(t, "10.11.0.1", "10.11.0.2")
@@ -103,7 +106,10 @@ func TestRegressUDSendUnsendableAVFails(t *testing.T) {
 // INIT->RTR with an sgid_index outside the GID table, or a destination of
 // the other IP family, fails with ErrAttrValue naming IBV_QP_AV, and the
 // QP stays in INIT with its attributes unchanged; fixed, it goes through.
-func TestRegressModifyRTRRefusesUnsendablePath(t *testing.T) {
+//
+// Regression test: was TestRegressModifyRTRRefusesUnsendablePath in regress_badav_test.go
+// (added in commit 7d1552a).
+func TestModifyRTRRefusesUnsendablePath(t *testing.T) {
 	for _, typ := range []ib.QPType{ib.RC, ib.UC} {
 		for _, tc := range unsendableAVs(1) {
 			t.Run(typ.String()+"/"+tc.name, func(t *testing.T) {

@@ -6,11 +6,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestRegressFlushPartiallyFilledRecv: a multi-packet SEND has started to
+// TestFlushPartiallyFilledRecv: a multi-packet SEND has started to
 // fill a receive WR (already taken off the RQ) when the QP moves to ERR.
 // That WR must still complete, with WR_FLUSH_ERR and before the WRs behind
 // it, as rxe's flush does; it used to vanish without a completion.
-func TestRegressFlushPartiallyFilledRecv(t *testing.T) {
+//
+// Regression test: was TestRegressFlushPartiallyFilledRecv in regress_flushpartial_test.go
+// (added in commit 70d41a8).
+func TestFlushPartiallyFilledRecv(t *testing.T) {
 	l := newLink(t, RC, 7, 7)
 	for id := uint64(10); id < 13; id++ {
 		require.NoError(t, l.b.q.PostRecv(&RecvWR{ID: id, SGL: []SGE{l.b.sge(int(id-10)*2048, 2048)}}))

@@ -113,9 +113,12 @@ func (s *lossySim) run(done func() bool) bool {
 	return false
 }
 
-// TestRegressRCPingpongMultiPacketUnderLoss is `rxed pingpong -s 3000 -m
+// TestRCPingpongMultiPacketUnderLoss is `rxed pingpong -s 3000 -m
 // 1024 --fault loss=0.05` on both sides: SEND ping, SEND pong.
-func TestRegressRCPingpongMultiPacketUnderLoss(t *testing.T) {
+//
+// Regression test: was TestRegressRCPingpongMultiPacketUnderLoss in regress_loss_test.go
+// (added in commit 97940c9).
+func TestRCPingpongMultiPacketUnderLoss(t *testing.T) {
 	const size, iters = 3000, 60
 	for seed := uint64(1); seed <= 60; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -152,10 +155,13 @@ func TestRegressRCPingpongMultiPacketUnderLoss(t *testing.T) {
 	}
 }
 
-// TestRegressRCBulkUnderLoss is read_bw / write_bw with 65536-byte
+// TestRCBulkUnderLoss is read_bw / write_bw with 65536-byte
 // messages, MTU 1024, 2% and 5% loss on both directions, several
 // outstanding.
-func TestRegressRCBulkUnderLoss(t *testing.T) {
+//
+// Regression test: was TestRegressRCBulkUnderLoss in regress_loss_test.go
+// (added in commit 97940c9).
+func TestRCBulkUnderLoss(t *testing.T) {
 	const size, total, window = 65536, 24, 4
 	for _, op := range []WROpcode{WRRDMARead, WRRDMAWrite} {
 		for _, loss := range []float64{0.02, lossRate} {

@@ -21,13 +21,16 @@ func seqNAKs(t *testing.T, pkts [][]byte) int {
 	return n
 }
 
-// TestRegressNAKRateLimit: requests with a PSN ahead of the expected one
+// TestNAKRateLimit: requests with a PSN ahead of the expected one
 // (what anyone who can reach the port can forge) interleaved with the
 // peer's in-order traffic used to draw one sequence NAK each, and every
 // NAK sends the peer back over its window. Now a burst of nakBurst is
 // answered, then one per nakCost in-order requests; each one not sent is
 // counted. After a quiet spell a real gap is NAKed at once again.
-func TestRegressNAKRateLimit(t *testing.T) {
+//
+// Regression test: was TestRegressNAKRateLimit in regress_nakrate_test.go
+// (added in commit 89ddd40).
+func TestNAKRateLimit(t *testing.T) {
 	l := newLinkMTU(t, MTU1024)
 	psn := PSN(0xFFFF00)
 	va, rkey := l.b.m.IOVA(), l.b.m.RKey()

@@ -41,7 +41,10 @@ type acceptedWR struct {
 //   - an accepted WR with no completion was discarded by a reset that
 //     finished after its post began: WRs posted after the last reset
 //     finished all complete.
-func TestRegressPostRacesReset(t *testing.T) {
+//
+// Regression test: was TestRegressPostRacesReset in regress_postreset_test.go
+// (added in commit 7d1552a).
+func TestPostRacesReset(t *testing.T) {
 	cycles := 300
 	if testing.Short() {
 		cycles = 60

@@ -6,12 +6,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestRegressReplayLimit: duplicates of one READ that make no progress
+// TestReplayLimit: duplicates of one READ that make no progress
 // (the same PSN again and again: 54 of them sent 3.4 GB to a victim in
 // the run) are replayed up to maxReplaysWithoutProgress READ
 // lengths, the rest dropped and counted; a retry from a later PSN (what a lossy requester
 // sends) is replayed again, and the QP stays usable.
-func TestRegressReplayLimit(t *testing.T) {
+//
+// Regression test: was TestRegressReplayLimit in regress_replaylimit_test.go
+// (added in commit 89ddd40).
+func TestReplayLimit(t *testing.T) {
 	const size = 8 * 1024
 	l := newLinkMTU(t, MTU1024)
 	psn := PSN(0xFFFF00)

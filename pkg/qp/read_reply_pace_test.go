@@ -119,11 +119,14 @@ func flatten(calls [][][]byte) (all [][]byte) {
 	return all
 }
 
-// TestRegressReadPacedByBudget: a 1 MiB READ at MTU 1024 is 1024
+// TestReadPacedByBudget: a 1 MiB READ at MTU 1024 is 1024
 // responses, sent 64 per Run over exactly 16 calls, PSNs consecutive
 // across the 24-bit wrap, FIRST, MIDDLE…, LAST, the bytes of the source;
 // the requester completes it.
-func TestRegressReadPacedByBudget(t *testing.T) {
+//
+// Regression test: was TestRegressReadPacedByBudget in regress_readpace_test.go
+// (added in commit de4611d).
+func TestReadPacedByBudget(t *testing.T) {
 	const size = 1 << 20
 	l := newLinkMTU(t, MTU1024)
 	paceFill(l.b.buf)
@@ -152,12 +155,15 @@ func TestRegressReadPacedByBudget(t *testing.T) {
 	require.Equal(t, l.b.buf[:size], l.a.buf[:size])
 }
 
-// TestRegressReadPacedRunReportsMore: Run returns after its budget with
+// TestReadPacedRunReportsMore: Run returns after its budget with
 // more=true, so a worker can turn to another QP in between; two QPs'
 // replies interleave a budget at a time, a smaller budget gives smaller
 // turns, and a budget left over after the reply's end is not reported as
 // more.
-func TestRegressReadPacedRunReportsMore(t *testing.T) {
+//
+// Regression test: was TestRegressReadPacedRunReportsMore in regress_readpace_test.go
+// (added in commit de4611d).
+func TestReadPacedRunReportsMore(t *testing.T) {
 	l1, l2 := newLinkMTU(t, MTU1024), newLinkMTU(t, MTU1024)
 	const n1, n2 = 300 * 1024, 100*1024 + 17
 	paceFill(l1.b.buf)
@@ -199,11 +205,14 @@ func TestRegressReadPacedRunReportsMore(t *testing.T) {
 	require.Empty(t, l1.b.env.take())
 }
 
-// TestRegressReadPacedDuplicateWaits: a READ retried from a middle PSN
+// TestReadPacedDuplicateWaits: a READ retried from a middle PSN
 // while its reply is still being sent waits for the reply to finish, as
 // it waits in rxe's req_pkts queue, then is replayed MIDDLE … LAST; the
 // two never interleave. A retry of the whole READ replays FIRST … LAST.
-func TestRegressReadPacedDuplicateWaits(t *testing.T) {
+//
+// Regression test: was TestRegressReadPacedDuplicateWaits in regress_readpace_test.go
+// (added in commit de4611d).
+func TestReadPacedDuplicateWaits(t *testing.T) {
 	const size = 256 * 1024
 	l, psn, va, rkey, first := pacedRead(t, size)
 
@@ -250,10 +259,13 @@ func TestRegressReadPacedDuplicateWaits(t *testing.T) {
 	require.Equal(t, uint64(5), l.b.q.ctr.ResponderResourceHit.Load())
 }
 
-// TestRegressReadPacedDuplicateChecked: as rxe, a retry must ask for the
+// TestReadPacedDuplicateChecked: as rxe, a retry must ask for the
 // READ or a part of it with the same rkey; anything else is dropped
 // without an answer and without hurting the QP.
-func TestRegressReadPacedDuplicateChecked(t *testing.T) {
+//
+// Regression test: was TestRegressReadPacedDuplicateChecked in regress_readpace_test.go
+// (added in commit de4611d).
+func TestReadPacedDuplicateChecked(t *testing.T) {
 	const size = 8 * 1024
 	l := newLinkMTU(t, MTU1024)
 	psn := PSN(0xFFFF00)
@@ -282,11 +294,14 @@ func TestRegressReadPacedDuplicateChecked(t *testing.T) {
 	readResponses(t, flatten(calls), psn.Add(3), false, 1024, l.b.buf[4096+3072:4096+3072+2048])
 }
 
-// TestRegressReadPacedLaterRequestsWait: a second READ and an atomic that
+// TestReadPacedLaterRequestsWait: a second READ and an atomic that
 // arrive during a reply are carried out after it, in order: responses in
 // PSN order, the atomic executed only after the READ has read the word it
 // changes, the MSN of each response that of its own request.
-func TestRegressReadPacedLaterRequestsWait(t *testing.T) {
+//
+// Regression test: was TestRegressReadPacedLaterRequestsWait in regress_readpace_test.go
+// (added in commit de4611d).
+func TestReadPacedLaterRequestsWait(t *testing.T) {
 	l := newLinkMTU(t, MTU1024)
 	paceFill(l.b.buf)
 	binary.NativeEndian.PutUint64(l.b.buf[1000:], 41)
@@ -333,10 +348,13 @@ func TestRegressReadPacedLaterRequestsWait(t *testing.T) {
 	require.Equal(t, orig[150*1024:150*1024+n2], l.a.buf[n1+8:n1+8+n2])
 }
 
-// TestRegressReadPacedSendFinishesReply: a request too long to wait in
+// TestReadPacedSendFinishesReply: a request too long to wait in
 // the queue (a SEND with payload) first lets the reply finish, so its ACK
 // still follows every response before it.
-func TestRegressReadPacedSendFinishesReply(t *testing.T) {
+//
+// Regression test: was TestRegressReadPacedSendFinishesReply in regress_readpace_test.go
+// (added in commit de4611d).
+func TestReadPacedSendFinishesReply(t *testing.T) {
 	l := newLinkMTU(t, MTU1024)
 	paceFill(l.b.buf)
 	require.NoError(t, l.b.q.PostRecv(&RecvWR{ID: 9, SGL: []SGE{l.b.sge(1<<19, 4096)}}))
@@ -359,9 +377,12 @@ func TestRegressReadPacedSendFinishesReply(t *testing.T) {
 	require.False(t, l.b.q.Run(l.b.env, l.now, paceBudget))
 }
 
-// TestRegressReadPacedQueueFull: more requests than the queue holds make
+// TestReadPacedQueueFull: more requests than the queue holds make
 // the reply and the queue finish at once; nothing is lost or reordered.
-func TestRegressReadPacedQueueFull(t *testing.T) {
+//
+// Regression test: was TestRegressReadPacedQueueFull in regress_readpace_test.go
+// (added in commit de4611d).
+func TestReadPacedQueueFull(t *testing.T) {
 	const size = 128 * 1024
 	l, psn, va, rkey, _ := pacedRead(t, size)
 	last := func() []byte { return readRequest(t, l.b, psn.Add(127), va+127*1024, rkey, 1024) }
@@ -397,10 +418,13 @@ func pacedMappedLink(t *testing.T) (*link, *mr.Mapping, *mr.MR) {
 	return l, m, reg
 }
 
-// TestRegressReadPacedResetDropsReply: a QP reset or moved to ERR in the
+// TestReadPacedResetDropsReply: a QP reset or moved to ERR in the
 // middle of a reply sends nothing more and holds no reference to the
 // region: it deregisters and its mapping closes.
-func TestRegressReadPacedResetDropsReply(t *testing.T) {
+//
+// Regression test: was TestRegressReadPacedResetDropsReply in regress_readpace_test.go
+// (added in commit de4611d).
+func TestReadPacedResetDropsReply(t *testing.T) {
 	for _, st := range []State{Reset, Err} {
 		t.Run(st.String(), func(t *testing.T) {
 			l, m, reg := pacedMappedLink(t)
@@ -415,14 +439,17 @@ func TestRegressReadPacedResetDropsReply(t *testing.T) {
 	}
 }
 
-// TestRegressReadPacedRegionGoneMidReply: a region deregistered between
+// TestReadPacedRegionGoneMidReply: a region deregistered between
 // two bursts ends the reply as rxe's per-packet rkey re-check does
 // (read_reply: rxe_recheck_mr fails, RESPST_ERR_RKEY_VIOLATION): a
 // REMOTE_ACCESS NAK carrying the READ request's PSN, the QP in ERR. That
 // PSN is behind the responses already delivered, so the requester (ours
 // and rxe's check_psn alike) ignores the NAK and retries until its retry
 // count runs out; it never completes the READ as a success.
-func TestRegressReadPacedRegionGoneMidReply(t *testing.T) {
+//
+// Regression test: was TestRegressReadPacedRegionGoneMidReply in regress_readpace_test.go
+// (added in commit de4611d).
+func TestReadPacedRegionGoneMidReply(t *testing.T) {
 	l := newLink(t, RC, 1, 7) // MTU 256
 	buf := make([]byte, 64*1024)
 	paceFill(buf)
@@ -576,7 +603,7 @@ func BenchmarkReadReplyPaced(b *testing.B) {
 	}
 }
 
-// TestRegressReadPacedSameAsUnpaced: pacing changes when responses
+// TestReadPacedSameAsUnpaced: pacing changes when responses
 // leave, never which: a seeded mix of READs (0 B to 200 KiB), retries of
 // earlier READs from random PSNs, atomics and WRITEs into the memory the
 // READs read, and an occasional PSN gap, fed to one responder that is run
@@ -584,7 +611,10 @@ func BenchmarkReadReplyPaced(b *testing.B) {
 // that gets them in bursts and is run with random small budgets, yields
 // the same packets, byte for byte, the same memory and the same state;
 // no Run sends more than its budget.
-func TestRegressReadPacedSameAsUnpaced(t *testing.T) {
+//
+// Regression test: was TestRegressReadPacedSameAsUnpaced in regress_readpace_test.go
+// (added in commit de4611d).
+func TestReadPacedSameAsUnpaced(t *testing.T) {
 	for seed := uint64(1); seed <= 12; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 4791))

@@ -39,7 +39,10 @@ func readRetrySetup(t *testing.T) (l *link, resp [][]byte, retry []byte) {
 // the resource to replay state) with READ_RESPONSE_MIDDLE … LAST, never
 // FIRST. The requester resumes the READ from them, as rxe's completer
 // (whose READ opcode state survives req_retry) does.
-func TestRegressReadRetryAcceptsRxeMiddleReplay(t *testing.T) {
+//
+// Regression test: was TestRegressReadRetryAcceptsRxeMiddleReplay in regress_readretry_test.go
+// (added in commit 97940c9).
+func TestReadRetryAcceptsRxeMiddleReplay(t *testing.T) {
 	l, resp, _ := readRetrySetup(t)
 	// rxe's replay is exactly the original responses from the retried PSN.
 	l.deliver(l.a, l.b, resp[1], resp[2], resp[3])
@@ -53,7 +56,10 @@ func TestRegressReadRetryAcceptsRxeMiddleReplay(t *testing.T) {
 // Our responder replays a duplicate READ the way rxe does: from the
 // requested PSN, MIDDLE … LAST when that is inside the READ, FIRST when
 // the whole READ is asked for again.
-func TestRegressReadReplayOpcodesAsRxe(t *testing.T) {
+//
+// Regression test: was TestRegressReadReplayOpcodesAsRxe in regress_readretry_test.go
+// (added in commit 97940c9).
+func TestReadReplayOpcodesAsRxe(t *testing.T) {
 	l, _, retry := readRetrySetup(t)
 	l.deliver(l.b, l.a, retry)
 	replay := l.b.env.take()

@@ -6,11 +6,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestRegressRecvCQOverflowIsNotAcked: when the receive CQ is full, the
+// TestRecvCQOverflowIsNotAcked: when the receive CQ is full, the
 // message whose completion cannot be delivered is not acknowledged and the
 // QP moves to ERR (rxe's RESPST_ERR_CQ_OVERFLOW); it used to be ACKed, so
 // the requester saw success for a completion that was lost.
-func TestRegressRecvCQOverflowIsNotAcked(t *testing.T) {
+//
+// Regression test: was TestRegressRecvCQOverflowIsNotAcked in regress_cqoverflow_test.go
+// (added in commit 5ee9b8d).
+func TestRecvCQOverflowIsNotAcked(t *testing.T) {
 	l := newLink(t, RC, 7, 7)
 	full, err := NewCQ(1)
 	require.NoError(t, err)

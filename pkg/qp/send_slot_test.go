@@ -24,7 +24,10 @@ func (c *postOnPush) Push(wc WC) error {
 // A completion that is visible must already have freed its send queue
 // slot: libibverbs providers retire the WQE before the CQE can be polled,
 // so a post right after a poll never sees "send queue full".
-func TestRegressSendSlotFreedBeforeCompletionVisible(t *testing.T) {
+//
+// Regression test: was TestRegressSendSlotFreedBeforeCompletionVisible in regress_sqslot_test.go
+// (added in commit 20e180a).
+func TestSendSlotFreedBeforeCompletionVisible(t *testing.T) {
 	for _, typ := range []Type{RC, UD} {
 		t.Run(typ.String(), func(t *testing.T) {
 			l := newLink(t, typ, 7, 7)

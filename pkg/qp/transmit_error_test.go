@@ -32,7 +32,10 @@ func (e *failEnv) Transmit(n int, av *AddrVector) error {
 // rxe_xmit_packet / address vector error, the WR now completes with
 // LOC_QP_OP_ERR, the QP moves to ERR, and every later WR, posted before
 // or after, is flushed.
-func TestRegressTransmitFailureFailsWR(t *testing.T) {
+//
+// Regression test: was TestRegressTransmitFailureFailsWR in regress_badav_test.go
+// (added in commit 9a47da2).
+func TestTransmitFailureFailsWR(t *testing.T) {
 	badSGID := func(_ int, av *AddrVector) bool { return av.SGIDIndex == 7 }
 	for _, tc := range []struct {
 		name string
@@ -122,7 +125,10 @@ func TestRegressTransmitFailureFailsWR(t *testing.T) {
 // source GID the table does not have or a destination of the other IP
 // family, naming IBV_QP_AV (or IBV_QP_ALT_PATH), and the QP is left as it
 // was.
-func TestRegressModifyRefusesUnsendablePath(t *testing.T) {
+//
+// Regression test: was TestRegressModifyRefusesUnsendablePath in regress_badav_test.go
+// (added in commit 9a47da2).
+func TestModifyRefusesUnsendablePath(t *testing.T) {
 	gids := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")}
 	v4, v6 := netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("fd00::2")
 	for _, typ := range []Type{RC, UC} {
@@ -202,7 +208,10 @@ func TestCheckAVSource(t *testing.T) {
 
 // A refusal of a message's first packet: nothing leaves, the requester
 // does not try again, and even an unsignaled WR reports its failure.
-func TestRegressTransmitFailureSendsNothingAfter(t *testing.T) {
+//
+// Regression test: was TestRegressTransmitFailureSendsNothingAfter in regress_badav_test.go
+// (added in commit 9a47da2).
+func TestTransmitFailureSendsNothingAfter(t *testing.T) {
 	l := newLink(t, UC, 7, 7)
 	env := &failEnv{fail: func(call int, _ *AddrVector) bool { return call == 1 }}
 	wr := SendWR{ID: 1, Opcode: WRRDMAWrite, SGL: []SGE{l.a.sge(0, 600)}, RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()}

@@ -20,7 +20,10 @@ func (l *link) udSend(id uint64, n int) {
 // UD uses the port's active MTU (rxe get_mtu: qp->mtu is for RC/UC
 // only), 4096 by default: a 4096-byte message (ibv_ud_pingpong -s 4096)
 // is one packet and arrives whole after the 40 GRH bytes.
-func TestRegressUDUsesPortMTU(t *testing.T) {
+//
+// Regression test: was TestRegressUDUsesPortMTU in regress_udmtu_test.go
+// (added in commit 77b8bdc).
+func TestUDUsesPortMTU(t *testing.T) {
 	l := newLink(t, UD, 0, 0) // path MTU 256 is set on the link but means nothing to UD
 	require.NoError(t, l.b.q.PostRecv(&RecvWR{ID: 7, SGL: []SGE{l.b.sge(0, 40+4096)}}))
 	l.udSend(1, 4096)
@@ -39,7 +42,10 @@ func TestRegressUDUsesPortMTU(t *testing.T) {
 
 // A UD message longer than the port MTU fails locally with LOC_LEN_ERR;
 // nothing is sent.
-func TestRegressUDLongerThanMTUFailsLocally(t *testing.T) {
+//
+// Regression test: was TestRegressUDLongerThanMTUFailsLocally in regress_udmtu_test.go
+// (added in commit 77b8bdc).
+func TestUDLongerThanMTUFailsLocally(t *testing.T) {
 	l := newLinkPortMTU(t, MTU1024)
 	l.udSend(1, 1025)
 	require.Empty(t, l.a.env.take())
@@ -50,7 +56,10 @@ func TestRegressUDLongerThanMTUFailsLocally(t *testing.T) {
 }
 
 // A lowered port MTU still carries messages up to it in one packet.
-func TestRegressUDLoweredPortMTU(t *testing.T) {
+//
+// Regression test: was TestRegressUDLoweredPortMTU in regress_udmtu_test.go
+// (added in commit 77b8bdc).
+func TestUDLoweredPortMTU(t *testing.T) {
 	l := newLinkPortMTU(t, MTU1024)
 	require.NoError(t, l.b.q.PostRecv(&RecvWR{ID: 7, SGL: []SGE{l.b.sge(0, 40+1024)}}))
 	l.udSend(1, 1024)
@@ -65,7 +74,10 @@ func TestRegressUDLoweredPortMTU(t *testing.T) {
 
 // A received UD message larger than the posted buffer completes with
 // LOC_LEN_ERR, never truncated with SUCCESS; the QP keeps working.
-func TestRegressUDReceiveLongerThanBuffer(t *testing.T) {
+//
+// Regression test: was TestRegressUDReceiveLongerThanBuffer in regress_udmtu_test.go
+// (added in commit 77b8bdc).
+func TestUDReceiveLongerThanBuffer(t *testing.T) {
 	l := newLink(t, UD, 0, 0)
 	require.NoError(t, l.b.q.PostRecv(&RecvWR{ID: 7, SGL: []SGE{l.b.sge(0, 40+2000)}}))
 	require.NoError(t, l.b.q.PostRecv(&RecvWR{ID: 8, SGL: []SGE{l.b.sge(0, 40+4096)}}))
