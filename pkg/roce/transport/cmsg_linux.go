@@ -79,3 +79,15 @@ func (s *udpSocket) noteOverflow(count uint32) {
 		s.conn.stats.dropRcvbuf.Add(uint64(d))
 	}
 }
+
+// putSegmentCmsg writes the UDP_SEGMENT control message (the GSO segment
+// size, a u16) at the start of b and returns the bytes it took
+// (CmsgSpace(2)); b must hold that many.
+func putSegmentCmsg(b []byte, seg int) int {
+	ch := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	ch.Level = unix.SOL_UDP
+	ch.Type = unix.UDP_SEGMENT
+	ch.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], uint16(seg))
+	return unix.CmsgSpace(2)
+}

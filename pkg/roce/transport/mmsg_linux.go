@@ -3,7 +3,6 @@
 package transport
 
 import (
-	"encoding/binary"
 	"errors"
 	"net/netip"
 	"os"
@@ -200,18 +199,8 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 	defer y.txMu.Unlock()
 	y.setName(to, s.is6)
 	y.setSource(from, s.is6)
-	maxGSO := maxGSOBytes4
-	if s.is6 {
-		maxGSO = maxGSOBytes6
-	}
-	// IPv4 GSO only towards loopback: when the kernel (or a NIC) segments a
-	// UDP GSO message it numbers the IPv4 IDs of the segments 0, 1, 2, …
-	// (inet_gso_segment), but the ICRC of each datagram was computed for ID
-	// 0, so every datagram after the first would fail the peer's ICRC check.
-	// Loopback delivers the message unsegmented to the receiving socket,
-	// which never sees an ID. IPv6 has no ID: its segments' headers are
-	// identical.
-	gso := y.gso.Load() && (s.is6 || to.Addr().IsLoopback())
+	maxGSO := maxGSOBytes(s.is6)
+	gso := y.gso.Load() && gsoAllowed(s.is6, to.Addr())
 	src := txSource{bufs: bufs, dgrams: dgrams}
 	for src.n() > 0 {
 		nm, used := y.pack(&src, gso, maxGSO)
@@ -309,6 +298,15 @@ func setIovec(iov *unix.Iovec, b []byte) {
 	iov.SetLen(len(b))
 }
 
+// allocTx makes the send side's arrays for batches of up to n datagrams:
+// a message each at most, every datagram in up to len(Gather{}) pieces.
+func (y *sockSys) allocTx(n int) {
+	y.txHdrs = make([]mmsghdr, n)
+	y.txIovs = make([]unix.Iovec, len(Gather{})*n)
+	y.txSegs = make([]int, n)
+	y.txOOB = make([]byte, n*txOOBSpace)
+}
+
 // pack fills the tx mmsghdrs from src and returns the number of messages
 // and of datagrams they carry.
 func (y *sockSys) pack(src *txSource, gso bool, maxGSO int) (msgs, used int) {
@@ -317,19 +315,9 @@ func (y *sockSys) pack(src *txSource, gso bool, maxGSO int) (msgs, used int) {
 	total := src.n()
 	for used < total && msgs < len(y.txHdrs) && k+maxPieces <= len(y.txIovs) {
 		seg := src.len(used)
-		cnt, size := 1, seg
-		if gso && seg > 0 {
-			for used+cnt < total && k+(cnt+1)*maxPieces <= len(y.txIovs) && cnt < maxGSOSegments {
-				l := src.len(used + cnt)
-				if l == 0 || l > seg || size+l > maxGSO {
-					break
-				}
-				size += l
-				cnt++
-				if l < seg {
-					break // a shorter datagram can only end a GSO run
-				}
-			}
+		cnt := 1
+		if gso {
+			cnt = gsoRun(src, used, (len(y.txIovs)-k)/maxPieces, maxGSO)
 		}
 		niov := 0
 		for j := range cnt {
@@ -344,12 +332,7 @@ func (y *sockSys) pack(src *txSource, gso bool, maxGSO int) (msgs, used int) {
 		oob := y.txOOB[msgs*txOOBSpace : (msgs+1)*txOOBSpace]
 		ol := copy(oob, y.txSrc)
 		if cnt > 1 {
-			ch := (*unix.Cmsghdr)(unsafe.Pointer(&oob[ol]))
-			ch.Level = unix.SOL_UDP
-			ch.Type = unix.UDP_SEGMENT
-			ch.SetLen(unix.CmsgLen(2))
-			binary.NativeEndian.PutUint16(oob[ol+unix.CmsgLen(0):], uint16(seg))
-			ol += unix.CmsgSpace(2)
+			ol += putSegmentCmsg(oob[ol:], seg)
 		}
 		if ol > 0 {
 			h.Control = &oob[0]

@@ -137,11 +137,7 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 	s.sys.hookedFn = s.sys.recvHooked
 	s.sys.pollFn = s.sys.recvPolled
 	s.sys.sendFn = s.sys.send
-	n := cfg.BatchSize
-	s.sys.txHdrs = make([]mmsghdr, n)
-	s.sys.txIovs = make([]unix.Iovec, len(Gather{})*n)
-	s.sys.txSegs = make([]int, n)
-	s.sys.txOOB = make([]byte, n*txOOBSpace)
+	s.sys.allocTx(cfg.BatchSize)
 	c.log.Debug("transport: socket open", "local", s.local, "gso", s.sys.gso.Load(), "gro", s.sys.gro,
 		"rcvbuf", rbuf, "sndbuf", sbuf, "kernel_gso", kgso, "kernel_gro", kgro)
 	return s, nil
