@@ -249,22 +249,6 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// kvDialAll opens n clients of one transport.
-func kvDialAll(ctx context.Context, n int, dial func() (kv.Client, error)) ([]kv.Client, error) {
-	var cs []kv.Client
-	for range n {
-		c, err := dial()
-		if err != nil {
-			for _, c := range cs {
-				c.Close()
-			}
-			return nil, err
-		}
-		cs = append(cs, c)
-	}
-	return cs, nil
-}
-
 func kvRDMADialer(ctx context.Context, dev *ib.Device, srv netip.AddrPort) func() (kv.Client, error) {
 	return func() (kv.Client, error) {
 		c, err := kv.DialRDMA(ctx, dev, srv, nil)

@@ -77,13 +77,12 @@ type Negotiated struct {
 // same calls. A method that fails closes the connection: the session is
 // over. A Session is not safe for concurrent use.
 type Session struct {
-	s          *stream
-	role       Role
-	cfg        SessionConfig
-	remoteVer  string
-	remoteNum  float64
-	negotiated bool
-	ext        extState
+	s         *stream
+	role      Role
+	cfg       SessionConfig
+	remoteVer string
+	remoteNum float64
+	ext       extState
 }
 
 // NewSession runs the perftest exchange over an established connection. The

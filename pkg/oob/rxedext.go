@@ -135,7 +135,6 @@ type ExtConfig struct {
 type extState struct {
 	on     bool // both sides speak it
 	tokens bool // token mode ran and verified
-	status ExtStatus
 	nonceC [16]byte
 	nonceS [16]byte
 }

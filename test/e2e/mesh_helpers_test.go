@@ -74,11 +74,10 @@ func openMeshNodes(t *testing.T, n int, udp bool, bufSize func(i int) int, tally
 // meshQP is a QP with completion queues of its own, so the goroutine
 // driving one pair never sees another pair's completions.
 type meshQP struct {
-	n      *meshNode
-	qp     *ib.QP
-	scq    *ib.CQ
-	rcq    *ib.CQ
-	recvID uint64
+	n   *meshNode
+	qp  *ib.QP
+	scq *ib.CQ
+	rcq *ib.CQ
 }
 
 func (m *meshNode) createMeshQP(typ ib.QPType, srq *ib.SRQ) *meshQP {

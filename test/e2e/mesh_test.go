@@ -94,16 +94,6 @@ type meshPair struct {
 	origs   []uint64 // FETCH_ADD results on the shared counter
 }
 
-func (p *meshPair) recvs() int {
-	n := 0
-	for _, s := range p.steps {
-		if s.op != opWriteRead && s.op != opAtomics {
-			n++
-		}
-	}
-	return n
-}
-
 func runMesh(t *testing.T, n int, udp bool) {
 	start := time.Now()
 	sizesFor := func(mtu ib.MTU, pairIdx int) []int {

@@ -44,23 +44,6 @@ func checkPrivate(msg string, p []byte, limit int) error {
 // cloneArea returns a copy of a fixed area of received data.
 func cloneArea(b []byte) []byte { return append([]byte(nil), b...) }
 
-// cloneNonZero is cloneArea, but nil for an all-zero area.
-func cloneNonZero(b []byte) []byte {
-	if isZero(b) {
-		return nil
-	}
-	return cloneArea(b)
-}
-
-func isZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // gidAt returns the GID at b as a 16-byte address (an IPv4-mapped GID
 // stays ::ffff:a.b.c.d).
 func gidAt(b []byte) netip.Addr { return netip.AddrFrom16([16]byte(b[:GIDLen])) }
