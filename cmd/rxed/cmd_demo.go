@@ -73,7 +73,7 @@ func openDemoPeerDev(name string, addr netip.Addr, cfg demoConfig, ephemeral boo
 // of ibv_rc_pingpong would.
 func (p *demoPeer) connect(peer *demoPeer) error {
 	if err := p.qp.Modify(&ib.QPAttr{State: ib.QPSInit, PKeyIndex: 0, PortNum: 1,
-		AccessFlags: ib.QPAccessRemoteWrite | ib.QPAccessRemoteRead | ib.QPAccessRemoteAtomic},
+		AccessFlags: ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic},
 		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags); err != nil {
 		return err
 	}

@@ -536,9 +536,9 @@ func (r *perfRun) setup() error {
 	if r.mr, err = r.pd.RegMR(r.buf, access, mr.WithMapping(r.mapm)); err != nil {
 		return err
 	}
-	qpAccess := uint32(ib.QPAccessRemoteWrite | ib.QPAccessRemoteRead | ib.QPAccessRemoteAtomic)
+	qpAccess := ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
 	if o.conn == ib.UC {
-		qpAccess = ib.QPAccessRemoteWrite
+		qpAccess = ib.AccessRemoteWrite
 	}
 	for i := range o.qps {
 		q := &perfQP{psn: rand.Uint32() & 0xffffff, src: i * per, srcLen: srcLen}

@@ -3,8 +3,8 @@ package main
 import "github.com/rxed/rxed/pkg/ib"
 
 // initQP moves qp to INIT on port 1: UD QPs get qkey, the others access
-// (QPAccess* bits).
-func initQP(qp *ib.QP, typ ib.QPType, qkey, access uint32) error {
+// (ib.Access bits).
+func initQP(qp *ib.QP, typ ib.QPType, qkey uint32, access ib.Access) error {
 	a := &ib.QPAttr{State: ib.QPSInit, PKeyIndex: 0, PortNum: 1}
 	mask := ib.AttrState | ib.AttrPKeyIndex | ib.AttrPort
 	if typ == ib.UD {

@@ -41,7 +41,7 @@ type cmParams struct {
 // responder resources, remote read), so the tools can post their
 // receives before they connect or accept, as the C tools do.
 func initQPForCM(q *ib.QP) error {
-	if err := initQP(q, ib.RC, 0, ib.QPAccessRemoteWrite|ib.QPAccessRemoteRead); err != nil {
+	if err := initQP(q, ib.RC, 0, ib.AccessRemoteWrite|ib.AccessRemoteRead); err != nil {
 		return fmt.Errorf("modifying the QP to INIT: %v", err)
 	}
 	return nil

@@ -88,7 +88,7 @@ func newAttacker(t *testing.T) *attacker {
 	require.NoError(t, err)
 	a.qp, err = a.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: a.cq, RecvCQ: a.cq, Cap: ib.QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
-	require.NoError(t, initQP(a.qp, ib.RC, 0, ib.QPAccessRemoteWrite|ib.QPAccessRemoteRead))
+	require.NoError(t, initQP(a.qp, ib.RC, 0, ib.AccessRemoteWrite|ib.AccessRemoteRead))
 	return a
 }
 

@@ -213,9 +213,9 @@ func (d *Daemon) newPerftestQP(cq *ib.CQ) (*perftestQP, error) {
 	if err != nil {
 		return nil, err
 	}
-	access := uint32(ib.QPAccessRemoteRead)
+	access := ib.AccessRemoteRead
 	if !d.target.Spec.ReadOnly {
-		access |= ib.QPAccessRemoteWrite | ib.QPAccessRemoteAtomic
+		access |= ib.AccessRemoteWrite | ib.AccessRemoteAtomic
 	}
 	if err := q.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: access},
 		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags); err != nil {

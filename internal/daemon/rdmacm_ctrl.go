@@ -105,7 +105,7 @@ func NewCMControl(dev *ib.Device, pd *ib.PD, cfg CMControlConfig) (c *CMControl,
 		Cap: ib.QPCap{MaxSendWR: 2, MaxRecvWR: cmCtrlRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, err
 	}
-	if err = ib.InitQP(c.qp, ib.ConnectAttr{AccessFlags: ib.QPAccessRemoteWrite}); err != nil {
+	if err = ib.InitQP(c.qp, ib.ConnectAttr{AccessFlags: ib.AccessRemoteWrite}); err != nil {
 		return nil, fmt.Errorf("control QP to INIT: %v", err)
 	}
 	for i := 1; i <= cmCtrlRecvs; i++ {

@@ -34,7 +34,7 @@ func (q *QP) BindMW(mw *MW, b MWBind) (uint32, error) {
 	}
 	cur := mw.RKey()
 	next := IncRKey(cur)
-	info := MWBindInfo{MWRKey: cur, NewRKey: next, Addr: b.Addr, Length: b.Length, Access: uint32(b.Access)}
+	info := MWBindInfo{MWRKey: cur, NewRKey: next, Addr: b.Addr, Length: b.Length, Access: b.Access}
 	if b.MR != nil {
 		info.MRLKey = b.MR.LKey()
 	}

@@ -29,9 +29,9 @@ type ConnectAttr struct {
 	// PSN is the first PSN we send (sq_psn), 24 bits.
 	PSN uint32
 	// AccessFlags are the remote operations the QP accepts (INIT's
-	// qp_access_flags: QPAccessRemoteWrite, QPAccessRemoteRead,
-	// QPAccessRemoteAtomic); UD ignores them.
-	AccessFlags uint32
+	// qp_access_flags: AccessRemoteWrite, AccessRemoteRead,
+	// AccessRemoteAtomic); UD ignores them.
+	AccessFlags Access
 	// QKey is a UD QP's Q_Key.
 	QKey uint32
 	// RC only: Timeout is the local ACK timeout exponent (4.096 us x

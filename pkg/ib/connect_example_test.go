@@ -22,7 +22,7 @@ func ExampleConnectQP() {
 	defer b.dev.Close()
 	qa, qb := a.createQP(ib.RC), b.createQP(ib.RC)
 	const psnA, psnB = 0x123456, 0xabcdef
-	rc := ib.ConnectAttr{SGIDIndex: -1, AccessFlags: ib.QPAccessRemoteWrite | ib.QPAccessRemoteRead,
+	rc := ib.ConnectAttr{SGIDIndex: -1, AccessFlags: ib.AccessRemoteWrite | ib.AccessRemoteRead,
 		Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12, MaxRdAtomic: 1, MaxDestRdAtomic: 1}
 	ra, rb := rc, rc
 	ra.PSN, rb.PSN = psnA, psnB

@@ -61,11 +61,11 @@ func (p *peer) sge(off, n int) ib.SGE {
 // connectRC moves q (on p) through INIT and RTR to RTS towards rq (on
 // r), with the attributes ibv_rc_pingpong exchanges out of band.
 func connectRC(p *peer, q *ib.QP, r *peer, rq *ib.QP) {
-	connectRCAccess(p, q, r, rq, ib.QPAccessRemoteWrite|ib.QPAccessRemoteRead|ib.QPAccessRemoteAtomic)
+	connectRCAccess(p, q, r, rq, ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic)
 }
 
 // connectRCAccess is connectRC with the remote operations q accepts.
-func connectRCAccess(p *peer, q *ib.QP, r *peer, rq *ib.QP, access uint32) {
+func connectRCAccess(p *peer, q *ib.QP, r *peer, rq *ib.QP, access ib.Access) {
 	check(ib.ConnectQP(q, ib.RemoteQP{QPN: rq.Num(), PSN: 100, GID: r.addr, UDPPort: r.dev.UDPPort(), MTU: ib.MTU1024},
 		ib.ConnectAttr{SGIDIndex: -1, PSN: 100, AccessFlags: access, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
 			MinRNRTimer: 1, MaxRdAtomic: 4, MaxDestRdAtomic: 4}))
@@ -326,7 +326,7 @@ func ExamplePD_AllocMW() {
 	rkey := ib.IncRKey(mw.RKey())
 	check(qb.PostSend(ib.SendWR{ID: 1, Opcode: ib.WRBindMW, Flags: ib.SendSignaled,
 		Bind: ib.MWBindInfo{MWRKey: mw.RKey(), NewRKey: rkey, MRLKey: region.LKey(),
-			Addr: region.IOVA() + 4096, Length: 1024, Access: uint32(ib.AccessRemoteWrite)}}))
+			Addr: region.IOVA() + 4096, Length: 1024, Access: ib.AccessRemoteWrite}}))
 	wc := next(b.cq)
 	fmt.Println("bind:", wc.Opcode, wc.Status.String(), "bound:", mw.Bound())
 
@@ -400,7 +400,7 @@ func ExamplePD_AllocMR() {
 	const iova = 0x10000
 	check(qb.PostSend(ib.SendWR{ID: 1, Opcode: ib.WRRegMR, Flags: ib.SendSignaled,
 		Reg: ib.RegMRInfo{MRLKey: fmr.LKey(), NewKey: key, IOVA: iova, Length: 4096,
-			Access: uint32(ib.AccessLocalWrite | ib.AccessRemoteWrite)}}))
+			Access: ib.AccessLocalWrite | ib.AccessRemoteWrite}}))
 	wc := next(b.cq)
 	fmt.Println(wc.Opcode, wc.Status.String(), "new key in use:", fmr.RKey() == key)
 

@@ -73,13 +73,13 @@ func (l verbsLocalOps) Execute(q *qp.QP, wr *qp.SendWR) qp.WCStatus {
 	case qp.WRBindMW:
 		b := wr.Bind
 		if _, err := mem.BindMW(q.PD(), q.Num(), mr.Bind{MWKey: b.MWRKey, NewKey: b.NewRKey,
-			MRKey: b.MRLKey, Addr: b.Addr, Length: b.Length, Access: mr.Access(b.Access)}); err != nil {
+			MRKey: b.MRLKey, Addr: b.Addr, Length: b.Length, Access: b.Access}); err != nil {
 			return qp.WCMWBindErr
 		}
 		return qp.WCSuccess
 	case qp.WRRegMR:
 		ri := &wr.Reg
-		if err := mem.RegMapped(q.PD(), ri.MRLKey, ri.NewKey, mr.Access(ri.Access), ri.Length, ri.IOVA); err != nil {
+		if err := mem.RegMapped(q.PD(), ri.MRLKey, ri.NewKey, ri.Access, ri.Length, ri.IOVA); err != nil {
 			return qp.WCLocQPOpErr
 		}
 		return qp.WCSuccess

@@ -19,7 +19,7 @@ func requireWC(t *testing.T, p *peer, id uint64, status ib.WCStatus) ib.WC {
 
 func regMR(fmr *ib.MR, key uint32, iova uint64, n uint64, access ib.Access) ib.SendWR {
 	return ib.SendWR{Opcode: ib.WRRegMR, Flags: ib.SendSignaled,
-		Reg: ib.RegMRInfo{MRLKey: fmr.LKey(), NewKey: key, IOVA: iova, Length: n, Access: uint32(access)}}
+		Reg: ib.RegMRInfo{MRLKey: fmr.LKey(), NewKey: key, IOVA: iova, Length: n, Access: access}}
 }
 
 func withID(wr ib.SendWR, id uint64) ib.SendWR { wr.ID = id; return wr }
@@ -147,7 +147,7 @@ func TestLocalWorkRequestFailures(t *testing.T) {
 			mw, err := b.pd.AllocMW(ib.MWType2)
 			require.NoError(t, err)
 			return ib.SendWR{Opcode: ib.WRBindMW, Bind: ib.MWBindInfo{MWRKey: mw.RKey(), NewRKey: ib.IncRKey(mw.RKey()),
-				MRLKey: b.mr.LKey(), Addr: b.mr.IOVA(), Length: 64, Access: uint32(ib.AccessRemoteRead)}}
+				MRLKey: b.mr.LKey(), Addr: b.mr.IOVA(), Length: 64, Access: ib.AccessRemoteRead}}
 		}, ib.WCMWBindErr},
 	}
 	for _, c := range cases {

@@ -100,8 +100,8 @@ func TestRemoteAccessMatrix(t *testing.T) {
 	for _, qpAcc := range subsets {
 		qa, qb := a.createQP(ib.RC), b.createQP(ib.RC)
 		connect := func() {
-			connectRCAccess(a, qa, b, qb, ib.QPAccessRemoteWrite|ib.QPAccessRemoteRead|ib.QPAccessRemoteAtomic)
-			connectRCAccess(b, qb, a, qa, uint32(qpAcc))
+			connectRCAccess(a, qa, b, qb, ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic)
+			connectRCAccess(b, qb, a, qa, qpAcc)
 		}
 		connect()
 		for _, o := range ops {

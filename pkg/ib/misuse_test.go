@@ -92,7 +92,7 @@ func TestPostBeforeReadyRefused(t *testing.T) {
 
 	// INIT and RTR: receives yes (IBA lets a QP be primed before it is
 	// connected), sends no.
-	require.NoError(t, qa.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.QPAccessRemoteWrite},
+	require.NoError(t, qa.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.AccessRemoteWrite},
 		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))
 	before = snapshot(t, a, b, qa)
 	requirePostError(t, qa.PostSend(send, send), 0, ib.ErrQPState)
@@ -285,7 +285,7 @@ func TestDestroyInUseRefused(t *testing.T) {
 
 func TestModifyBadMaskRefused(t *testing.T) {
 	a, qa, b, qb := testPair(t)
-	initAttr := &ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.QPAccessRemoteWrite, PathMTU: ib.MTU512}
+	initAttr := &ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.AccessRemoteWrite, PathMTU: ib.MTU512}
 	rtrAttr := &ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU2048, DestQPN: qb.Num(), RQPSN: 5,
 		MaxDestRdAtomic: 4, MinRNRTimer: 1, AV: ib.AddrVector{DGID: b.addr, PortNum: 1}}
 	rtrMask := ib.AttrState | ib.AttrAV | ib.AttrPathMTU | ib.AttrDestQPN | ib.AttrRQPSN | ib.AttrMaxDestRdAtomic | ib.AttrMinRNRTimer

@@ -105,24 +105,12 @@ const (
 	AttrDestQPN          = qp.AttrDestQPN
 )
 
-// QP access flags for QPAttr.AccessFlags (plain uint32 IBV_ACCESS_* bits).
-//
-// They have the values of the Access flags (AccessRemoteWrite is
-// QPAccessRemoteWrite), so uint32(access) converts an MR's flags for a QP
-// and for MWBindInfo.Access. They are not one type because
-// QPAttr.AccessFlags, ConnectAttr.AccessFlags and MWBindInfo.Access are
-// uint32 fields of pkg/qp's and ConnectQP's structs, which programs fill
-// from uint32 variables: typing them Access would break those programs
-// (issue 15 asked for one type "if it can be done compatibly"; it cannot
-// without changing pkg/qp). MWBind, this package's own bind request,
-// takes Access.
-const (
-	QPAccessRemoteWrite  = qp.AccessRemoteWrite
-	QPAccessRemoteRead   = qp.AccessRemoteRead
-	QPAccessRemoteAtomic = qp.AccessRemoteAtomic
-)
-
-// Access flags (IBV_ACCESS_*).
+// Access flags (IBV_ACCESS_*), one type for every place libibverbs takes
+// them: a region's rights (PD.RegMR), a QP's qp_access_flags
+// (QPAttr.AccessFlags, ConnectAttr.AccessFlags), a window bind's
+// (MWBind.Access, MWBindInfo.Access) and a fast registration's
+// (RegMRInfo.Access). A QP honours the remote bits (AccessRemoteWrite,
+// AccessRemoteRead, AccessRemoteAtomic) and the FLUSH ones.
 const (
 	AccessLocalWrite      = mr.LocalWrite
 	AccessRemoteWrite     = mr.RemoteWrite

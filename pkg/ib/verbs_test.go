@@ -37,8 +37,8 @@ func TestEnumValuesAreLibibverbs(t *testing.T) {
 		{"IBV_ACCESS_REMOTE_READ", int(ib.AccessRemoteRead), 4}, {"IBV_ACCESS_REMOTE_ATOMIC", int(ib.AccessRemoteAtomic), 8},
 		{"IBV_ACCESS_MW_BIND", int(ib.AccessMWBind), 16}, {"IBV_ACCESS_ZERO_BASED", int(ib.AccessZeroBased), 32},
 		{"IBV_ACCESS_FLUSH_GLOBAL", int(ib.AccessFlushGlobal), 1 << 8}, {"IBV_ACCESS_FLUSH_PERSISTENT", int(ib.AccessFlushPersistent), 1 << 9},
-		{"QP REMOTE_WRITE", int(ib.QPAccessRemoteWrite), 2}, {"QP REMOTE_READ", int(ib.QPAccessRemoteRead), 4},
-		{"QP REMOTE_ATOMIC", int(ib.QPAccessRemoteAtomic), 8},
+		{"QP REMOTE_WRITE", int(ib.AccessRemoteWrite), 2}, {"QP REMOTE_READ", int(ib.AccessRemoteRead), 4},
+		{"QP REMOTE_ATOMIC", int(ib.AccessRemoteAtomic), 8},
 		{"IBV_QP_STATE", int(ib.AttrState), 1 << 0}, {"IBV_QP_CUR_STATE", int(ib.AttrCurState), 1 << 1},
 		{"IBV_QP_ACCESS_FLAGS", int(ib.AttrAccessFlags), 1 << 3}, {"IBV_QP_PKEY_INDEX", int(ib.AttrPKeyIndex), 1 << 4},
 		{"IBV_QP_PORT", int(ib.AttrPort), 1 << 5}, {"IBV_QP_QKEY", int(ib.AttrQKey), 1 << 6}, {"IBV_QP_AV", int(ib.AttrAV), 1 << 7},
@@ -223,7 +223,7 @@ func TestModifyEveryTransition(t *testing.T) {
 	require.NoError(t, err)
 
 	full := func(typ ib.QPType) *ib.QPAttr {
-		return &ib.QPAttr{PortNum: 1, QKey: 0x1234, AccessFlags: ib.QPAccessRemoteWrite,
+		return &ib.QPAttr{PortNum: 1, QKey: 0x1234, AccessFlags: ib.AccessRemoteWrite,
 			PathMTU: ib.MTU2048, DestQPN: 0x99, RQPSN: 11, SQPSN: 22, MaxDestRdAtomic: 2, MaxRdAtomic: 3,
 			MinRNRTimer: 12, Timeout: 14, RetryCnt: 6, RNRRetry: 5,
 			AV: ib.AddrVector{DGID: netip.MustParseAddr("10.8.2.2"), PortNum: 1}}
@@ -340,7 +340,7 @@ func TestQueryReturnsModifiedAttributes(t *testing.T) {
 	require.Equal(t, uint8(4), attr.MaxRdAtomic)
 	require.Equal(t, uint8(4), attr.MaxDestRdAtomic)
 	require.Equal(t, uint8(1), attr.MinRNRTimer)
-	require.Equal(t, ib.QPAccessRemoteWrite|ib.QPAccessRemoteRead|ib.QPAccessRemoteAtomic, attr.AccessFlags)
+	require.Equal(t, ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic, attr.AccessFlags)
 	require.Equal(t, b.addr, attr.AV.DGID)
 	require.Equal(t, uint32(16), attr.Cap.MaxSendWR)
 	require.Equal(t, ib.RC, init.Type)
@@ -565,7 +565,7 @@ func TestQueueSemanticsByState(t *testing.T) {
 	// RESET: a receive posted before it is gone afterwards, silently.
 	require.NoError(t, qb.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState))
 	require.NoError(t, qa.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState))
-	require.NoError(t, qb.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.QPAccessRemoteWrite},
+	require.NoError(t, qb.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.AccessRemoteWrite},
 		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))
 	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 7, SGL: []ib.SGE{b.sge(0, 64)}}))
 	require.NoError(t, qb.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState))

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/rxed/rxed/pkg/mr"
 )
 
 // AttrMask selects the Attr fields a modify or query applies to. The bits
@@ -167,11 +169,9 @@ type Attr struct {
 	SQPSN        PSN      // sq_psn: first PSN we send (AttrSQPSN)
 	DestQPN      uint32   // dest_qp_num: the peer's QPN, 24 bits (AttrDestQPN)
 	// AccessFlags is qp_access_flags: which remote operations the responder
-	// allows (AttrAccessFlags). The bits are IBV_ACCESS_* values, the same
-	// as pkg/mr's Access (LocalWrite 1, RemoteWrite 2, RemoteRead 4,
-	// RemoteAtomic 8); kept a plain uint32 so this package does not depend
-	// on pkg/mr.
-	AccessFlags      uint32
+	// allows (AttrAccessFlags), in pkg/mr's Access type, the one type of
+	// IBV_ACCESS_* flags for regions, windows and QPs.
+	AccessFlags      mr.Access
 	Cap              Cap        // cap (AttrCap)
 	AV               AddrVector // ah_attr: primary path (AttrAV)
 	AltAV            AddrVector // alt_ah_attr: alternate path (AttrAltPath)
@@ -191,12 +191,13 @@ type Attr struct {
 	RateLimit        uint32     // rate_limit in kbps (AttrRateLimit)
 }
 
-// Access flag bits a QP's AccessFlags may hold; the IBV_ACCESS_* values.
+// Access flag bits a QP's AccessFlags may hold: pkg/mr's flags (the same
+// constants, not copies) under the names this package's code uses.
 const (
-	AccessLocalWrite      uint32 = 1 << 0 // IBV_ACCESS_LOCAL_WRITE
-	AccessRemoteWrite     uint32 = 1 << 1 // IBV_ACCESS_REMOTE_WRITE
-	AccessRemoteRead      uint32 = 1 << 2 // IBV_ACCESS_REMOTE_READ
-	AccessRemoteAtomic    uint32 = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
-	AccessFlushGlobal     uint32 = 1 << 8 // IBV_ACCESS_FLUSH_GLOBAL
-	AccessFlushPersistent uint32 = 1 << 9 // IBV_ACCESS_FLUSH_PERSISTENT
+	AccessLocalWrite      = mr.LocalWrite      // IBV_ACCESS_LOCAL_WRITE
+	AccessRemoteWrite     = mr.RemoteWrite     // IBV_ACCESS_REMOTE_WRITE
+	AccessRemoteRead      = mr.RemoteRead      // IBV_ACCESS_REMOTE_READ
+	AccessRemoteAtomic    = mr.RemoteAtomic    // IBV_ACCESS_REMOTE_ATOMIC
+	AccessFlushGlobal     = mr.FlushGlobal     // IBV_ACCESS_FLUSH_GLOBAL
+	AccessFlushPersistent = mr.FlushPersistent // IBV_ACCESS_FLUSH_PERSISTENT
 )

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/rxed/rxed/pkg/mr"
 )
 
 // SGE is one scatter/gather element, like struct ibv_sge: Length bytes at
@@ -186,25 +188,26 @@ func (f SendFlags) String() string {
 }
 
 // MWBindInfo describes a memory window bind (WRBindMW), like struct
-// ibv_mw_bind plus ibv_mw_bind_info. Objects are named by their keys so
-// this package stays independent of pkg/mr; the engine resolves them.
+// ibv_mw_bind plus ibv_mw_bind_info. Objects are named by their keys
+// (the engine resolves them in its pkg/mr table); the rights are
+// pkg/mr's Access.
 type MWBindInfo struct {
-	MWRKey  uint32 // current rkey of the window to bind
-	NewRKey uint32 // rkey the window gets (type 2: key part changed by the consumer)
-	MRLKey  uint32 // lkey of the region the window lies in; 0 with Length 0 unbinds
-	Addr    uint64 // start of the window inside the region
-	Length  uint64 // window length; 0 unbinds
-	Access  uint32 // IBV_ACCESS_* remote rights of the window
+	MWRKey  uint32    // current rkey of the window to bind
+	NewRKey uint32    // rkey the window gets (type 2: key part changed by the consumer)
+	MRLKey  uint32    // lkey of the region the window lies in; 0 with Length 0 unbinds
+	Addr    uint64    // start of the window inside the region
+	Length  uint64    // window length; 0 unbinds
+	Access  mr.Access // IBV_ACCESS_* remote rights of the window
 }
 
 // RegMRInfo describes a fast registration (WRRegMR), like the kernel's
 // struct ib_reg_wr.
 type RegMRInfo struct {
-	MRLKey uint32 // current lkey of the fast-registration region
-	NewKey uint32 // key the region gets (its 8-bit key part changed)
-	Access uint32 // IBV_ACCESS_* rights granted
-	IOVA   uint64 // address the region starts at after registration
-	Length uint64 // length mapped
+	MRLKey uint32    // current lkey of the fast-registration region
+	NewKey uint32    // key the region gets (its 8-bit key part changed)
+	Access mr.Access // IBV_ACCESS_* rights granted
+	IOVA   uint64    // address the region starts at after registration
+	Length uint64    // length mapped
 }
 
 // SendWR is a send work request, like struct ibv_send_wr without the

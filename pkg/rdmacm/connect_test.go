@@ -122,7 +122,7 @@ func TestDialAccept(t *testing.T) {
 			require.Equal(t, uint8(19), ca.Timeout)
 			require.Equal(t, uint8(0), sa.MinRNRTimer, "the kernel's CM leaves min_rnr_timer 0")
 			require.Equal(t, ca.PathMTU, sa.PathMTU)
-			require.NotZero(t, ca.AccessFlags&ib.QPAccessRemoteRead)
+			require.NotZero(t, ca.AccessFlags&ib.AccessRemoteRead)
 
 			// Data both ways. What the server will READ is written before the
 			// client's first post, which orders it before the client engine's

@@ -64,10 +64,10 @@ type ConnParam struct {
 // initAccess is the INIT access of a connected QP (cm_init_qp_init_attr):
 // remote WRITE always, READ and atomics when we have responder
 // resources.
-func initAccess(responderResources uint8) uint32 {
-	a := ib.QPAccessRemoteWrite
+func initAccess(responderResources uint8) ib.Access {
+	a := ib.AccessRemoteWrite
 	if responderResources > 0 {
-		a |= ib.QPAccessRemoteRead | ib.QPAccessRemoteAtomic
+		a |= ib.AccessRemoteRead | ib.AccessRemoteAtomic
 	}
 	return a
 }

@@ -18,7 +18,7 @@ func (l localOps) Execute(q *qp.QP, wr *qp.SendWR) qp.WCStatus {
 	case qp.WRBindMW:
 		b := wr.Bind
 		_, err := l.e.mem.BindMW(q.PD(), q.Num(), mr.Bind{MWKey: b.MWRKey, NewKey: b.NewRKey,
-			MRKey: b.MRLKey, Addr: b.Addr, Length: b.Length, Access: mr.Access(b.Access)})
+			MRKey: b.MRLKey, Addr: b.Addr, Length: b.Length, Access: b.Access})
 		if err != nil {
 			return qp.WCMWBindErr
 		}

@@ -89,7 +89,7 @@ func TestMemoryWindowAndSendWithInvalidate(t *testing.T) {
 	newKey := mr.IncKey(mw.RKey())
 	require.NoError(t, qb.PostSend(ib.SendWR{ID: 1, Opcode: ib.WRBindMW, Flags: ib.SendSignaled,
 		Bind: ib.MWBindInfo{MWRKey: mw.RKey(), NewRKey: newKey, MRLKey: bindMR.LKey(), Addr: bindMR.IOVA() + 4096,
-			Length: 4096, Access: uint32(ib.AccessRemoteWrite)}}))
+			Length: 4096, Access: ib.AccessRemoteWrite}}))
 	wc := waitOK(t, nb.scq, 1, ib.WCBindMW)
 	_ = wc
 	fill(na.buf[:100], 4)

@@ -72,7 +72,7 @@ type qpOpts struct {
 	retry       uint8
 	rnrRetry    uint8
 	minRNR      uint8
-	access      uint32
+	access      ib.Access
 	srq         *ib.SRQ
 	maxRdAtomic uint8
 	sendWR      uint32
@@ -96,7 +96,7 @@ func (o *qpOpts) defaults() {
 		o.minRNR = 1 // 10 us
 	}
 	if o.access == 0 && !o.noAccess {
-		o.access = ib.QPAccessRemoteWrite | ib.QPAccessRemoteRead | ib.QPAccessRemoteAtomic
+		o.access = ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
 	}
 	if o.maxRdAtomic == 0 {
 		o.maxRdAtomic = 16

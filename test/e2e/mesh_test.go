@@ -190,7 +190,7 @@ func runMesh(t *testing.T, n int, udp bool) {
 					p.mwKey = mr.IncKey(mw.RKey())
 					require.NoError(t, p.b.qp.PostSend(ib.SendWR{ID: 1, Opcode: ib.WRBindMW, Flags: ib.SendSignaled,
 						Bind: ib.MWBindInfo{MWRKey: mw.RKey(), NewRKey: p.mwKey, MRLKey: nb.xmr.LKey(),
-							Addr: nb.xmr.IOVA() + uint64(p.winOff), Length: 4096, Access: uint32(ib.AccessRemoteWrite)}}))
+							Addr: nb.xmr.IOVA() + uint64(p.winOff), Length: 4096, Access: ib.AccessRemoteWrite}}))
 					waitOK(t, p.b.scq, 1, ib.WCBindMW)
 				}
 				// Receives, in the order the script consumes them.

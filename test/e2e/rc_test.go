@@ -223,7 +223,7 @@ func TestRCRemoteErrorsLeaveMemoryUntouched(t *testing.T) {
 		setup  func(nb *node) (addr uint64, rkey uint32)
 		op     ib.WROpcode
 		status ib.WCStatus
-		qpAcc  uint32
+		qpAcc  ib.Access
 	}{
 		{"bad rkey", func(nb *node) (uint64, uint32) { return nb.mr.IOVA(), nb.mr.RKey() ^ 0x55 }, ib.WRRDMAWrite, ib.WCRemAccessErr, 0},
 		{"other PD", func(nb *node) (uint64, uint32) {
@@ -245,7 +245,7 @@ func TestRCRemoteErrorsLeaveMemoryUntouched(t *testing.T) {
 			require.NoError(nb.t, err)
 			return m.IOVA(), m.RKey()
 		}, ib.WRRDMARead, ib.WCRemAccessErr, 0},
-		{"QP without remote write", func(nb *node) (uint64, uint32) { return nb.mr.IOVA(), nb.mr.RKey() }, ib.WRRDMAWrite, ib.WCRemInvReqErr, ib.QPAccessRemoteRead},
+		{"QP without remote write", func(nb *node) (uint64, uint32) { return nb.mr.IOVA(), nb.mr.RKey() }, ib.WRRDMAWrite, ib.WCRemInvReqErr, ib.AccessRemoteRead},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -182,7 +182,7 @@ func TestDualStackDevice(t *testing.T) {
 		peer *node
 		pq   *ib.QP
 	}{{na, a6, nb, b6}, {nb, b6, na, a6}} {
-		require.NoError(t, s.q.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.QPAccessRemoteWrite | ib.QPAccessRemoteRead},
+		require.NoError(t, s.q.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: ib.AccessRemoteWrite | ib.AccessRemoteRead},
 			ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))
 		require.NoError(t, s.q.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: s.pq.Num(), RQPSN: 5, MaxDestRdAtomic: 4,
 			MinRNRTimer: 1, AV: ib.AddrVector{DGID: v6, SGIDIndex: 1, DestPort: s.peer.dev.Engine().Port(v6), PortNum: 1}},

@@ -146,7 +146,7 @@ func (h *host) rcQP(t *testing.T, cq *ib.CQ) *ib.QP {
 // exponent (4.096 us << timeout).
 func connect(t *testing.T, a *host, qa *ib.QP, b *host, qb *ib.QP, timeout uint8) {
 	require.NoError(t, ib.ConnectQP(qa, ib.RemoteQP{QPN: qb.Num(), PSN: 7, GID: b.addr, MTU: ib.MTU1024},
-		ib.ConnectAttr{SGIDIndex: -1, PSN: 7, AccessFlags: ib.QPAccessRemoteWrite, Timeout: timeout,
+		ib.ConnectAttr{SGIDIndex: -1, PSN: 7, AccessFlags: ib.AccessRemoteWrite, Timeout: timeout,
 			RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1, MaxRdAtomic: 1, MaxDestRdAtomic: 1}))
 }
 
