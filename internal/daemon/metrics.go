@@ -96,6 +96,8 @@ var counterHelp = map[string]string{
 	"replays_limited":        "duplicate READs not replayed (too many without progress)",
 	"naks_limited":           "PSN sequence NAKs not sent (per-QP rate limit)",
 	"ghost_responses":        "responses for PSNs never sent, ignored",
+	"fast_retransmits":       "go-back-N retransmissions started by the requester's own round-trip estimate, before the retransmit timer",
+	"read_response_gaps":     "READ responses that skipped a PSN, re-requested at once",
 	"ipv4_id_resync":         "IPv4 Identification windows re-anchored",
 	"mcast_no_member":        "multicast datagrams for a group no QP is attached to (ignored)",
 	"drop_length":            "packets dropped: shorter than their headers and ICRC",
