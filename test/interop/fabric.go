@@ -380,11 +380,11 @@ func (r *Runner) judgeFabric(ctx context.Context, res *Result, before []snap, pa
 			} else if pr.Iters != c.Iters {
 				fail("%s: %d iterations, want %d", f.who, pr.Iters, c.Iters)
 			} else if !f.server {
-				metrics = append(metrics, pr.Metric())
+				metrics = append(metrics, f.who+": "+pr.Metric())
 			}
 		case "write_bw":
 			if row, ok := ParsePerf(out); ok && !f.server {
-				metrics = append(metrics, row.Metric(PerfBW))
+				metrics = append(metrics, f.who+": "+row.Metric(PerfBW))
 			} else if !ok && !f.server {
 				fail("%s printed no perftest result table", f.who)
 			}
