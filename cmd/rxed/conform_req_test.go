@@ -23,7 +23,10 @@ func conformFull() bool { return os.Getenv("RXED_CONFORM_FULL") == "1" }
 // clientLoop runs an rxed client against the engine's server again and
 // again until the test ends, as a CI script runs the peer's client in a
 // loop: every requester scenario gets a fresh client. --timeout bounds one
-// a scenario left stuck.
+// a scenario left stuck; it is generous because a descheduled client (a
+// loaded host under -race) may need seconds for retry_cnt retransmissions,
+// and a client that gives up on its own bound would look like one whose
+// retries ran out.
 func clientLoop(t *testing.T, server string, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -32,7 +35,7 @@ func clientLoop(t *testing.T, server string, args ...string) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			r := runCmd(append(args, "--timeout", "3s", server)...)
+			r := runCmd(append(args, "--timeout", "8s", server)...)
 			if r.code != 0 && strings.Contains(r.stderr, "refused") {
 				// No scenario listening yet.
 				select {
@@ -59,7 +62,7 @@ func conformServe(t *testing.T, tool conform.Tool, only string, cfg conform.Conf
 	cfg.Local = netip.MustParseAddr(a)
 	cfg.OOBPort = uint16(mustAtoi(t, port))
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 6 * time.Second
+		cfg.Timeout = 10 * time.Second
 	}
 	re := regexp.MustCompile(only)
 	var scen []*conform.Scenario
@@ -150,15 +153,46 @@ func TestConformRequesterAgainstRxed(t *testing.T) {
 // TestConformRequesterDetectsFaultyClient shows requester scenarios can
 // FAIL: a client whose engine drops everything it receives
 // (--fault loss=1,dir=recv) never sees an ACK or NAK, so it cannot finish
-// its run, does not go back on a NAK and retries a fatal NAK.
+// its run, does not go back on a NAK and retries a fatal NAK (its timer
+// goes on past the retransmissions a NAK may race with).
 func TestConformRequesterDetectsFaultyClient(t *testing.T) {
 	t.Parallel()
-	ids := []string{"Q-RUN", "Q-SEQ-GOBACK", "Q-NAK-RKEY"}
+	ids := []string{"Q-RUN", "Q-SEQ-GOBACK", "Q-NAK-RKEY", "Q-NAK-INVALID"}
 	res := conformServe(t, conform.IBWriteBW, "^("+strings.Join(ids, "|")+")$", conform.Config{PeerIters: 20, Timeout: 4 * time.Second},
 		"perf", "write", "-n", "20", "-s", "4096", "-m", "1024", "--fault", "loss=1,dir=recv")
 	for _, id := range ids {
 		r, ok := res[id]
 		require.Truef(t, ok, "%s did not run", id)
 		require.Equalf(t, conform.Fail, r.Verdict, "%s against a deaf client: %s %s", id, r.Verdict, r.Evidence)
+	}
+}
+
+// TestConformRequesterJudgesTimers shows the timer judgment, made robust
+// against descheduled ends (pkg/conform req_watch.go), still fails a peer
+// whose timer is not the one it announced: a client with --qp-timeout 11
+// (8.4 ms) judged as timeout 15 (134 ms) retransmits far too early, one
+// with --qp-timeout 18 (1.07 s) far too late. (The early one FAILs on its
+// intervals, or, on a loaded machine, on having given up after 7 retries
+// in 60 ms while the judge waited for 3 at 134 ms: either way a FAIL.)
+func TestConformRequesterJudgesTimers(t *testing.T) {
+	t.Parallel()
+	cfg := conform.Config{PeerIters: 20, PeerACKTimeout: 15, PeerParamsSet: true, Timeout: 15 * time.Second}
+	for _, tc := range []struct {
+		qpTimeout string
+		ids       []string
+	}{
+		{"11", []string{"Q-TIMEOUT-RETRY"}},
+		{"18", []string{"Q-TIMEOUT-RETRY"}},
+	} {
+		t.Run("qp-timeout "+tc.qpTimeout, func(t *testing.T) {
+			t.Parallel()
+			res := conformServe(t, conform.IBWriteBW, "^("+strings.Join(tc.ids, "|")+")$", cfg,
+				"perf", "write", "-n", "20", "-s", "4096", "-m", "1024", "--qp-timeout", tc.qpTimeout)
+			for _, id := range tc.ids {
+				r, ok := res[id]
+				require.Truef(t, ok, "%s did not run", id)
+				require.Equalf(t, conform.Fail, r.Verdict, "%s with a timer of %s judged as 15: %s", id, tc.qpTimeout, r.Evidence)
+			}
+		})
 	}
 }

@@ -51,7 +51,7 @@ func conformAgainst(t *testing.T, tool conform.Tool, only string, cfg conform.Co
 	}
 	var scen []*conform.Scenario
 	for _, s := range conform.All() {
-		if (only == "" || regexp.MustCompile(only).MatchString(s.ID)) && s.Reaches(tool) && (conformFull() || loadSensitive[s.ID] == "") {
+		if (only == "" || regexp.MustCompile(only).MatchString(s.ID)) && s.Reaches(tool) {
 			scen = append(scen, s)
 		}
 	}
@@ -96,20 +96,6 @@ func requireConformant(t *testing.T, results map[string]conform.Result) {
 			t.Errorf("%s: %s: %s", id, r.Verdict, r.Evidence)
 		}
 	}
-}
-
-// loadSensitive are scenarios whose verdict depends on the rxed client
-// keeping its retransmit timer within a factor of its nominal interval:
-// under -race on a loaded 2-core machine they failed about one run in six
-// (6 retries counted instead of 7; a retransmission arriving after a NAK).
-// They run with RXED_CONFORM_FULL=1 (and against real peers).
-var loadSensitive = map[string]string{
-	"Q-TIMEOUT-EXCEEDED": "counts the client's retransmissions within its retry budget",
-	"Q-NAK-INVALID":      "expects silence after the NAK within a timer interval",
-	// Measured from when the packet arrived, the client's timer runs from
-	// when it was queued: a send delayed by a loaded machine shortens the
-	// first interval seen (119 ms for a 134 ms timeout, once in three runs).
-	"Q-TIMEOUT-RETRY": "measures the retransmission interval against 4.096 us x 2^timeout",
 }
 
 // TestConformAgainstRxed runs every scenario each rxed server can reach:

@@ -107,10 +107,9 @@ type Conn struct {
 	// PeerOutReads is the RDMA READ/atomic depth the peer announced.
 	PeerOutReads int
 
-	sess   *oob.Session
-	key    oob.Key
-	test   oob.Test
-	cancel context.CancelFunc
+	sess *oob.Session
+	key  oob.Key
+	test oob.Test
 	// srv is the responder state of requester mode (Accept); nil when
 	// the peer is the responder.
 	srv *serveState
@@ -252,13 +251,16 @@ func (c *Conn) dialPerftest(ctx context.Context) error {
 }
 
 // checkToolKey rejects a peer whose key says it runs another tool than
-// the one asked for: an RDMA tool has a buffer, a send tool has none.
+// the one asked for: an RDMA tool advertises a buffer with remote access
+// (an R_Key), a send tool none. perftest puts its buffer's address in
+// every test's key, ib_send_bw's too (rdma_rxe's ib_send_bw: rkey 0, a
+// real vaddr; /work/shared/pcaps/OOB.md), so only the R_Key tells them
+// apart.
 func checkToolKey(t Tool, k oob.Key) error {
-	hasBuf := k.RKey != 0 || k.VAddr != 0
 	switch {
-	case t.RDMA() && !hasBuf:
+	case t.RDMA() && k.RKey == 0 && k.VAddr == 0:
 		return fmt.Errorf("the peer is not an %s server: its key advertises no buffer (a send test?)", t)
-	case t == IBSendBW && hasBuf:
+	case t == IBSendBW && k.RKey != 0:
 		return fmt.Errorf("the peer is not an ib_send_bw server: its key advertises a buffer (rkey %#x), as RDMA tests do", k.RKey)
 	}
 	return nil
@@ -273,7 +275,12 @@ func (c *Conn) dialPingpong(ctx context.Context) error {
 	var err error
 	wait := 10 * time.Millisecond
 	for {
-		remote, err = oob.DialPingpong(ctx, addr, local, nil, &oob.Options{Timeout: cfg.Timeout, Logger: cfg.Logger})
+		// every step of the exchange within what is left of the scenario
+		step := cfg.Timeout
+		if d, ok := ctx.Deadline(); ok {
+			step = min(step, max(time.Until(d), time.Millisecond))
+		}
+		remote, err = oob.DialPingpong(ctx, addr, local, nil, &oob.Options{Timeout: step, Logger: cfg.Logger})
 		// Refused, or closed before the address: a one-shot server between
 		// two runs (its listener may accept into a backlog it then drops).
 		if err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, oob.ErrClosed)) || ctx.Err() != nil {

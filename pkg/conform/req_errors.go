@@ -20,7 +20,7 @@ func init() {
 					return o
 				}
 				_ = c.SendNAK(r.PSN(), code, "NAK "+wire.NAKCodeName(code))
-				return c.judgeEnded(ctx, r.PSN(), "NAK("+wire.NAKCodeName(code)+")", false)
+				return c.judgeFatalNAK(ctx, r, code)
 			}})
 	}
 	fatal("Q-NAK-RKEY", "NAK remote access error (R_Key violation)", "IBA 9.7.5.2.3 (remote access error), 9.9.2 (Remote Access Error completion)", wire.NAKRemoteAccess)

@@ -44,13 +44,13 @@ func init() {
 				return o
 			}
 			k := min(3, c.Cfg.PeerRetry)
-			s := c.watchPSN(ctx, r.PSN(), r, c.quietFor(), k+1, nil)
+			s := c.watchPSN(ctx, r.PSN(), r, c.patience(), k+1, nil)
 			if s.n() < k+1 {
-				return Failf("psn=%#x sent %d times, want %d retransmissions before answering (gaps %s; %s)", r.PSN(), s.n(), k, fmtDurs(s.gaps()), c.qpParams())
+				return Failf("psn=%#x sent %d times, want %d retransmissions before answering (gaps %s, then none for %v; %s)", r.PSN(), s.n(), k, fmtDurs(s.gaps()), c.patience(), c.qpParams())
 			}
 			c.Serve(s.pkt[s.n()-1])
 			if !c.timersOK(s) {
-				return Failf("retransmission intervals %s: want each within [%v, %v] (%s)", fmtDurs(s.gaps()), c.ackTimeout(), 4*c.ackTimeout(), c.qpParams())
+				return Failf("retransmission intervals %s: %s (%s)", fmtDurs(s.gaps()), c.timerRule(), c.qpParams())
 			}
 			if err := c.ServeToEnd(ctx); err != nil {
 				return Failf("answered after %d retransmissions, but the run did not complete: %v", k, err)
@@ -65,14 +65,21 @@ func init() {
 			if !ok {
 				return o
 			}
-			s := c.watchPSN(ctx, r.PSN(), r, c.quietFor(), c.Cfg.PeerRetry+4, nil)
+			// Up to retry_cnt retransmissions with patience (a late one is
+			// not a peer that gave up), then the usual quiet window for
+			// one too many.
+			s := c.watchPSN(ctx, r.PSN(), r, c.patience(), c.Cfg.PeerRetry+1, nil)
+			if s.n() == c.Cfg.PeerRetry+1 {
+				extra := c.watchPSN(ctx, r.PSN(), nil, c.quietFor(), 3, nil)
+				s.at, s.pkt = append(s.at, extra.at...), append(s.pkt, extra.pkt...)
+			}
 			c.MarkBroken()
 			out := retryJudge(c, s.n()-1, c.Cfg.PeerRetry, fmt.Sprintf("psn=%#x, nothing answered", r.PSN()), s.n() == c.Cfg.PeerRetry+4)
 			if out.Verdict != Pass {
 				return out
 			}
 			if !c.timersOK(s) {
-				return Failf("retransmission intervals %s: want each within [%v, %v]", fmtDurs(s.gaps()), c.ackTimeout(), 4*c.ackTimeout())
+				return Failf("retransmission intervals %s: %s", fmtDurs(s.gaps()), c.timerRule())
 			}
 			return Passf("%s; intervals %s", out.Evidence, fmtDurs(s.gaps()))
 		}})

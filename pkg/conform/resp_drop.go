@@ -2,6 +2,7 @@ package conform
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/rxed/rxed/pkg/wire"
 )
@@ -89,8 +90,12 @@ func init() {
 	drop("D-UD-OVER-MTU", "UD SEND longer than the PMTU", "IBA 9.6.1.2 (UD payload <= PMTU)", udTools, func(c *Conn) ([]byte, string) {
 		h := c.Hdr(wire.UDSendOnly)
 		h.QKey, h.SrcQP = UDQKey, c.OurQPN
-		b, _ := c.Build(h, pattern(4096+256, 1))
-		return b, "UD SEND of 4352 bytes"
+		// PMTU+256: over the peer's path MTU, yet within the link's (a
+		// 1500-byte Ethernet under a 1024-byte PMTU; the engine's socket
+		// does not fragment, so a larger one would never leave)
+		n := c.MTU + 256
+		b, _ := c.Build(h, pattern(n, 1))
+		return b, fmt.Sprintf("UD SEND of %d bytes (PMTU %d)", n, c.MTU)
 	})
 	drop("D-UD-RC-OPCODE", "RC opcode to a UD QP", "IBA 9.6.1.2 (transport must match the QP)", udTools, func(c *Conn) ([]byte, string) {
 		h := c.Hdr(wire.RCSendOnly)

@@ -85,17 +85,6 @@ type CMSpec struct {
 	Port int
 }
 
-// Runs counts the successful client steps.
-func (s *CMSpec) goodSteps() int {
-	n := 0
-	for _, st := range s.Steps {
-		if !st.WrongPort {
-			n++
-		}
-	}
-	return n
-}
-
 // ExpectCM returns the CM messages each role sends in a cell run: per successful connection
 // (rping, ucmatose) REQ and RTU from the client, REP from the server, and the DREQ from the
 // side that disconnects first (rping: the client after its -C pings; ucmatose: the server after

@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rxed/rxed/pkg/conform"
 	"github.com/rxed/rxed/test/interop"
 )
 
@@ -49,6 +50,8 @@ type options struct {
 	memMB   int
 	rxed    string // prebuilt rxed binary (default: go build ./cmd/rxed)
 	smoke   bool   // stop after the host smoke check
+	conform bool   // run the conformance part (rxed conform against the guest's tools)
+	confRes string // its results file
 
 	// the fabric cells selected (rxed hosts in namespaces of their own beside the guest, fabric.go)
 	fabric []interop.Cell
@@ -66,6 +69,8 @@ func run() int {
 	flag.IntVar(&o.memMB, "mem", 768, "guest memory in MiB")
 	flag.StringVar(&o.rxed, "rxed", os.Getenv("RXED_INTEROP_RXED"), "use this rxed binary instead of building ./cmd/rxed")
 	flag.BoolVar(&o.smoke, "smoke", false, "only build, boot one guest and run the host smoke check (namespace plumbing)")
+	flag.BoolVar(&o.conform, "conform", envOr("RXED_INTEROP_CONFORM", "1") == "1", "also run the conformance part (rxed conform against the guest's tools; rxed subject only)")
+	flag.StringVar(&o.confRes, "conform-results", "", "conformance results file (default <dir>/CONFORMANCE.md)")
 	list := flag.Bool("list", false, "print the matrix and the command lines, then exit")
 	flag.Parse()
 	o.subject = interop.Subject(*subject)
@@ -79,14 +84,22 @@ func run() int {
 			o.results = filepath.Join(o.dir, "RESULTS-rxe.md")
 		}
 	}
+	if o.confRes == "" {
+		o.confRes = filepath.Join(o.dir, "CONFORMANCE.md")
+	}
 	cells := interop.Select(interop.Matrix(), o.cells)
 	o.fabric = interop.Select(interop.FabricCells(), o.cells)
-	if len(cells) == 0 && len(o.fabric) == 0 {
+	var conf []interop.ConformRun
+	if o.conform && o.subject == interop.SubjectRxed {
+		conf = interop.SelectConform(interop.ConformRuns(), o.cells)
+	}
+	if len(cells) == 0 && len(conf) == 0 && len(o.fabric) == 0 {
 		fmt.Fprintf(os.Stderr, "interop: no cell matches %q\n", o.cells)
 		return 2
 	}
 	if *list {
 		printMatrix(cells)
+		printConform(conf)
 		return 0
 	}
 	if msg := preconditions(); msg != "" {
@@ -96,7 +109,7 @@ func run() int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	return runMatrix(ctx, o, cells)
+	return runMatrix(ctx, o, cells, conf)
 }
 
 func envOr(k, def string) string {
@@ -198,7 +211,7 @@ func printMatrix(cells []interop.Cell) {
 	fmt.Printf("%d cells, %d runs (rxed subject)\n", len(cells), runs)
 }
 
-func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
+func runMatrix(ctx context.Context, o options, cells []interop.Cell, conf []interop.ConformRun) int {
 	started := time.Now()
 	info := interop.RunInfo{Subject: o.subject, Started: started}
 
@@ -346,6 +359,7 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
 		results = append(results, res)
 		fmt.Println(interop.FabricLine(res))
 	}
+	confBroken := runConform(ctx, o, r, info, conf)
 	info.Total = time.Since(started)
 	if o.subject == interop.SubjectRxed {
 		rev, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
@@ -360,6 +374,13 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
 	}
 	info.Note = strings.TrimSpace(info.Note + " logs: " + logDir)
 
+	if len(results) == 0 {
+		// a conformance-only run (-cells conform): RESULTS.md keeps the last matrix run
+		if confBroken > 0 || ctx.Err() != nil {
+			return 1
+		}
+		return 0
+	}
 	var buf bytes.Buffer
 	interop.WriteReport(&buf, info, results)
 	if err := os.WriteFile(o.results, buf.Bytes(), 0o644); err != nil {
@@ -369,10 +390,62 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell) int {
 	os.Stdout.Write(buf.Bytes())
 	pass, fail := interop.Summary(results)
 	fmt.Printf("\ninterop: %d passed, %d failed (%s)\n", pass, fail, o.results)
-	if fail > 0 || ctx.Err() != nil || len(results) == 0 {
+	if fail > 0 || confBroken > 0 || ctx.Err() != nil {
 		return 1
 	}
 	return 0
+}
+
+// runConform runs the conformance part at link MTU 1500 (rxe active_mtu 1024) and writes
+// CONFORMANCE.md; it returns how many conform runs broke (rxe's verdicts never count).
+func runConform(ctx context.Context, o options, r *interop.Runner, info interop.RunInfo, conf []interop.ConformRun) int {
+	if len(conf) == 0 || ctx.Err() != nil {
+		return 0
+	}
+	if err := r.Lab.SetMTU(ctx, 1500); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: MTU:", err)
+		return 1
+	}
+	var rs []interop.ConformResult
+	for _, c := range conf {
+		if ctx.Err() != nil {
+			break
+		}
+		res := r.RunConform(ctx, c)
+		rs = append(rs, res)
+		n := res.Counts()
+		st := "ok"
+		if !res.OK() {
+			st = "BROKE " + strings.Join(res.Problems, "; ")
+		}
+		fmt.Printf("%-28s %5.1fs %d PASS, %d FAIL, %d DEVIATION, %d SKIP, %d ERROR: %s\n", c.Name, res.Elapsed.Seconds(),
+			n[conform.Pass], n[conform.Fail], n[conform.Deviation], n[conform.Skip], n[conform.Error], st)
+	}
+	rev, _ := exec.Command("git", "describe", "--always", "--dirty").Output()
+	info.Note = "rxed at " + strings.TrimSpace(string(rev)) + "; logs, captures and HTML ladders: " + r.LogDir
+	var buf bytes.Buffer
+	interop.WriteConformReport(&buf, info, rs)
+	if err := os.WriteFile(o.confRes, buf.Bytes(), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "interop: writing conformance results:", err)
+	}
+	ok, broken := interop.ConformSummary(rs)
+	fmt.Printf("\ninterop: conformance: %d runs held, %d broke (%s)\n", ok, broken, o.confRes)
+	if ctx.Err() != nil && len(rs) < len(conf) {
+		broken++
+	}
+	return broken
+}
+
+func printConform(conf []interop.ConformRun) {
+	n := 0
+	for _, c := range conf {
+		fmt.Printf("%s (%d scenarios)\n  guest: %s\n  host : rxed %s\n", c.Name, len(c.Scenarios()),
+			c.GuestLoop(1, 20000, "PIDFILE"), strings.Join(c.RunArgs(20000, "PCAPS", "REPORT.html", "10.78.0.11"), " "))
+		n += len(c.Scenarios())
+	}
+	if len(conf) > 0 {
+		fmt.Printf("%d conform runs, %d scenario runs\n", len(conf), n)
+	}
 }
 
 func linkMTU(ibMTU int) int {
