@@ -222,9 +222,7 @@ func (e *Engine) Close() error {
 		// receive completion and closes must not take the ACK for that
 		// message with it, or the peer retries into the void.
 		for _, w := range e.workers {
-			w.own.Lock()
-			w.flush()
-			w.own.Unlock()
+			w.closeFlush()
 		}
 		close(e.closed)
 		err = e.conn.Close()

@@ -65,6 +65,9 @@ type worker struct {
 	// persist makes a FLUSH's bytes durable (StartPersist); nil is
 	// Region.Persist. Tests set it before any QP exists, to gate it.
 	persist func(*mr.Region) error
+	// testCloseWaits, if set (tests, before Close), is called by
+	// closeFlush just before it waits for the shard.
+	testCloseWaits func()
 
 	// Ownership of the shard.
 	//

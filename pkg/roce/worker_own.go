@@ -119,3 +119,15 @@ func (w *worker) settle() {
 		}
 	}
 }
+
+// closeFlush sends the shard's batch for Engine.Close, as the shard's
+// last owner: it waits for the current one (the worker goroutine, or an
+// inline owner) to let go.
+func (w *worker) closeFlush() {
+	if w.testCloseWaits != nil {
+		w.testCloseWaits()
+	}
+	w.own.Lock()
+	w.flush()
+	w.own.Unlock()
+}
