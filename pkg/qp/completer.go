@@ -129,6 +129,7 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 	if psn.InRange(q.comp.psn, q.req.psn) {
 		q.comp.retryCnt = q.attr.RetryCnt
 	}
+	defer q.noteProgress(q.comp.psn, now)
 	for {
 		w := q.headWQE()
 		if w == nil {
@@ -140,6 +141,12 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 			continue // the response may acknowledge the next WQE too
 		case psnImpliedNAK:
 			q.ctr.ImpliedNAKs.Add(1)
+			q.errorRetry(w, now)
+			return
+		case psnReadGap:
+			if !q.comp.startedRetry { // counted once per gap, as it is retried
+				q.ctr.ReadResponseGaps.Add(1)
+			}
 			q.errorRetry(w, now)
 			return
 		case psnIgnore:
@@ -159,7 +166,8 @@ const (
 	psnCheckAck     psnVerdict = iota // at the expected PSN: checkAck consumes it
 	psnCoalescedAck                   // past the oldest WQE, a SEND/WRITE: that one is acknowledged
 	psnImpliedNAK                     // past a READ or atomic whose responses never came
-	psnIgnore                         // old, duplicated, or ahead inside a READ or atomic
+	psnIgnore                         // old, duplicated, or ahead inside an atomic
+	psnReadGap                        // ahead inside the oldest READ: a response before it was lost
 )
 
 // checkPSN is rxe's COMPST_CHECK_PSN: where the response's PSN lies
@@ -179,8 +187,19 @@ func (q *QP) checkPSN(w *wqe, psn PSN) psnVerdict {
 	if d < 0 {
 		return psnIgnore // an old or duplicated response
 	}
+	if d > 0 && w.wr.Opcode == WRRDMARead {
+		// READ responses arrive in order, so one past the expected PSN
+		// inside this READ means the ones between were lost. rxe waits
+		// for its timer here (check_psn's COMPST_DONE). Re-requesting
+		// from the missing PSN at once is the same retry, only sooner
+		// (recovery.go): the responder answers a READ retried from its
+		// middle as it answers a duplicate, and errorRetry allows one
+		// go-back per gap until progress, so the rest of the same reply,
+		// still arriving, does not rewind again.
+		return psnReadGap
+	}
 	if d > 0 && w.isReadOrAtomic() {
-		return psnIgnore // READ responses must arrive in order; wait for the retry
+		return psnIgnore // an atomic's response must be the expected PSN
 	}
 	return psnCheckAck
 }
@@ -436,6 +455,7 @@ func (q *QP) errorRetry(w *wqe, now time.Time) {
 		q.comp.retryCnt--
 		if q.req.psn.Diff(q.comp.psn) > 0 || w.state == wqePending {
 			q.ctr.CompleterRetryErr.Add(1)
+			q.noteLoss()
 			q.goBackN()
 			q.comp.startedRetry = true
 		}
@@ -502,6 +522,16 @@ func (q *QP) OnTimer(env Env, now time.Time, budget int) (more bool) {
 		if q.attr.State != Err {
 			q.goBackN()
 			q.rearm(now)
+		}
+	}
+	if !q.rec.rtoAt.IsZero() && !now.Before(q.rec.rtoAt) {
+		if !q.retransmitAt.IsZero() && !now.Before(q.retransmitAt) {
+			// Both expired: IBA's timer goes first (below) and spends a
+			// retry; a fast retransmit before it would rewind the WQE,
+			// leaving the timeout nothing to count.
+			q.rec.rtoAt = time.Time{}
+		} else {
+			q.onFastRetransmit(now)
 		}
 	}
 	if !q.retransmitAt.IsZero() && !now.Before(q.retransmitAt) {

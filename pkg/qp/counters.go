@@ -29,6 +29,8 @@ type Counters struct {
 	ReplaysLimited       atomic.Uint64 // replays_limited: duplicate READs not replayed (too many without progress)
 	NAKsLimited          atomic.Uint64 // naks_limited: PSN sequence NAKs not sent (per-QP rate limit)
 	GhostResponses       atomic.Uint64 // ghost_responses: responses for PSNs never sent, ignored
+	FastRetransmits      atomic.Uint64 // fast_retransmits: go-back-N on the requester's own round-trip timeout (recovery.go)
+	ReadResponseGaps     atomic.Uint64 // read_response_gaps: gaps in a READ's responses, re-requested at once
 }
 
 // CounterNames lists the rxe counter names in rxe's order, followed by
@@ -40,6 +42,7 @@ var CounterNames = []string{
 	"send_err", "link_downed", "rdma_sends", "rdma_recvs",
 	"cnp_rcvd", "retransmit_timeouts", "implied_naks", "replayed_responses",
 	"replays_limited", "naks_limited", "ghost_responses",
+	"fast_retransmits", "read_response_gaps",
 }
 
 // Snapshot returns every counter by name (see CounterNames).
@@ -52,6 +55,7 @@ func (c *Counters) Snapshot() map[string]uint64 {
 		&c.SendErr, &c.LinkDowned, &c.RDMASends, &c.RDMARecvs,
 		&c.CNPRcvd, &c.RetransmitTimeouts, &c.ImpliedNAKs, &c.ResponderResourceHit,
 		&c.ReplaysLimited, &c.NAKsLimited, &c.GhostResponses,
+		&c.FastRetransmits, &c.ReadResponseGaps,
 	}
 	m := make(map[string]uint64, len(fields))
 	for i, f := range fields {

@@ -231,14 +231,16 @@ func TestRetransmitTimeoutAndRetryExhaustion(t *testing.T) {
 	l.post(SendWR{ID: 7, Opcode: WRSend, Flags: Signaled, SGL: []SGE{l.a.sge(0, 10)}})
 	first := l.a.env.take()
 	require.Len(t, first, 1)
-	d := l.a.q.Deadline()
+	// IBA's local ACK timer (retransmitAt); the requester's own earlier
+	// fast retransmits (recovery.go) resend too but spend no retry_cnt.
+	d := l.a.q.retransmitAt
 	require.Equal(t, RetransmitTimeout(10), d.Sub(l.now), "4.096us * 2^10")
 	for i := 0; i < 2; i++ {
 		l.now = d
 		l.a.q.OnTimer(l.a.env, l.now, 1000)
 		again := l.a.env.take()
 		require.Equal(t, psns(first), psns(again), "retry %d resends the same PSN", i+1)
-		d = l.a.q.Deadline()
+		d = l.a.q.retransmitAt
 	}
 	l.now = d
 	l.a.q.OnTimer(l.a.env, l.now, 1000)

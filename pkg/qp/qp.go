@@ -158,6 +158,7 @@ type QP struct {
 	retransmitAt time.Time
 	rnrAt        time.Time
 	timeout      time.Duration
+	rec          recovery // round trips, fast retransmit, congestion window (recovery.go)
 
 	// Owned scratch, reused per packet so the data path does not allocate.
 	rxWR RecvWR
@@ -249,6 +250,7 @@ func (q *QP) resetProtocol() {
 	q.comp = completer{opcode: -1}
 	q.resp.reset()
 	q.retransmitAt, q.rnrAt = time.Time{}, time.Time{}
+	q.resetRecovery()
 }
 
 // Modify applies a validated attribute change (ibv_modify_qp). It runs on
@@ -444,7 +446,7 @@ func (q *QP) enterError() {
 // flush completes every outstanding send WR and (without an SRQ) every
 // posted receive WR with WR_FLUSH_ERR, as rxe does for a QP in ERR.
 func (q *QP) flush() {
-	q.retransmitAt, q.rnrAt = time.Time{}, time.Time{}
+	q.retransmitAt, q.rnrAt, q.rec.rtoAt = time.Time{}, time.Time{}, time.Time{}
 	tail := q.sq.published()
 	for q.sq.head != tail {
 		w := q.sq.at(q.sq.head)
@@ -473,6 +475,9 @@ func (q *QP) Deadline() time.Time {
 	d := q.retransmitAt
 	if !q.rnrAt.IsZero() && (d.IsZero() || q.rnrAt.Before(d)) {
 		d = q.rnrAt
+	}
+	if !q.rec.rtoAt.IsZero() && (d.IsZero() || q.rec.rtoAt.Before(d)) {
+		d = q.rec.rtoAt
 	}
 	return d
 }

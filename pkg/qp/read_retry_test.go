@@ -7,9 +7,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// readRetrySetup posts a READ of 1000 bytes (4 responses at MTU 256),
-// loses the second response and lets the retransmit timer fire: the
-// requester asks again from the first missing PSN and byte.
+// readRetrySetup posts a READ of 1000 bytes (4 responses at MTU 256) and
+// loses the second response: the third, one PSN ahead inside the same
+// READ, shows the gap, and the requester asks again at once from the
+// first missing PSN and byte (read_response_gaps; rxe waits for its
+// retransmit timer instead). The fourth, still part of the reply in
+// flight, does not rewind again.
 func readRetrySetup(t *testing.T) (l *link, resp [][]byte, retry []byte) {
 	l = newLink(t, RC, 7, 7)
 	for i := range l.b.buf[:1000] {
@@ -21,11 +24,9 @@ func readRetrySetup(t *testing.T) (l *link, resp [][]byte, retry []byte) {
 	resp = l.b.env.take()
 	require.Len(t, resp, 4)
 	l.deliver(l.a, l.b, resp[0], resp[2], resp[3]) // resp[1] lost
-	require.Empty(t, l.a.env.take())
-	l.now = l.a.q.Deadline()
-	l.a.q.OnTimer(l.a.env, l.now, 100)
 	rs := l.a.env.take()
-	require.Len(t, rs, 1)
+	require.Len(t, rs, 1, "one re-request for the gap, none for the rest of the reply")
+	require.Equal(t, uint64(1), l.a.q.ctr.ReadResponseGaps.Load())
 	var p wire.Packet
 	require.NoError(t, p.Parse(rs[0]))
 	require.Equal(t, wire.RCReadRequest, p.Opcode)
@@ -66,6 +67,42 @@ func TestReadReplayOpcodesAsRxe(t *testing.T) {
 	require.Equal(t, []wire.Opcode{wire.RCReadResponseMiddle, wire.RCReadResponseMiddle, wire.RCReadResponseLast},
 		opcodes(replay))
 	l.deliver(l.a, l.b, replay...)
+	wcs := poll(t, l.a.scq)
+	require.Len(t, wcs, 1)
+	require.Equal(t, WCSuccess, wcs[0].Status)
+	require.Equal(t, l.b.buf[:1000], l.a.buf[:1000])
+}
+
+// A READ whose last response is lost shows no gap: nothing after it
+// arrives. The retransmit timer re-requests the missing tail; before any
+// round trip is sampled that is IBA's local ACK timer (recovery.go).
+func TestReadLostTailRetriedByTimer(t *testing.T) {
+	l := newLink(t, RC, 7, 7)
+	for i := range l.b.buf[:1000] {
+		l.b.buf[i] = byte(i*5 + 3)
+	}
+	l.post(SendWR{ID: 1, Opcode: WRRDMARead, Flags: Signaled, SGL: []SGE{l.a.sge(0, 1000)},
+		RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()})
+	l.deliver(l.b, l.a, l.a.env.take()...)
+	resp := l.b.env.take()
+	require.Len(t, resp, 4)
+	l.deliver(l.a, l.b, resp[:3]...) // resp[3] lost
+	require.Empty(t, l.a.env.take())
+	require.Zero(t, l.a.q.ctr.ReadResponseGaps.Load())
+	d := l.a.q.Deadline()
+	require.False(t, d.IsZero())
+	l.now = d
+	l.a.q.OnTimer(l.a.env, l.now, 100)
+	rs := l.a.env.take()
+	require.Len(t, rs, 1)
+	var p wire.Packet
+	require.NoError(t, p.Parse(rs[0]))
+	require.Equal(t, wire.RCReadRequest, p.Opcode)
+	require.Equal(t, PSN(wire.BTH(resp[3]).PSN()), PSN(p.BTH.PSN()))
+	require.Equal(t, l.b.m.IOVA()+768, p.RETH.VA())
+	require.Equal(t, uint32(232), p.RETH.DMALen())
+	l.deliver(l.b, l.a, rs...)
+	l.deliver(l.a, l.b, l.b.env.take()...)
 	wcs := poll(t, l.a.scq)
 	require.Len(t, wcs, 1)
 	require.Equal(t, WCSuccess, wcs[0].Status)

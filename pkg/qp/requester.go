@@ -164,7 +164,7 @@ func (q *QP) takeRdAtomic(w *wqe) bool {
 // check): the responder's duplicate detection covers only so far back,
 // and it bounds what a go-back-N must resend.
 func (q *QP) windowFull() bool {
-	return q.typ == RC && q.req.psn.Diff(q.comp.psn) > MaxUnackedPSNs
+	return q.typ == RC && q.req.psn.Diff(q.comp.psn) > MaxUnackedPSNs || q.cwndFull()
 }
 
 // sendNext sends the next packet of w and moves w on: once its last
@@ -173,6 +173,7 @@ func (q *QP) windowFull() bool {
 // packet that could not be built or sent fails w (in order, once the
 // completer reaches it) and stops the requester; false then.
 func (q *QP) sendNext(env Env, w *wqe, now time.Time) bool {
+	psn, resent := q.req.psn, q.req.psn.Diff(q.req.sentEnd) < 0
 	finished, st := q.sendRequest(env, w)
 	q.markStarted()
 	if st != WCSuccess {
@@ -185,6 +186,7 @@ func (q *QP) sendNext(env Env, w *wqe, now time.Time) bool {
 	if q.typ == RC && q.timeout > 0 && q.retransmitAt.IsZero() {
 		q.retransmitAt = now.Add(q.timeout)
 	}
+	q.noteRequestSent(psn, resent, now)
 	if finished {
 		if q.typ == RC {
 			w.state = wqePending
