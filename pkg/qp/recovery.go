@@ -84,7 +84,10 @@ func (q *QP) rto() time.Duration {
 	if q.rec.srtt > 0 {
 		r = q.rec.srtt + 4*q.rec.rttvar
 	}
-	return max(minRTO, r) << q.rec.backoff
+	// Capped at a quarter of IBA's timeout: a requester whose estimate a
+	// loaded host inflated, or that backed off, still retries a few times
+	// before the local ACK timer spends a retry (and then waits 67 ms).
+	return min(max(minRTO, r)<<q.rec.backoff, q.timeout/4)
 }
 
 // noteRequestSent is called after each request packet leaves, psn being
