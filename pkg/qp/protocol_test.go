@@ -53,6 +53,11 @@ type link struct {
 }
 
 func newEnd(t *testing.T, typ Type, num uint32, addr string) *end {
+	return newEndOver(t, typ, num, addr, make([]byte, 1<<20))
+}
+
+// newEndOver is newEnd with buf as the registered memory.
+func newEndOver(t *testing.T, typ Type, num uint32, addr string, buf []byte) *end {
 	mem := mr.NewTable(nil)
 	pd, err := mem.AllocPD()
 	require.NoError(t, err)
@@ -61,7 +66,6 @@ func newEnd(t *testing.T, typ Type, num uint32, addr string) *end {
 	q, err := New(Config{Num: num, Type: typ, PD: pd, Mem: mem, SendCQ: scq, RecvCQ: rcq,
 		Cap: Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
 	require.NoError(t, err)
-	buf := make([]byte, 1<<20)
 	m, err := mem.RegMR(pd, buf, mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic)
 	require.NoError(t, err)
 	return &end{q: q, env: &capEnv{}, scq: scq, rcq: rcq, mem: mem, pd: pd, buf: buf, m: m,
@@ -71,7 +75,12 @@ func newEnd(t *testing.T, typ Type, num uint32, addr string) *end {
 // newLink connects two QPs (RTS, PSN 0xFFFFFE so the wrap is crossed)
 // with path MTU 256, timeout 10 and the given retry counts.
 func newLink(t *testing.T, typ Type, retry, rnr uint8) *link {
-	l := &link{t: t, a: newEnd(t, typ, 0x11, "10.0.0.1"), b: newEnd(t, typ, 0x12, "10.0.0.2"), now: time.Unix(1000, 0)}
+	return connectLink(t, typ, retry, rnr, newEnd(t, typ, 0x11, "10.0.0.1"), newEnd(t, typ, 0x12, "10.0.0.2"))
+}
+
+// connectLink is newLink over the ends a and b.
+func connectLink(t *testing.T, typ Type, retry, rnr uint8, a, b *end) *link {
+	l := &link{t: t, a: a, b: b, now: time.Unix(1000, 0)}
 	for _, p := range [][2]*end{{l.a, l.b}, {l.b, l.a}} {
 		x, y := p[0], p[1]
 		require.NoError(t, x.q.Modify(&Attr{State: Init, PortNum: 1, QKey: 0x1234,
