@@ -6,8 +6,11 @@ FUZZTIME ?= 200000x
 
 test: vet unit fuzz interop
 
+# staticcheck is a tool of go.mod (go tool builds it from the module
+# cache, downloading it like any module): U1000 reports unused code.
 vet:
 	$(GO) vet ./...
+	$(GO) tool staticcheck -checks U1000 ./...
 	@bash scripts/readme.sh --check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
