@@ -245,12 +245,18 @@ func init() {
 				if exceed {
 					limit = c.Cfg.PeerRetry + 4
 				}
-				s := c.watchPSN(ctx, r.PSN(), r, c.quietFor(), limit, func(x *Rx, n int) bool {
+				nak := func(x *Rx, n int) bool {
 					if exceed || n <= k {
 						_ = c.SendNAK(x.PSN(), wire.NAKPSNSeqErr, fmt.Sprintf("NAK sequence error %d at the same PSN", n))
 					}
 					return true
-				})
+				}
+				// patience up to the limit, the quiet window past it
+				s := c.watchPSN(ctx, r.PSN(), r, c.patience(), min(limit, c.Cfg.PeerRetry+1), nak)
+				if exceed && s.n() == c.Cfg.PeerRetry+1 {
+					extra := c.watchPSN(ctx, r.PSN(), nil, c.quietFor(), limit-s.n(), func(x *Rx, n int) bool { return nak(x, s.n()+n) })
+					s.at, s.pkt = append(s.at, extra.at...), append(s.pkt, extra.pkt...)
+				}
 				if exceed {
 					c.MarkBroken()
 					return retryJudge(c, s.n()-1, c.Cfg.PeerRetry, fmt.Sprintf("NAK sequence error psn=%#x for every transmission", r.PSN()), s.n() == limit)
@@ -296,7 +302,13 @@ func init() {
 				}
 				retries := 0
 				for retries < limit && ctx.Err() == nil {
-					x, ok := c.Next(ctx, c.quietFor(), func(x *Rx) bool { return c.IsRequest(x) && (x.PSN() == r1.PSN() || x.PSN() == p2) })
+					// patience up to the limit (a late retry is not a peer that
+					// gave up), the quiet window past it
+					wait := c.quietFor()
+					if retries < c.Cfg.PeerRetry {
+						wait = c.patience()
+					}
+					x, ok := c.Next(ctx, wait, func(x *Rx) bool { return c.IsRequest(x) && (x.PSN() == r1.PSN() || x.PSN() == p2) })
 					if !ok {
 						break
 					}

@@ -79,6 +79,10 @@ func Run(ctx context.Context, cfg Config, s *Scenario) (res Result) {
 		}
 		ccancel()
 		res.Trace = d.conn.Trace()
+		if d.conn.Link != nil {
+			// requester mode learns the peer's address from its client
+			res.Local, res.Peer = d.conn.flow.Src.String(), d.conn.flow.Dst.String()
+		}
 	}
 	return res
 }

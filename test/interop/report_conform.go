@@ -80,6 +80,10 @@ func WriteConformReport(w io.Writer, info RunInfo, rs []ConformResult) {
 		"as requester (`--serve`) its clients. docs/conform.md says what each verdict means. A FAIL here is rxe's behaviour "+
 		"(a finding), not a failure of the CI step; the step fails only when a conform run itself breaks "+
 		"(hang, panic, bad exit, a missing record, an ERROR verdict).\n\n")
+	fmt.Fprintf(w, "The packet listings are `rxed decode` of the engine's own captures (`--pcap-dir`): raw IP with the IP "+
+		"header the engine's UDP socket implies. The ICRC covers the IPv4 ID, which the socket does not see, so rxe's "+
+		"packets show `icrc=bad` there; that is the capture, not rxe. The ICRC path itself is exercised: every "+
+		"packet the engine sealed (DF set, IP_PMTUDISC_DO) was accepted by rxe, and D-ICRC's corrupted one was dropped.\n\n")
 	fmt.Fprintf(w, "- started %s, accel %s, guest kernel %s\n", info.Started.UTC().Format("2006-01-02T15:04:05Z"), info.Accel, info.Kernel)
 	if info.Note != "" {
 		fmt.Fprintf(w, "- %s\n", info.Note)
