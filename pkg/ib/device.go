@@ -65,6 +65,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock drives the protocol timers; nil is the system clock.
 	Clock roce.Clock
+	// IBATimerOnly leaves retransmission to IBA's local ACK timeout alone,
+	// as rdma_rxe does: the requester's faster timer of its own, which
+	// resends after a few round trips without an answer and spends no
+	// retry_cnt (pkg/qp's recovery.go), is off. For tests that count
+	// every packet, and comparisons with rxe.
+	IBATimerOnly bool
 	// Workers is the number of engine worker goroutines; 0 picks one per
 	// CPU (at most 8).
 	Workers int
@@ -156,7 +162,7 @@ func OpenDevice(cfg Config) (*Device, error) {
 	if las := conn.LocalAddrs(); len(las) > 0 {
 		d.port = las[0].Port()
 	}
-	d.eng, err = roce.New(roce.Config{Conn: conn, GIDs: d.gids, Workers: cfg.Workers, Clock: cfg.Clock,
+	d.eng, err = roce.New(roce.Config{Conn: conn, GIDs: d.gids, Workers: cfg.Workers, Clock: cfg.Clock, IBATimerOnly: cfg.IBATimerOnly,
 		Logger: cfg.Logger, Mem: mr.NewTable(nil), OnEvent: d.engineEvent})
 	if err != nil {
 		conn.Close()

@@ -64,6 +64,11 @@ type Config struct {
 	RecvCQ   CompletionQueue
 	SRQ      ReceiveSource // nil: the QP gets its own receive queue
 	Counters *Counters     // shared device counters; nil allocates private ones
+	// IBATimerOnly turns off the requester's own loss recovery timer
+	// (recovery.go): only IBA's local ACK timeout retransmits, as in
+	// rdma_rxe. For tests that count every packet and for comparisons
+	// with rxe; the congestion window and READ gap re-requests stay.
+	IBATimerOnly bool
 	// PortMTU is the port's active MTU, which UD uses for every message
 	// (rxe get_mtu: the path MTU is for RC/UC only); 0 means MTU4096.
 	PortMTU MTU
@@ -159,6 +164,7 @@ type QP struct {
 	rnrAt        time.Time
 	timeout      time.Duration
 	rec          recovery // round trips, fast retransmit, congestion window (recovery.go)
+	ibaTimerOnly bool     // Config.IBATimerOnly
 
 	// Owned scratch, reused per packet so the data path does not allocate.
 	rxWR RecvWR
@@ -182,6 +188,7 @@ func New(c Config) (*QP, error) {
 		num: c.Num, typ: c.Type, cap: c.Cap, sigAll: c.SigAll,
 		pd: c.PD, mem: c.Mem, scq: c.SendCQ, rcq: c.RecvCQ, srq: c.SRQ,
 		ctr: c.Counters, onErr: c.OnError, onDrained: c.OnSQDrained, gids: c.GIDs,
+		ibaTimerOnly: c.IBATimerOnly,
 	}
 	if q.ctr == nil {
 		q.ctr = new(Counters)

@@ -19,11 +19,10 @@ import "time"
 // Karn's rule), smoothed, and a requester that has outstanding requests
 // and hears nothing for srtt + 4 rttvar (at least minRTO, doubling on each
 // expiry without progress) goes back to the oldest unacknowledged PSN.
-// Until the first sample there is no estimate, and the timeout is an
-// eighth of IBA's (8 ms for perftest's 67 ms; TCP starts at 1 s for the
-// same reason): long enough for any peer's first answer, an rxe guest
-// under emulation included, and still far shorter than a lost first
-// packet would cost otherwise.
+// Until the first sample there is no estimate and only IBA's timer runs
+// (TCP starts at 1 s for the same reason): a peer that has never answered
+// sees exactly the local ACK timeout's schedule, and a slow one (an rxe
+// guest under emulation) is not sent early duplicates.
 // Resending early is always allowed: the responder answers duplicates
 // from its state (IBA 9.7.5.1.3, C9-105) without executing them twice.
 // What this timer does not do is count against retry_cnt: only the
@@ -75,15 +74,12 @@ func (q *QP) resetRecovery() { q.rec = recovery{cwnd: MaxUnackedPSNs} }
 // RC with a local ACK timeout long enough to be worth beating (its
 // eighth at least minRTO).
 func (q *QP) fastRetransmits() bool {
-	return q.typ == RC && q.timeout >= 8*minRTO
+	return q.typ == RC && q.timeout >= 8*minRTO && !q.ibaTimerOnly
 }
 
-// rto is the current fast retransmit timeout.
+// rto is the current fast retransmit timeout (once srtt is known).
 func (q *QP) rto() time.Duration {
-	r := q.timeout / 8 // no sample yet
-	if q.rec.srtt > 0 {
-		r = q.rec.srtt + 4*q.rec.rttvar
-	}
+	r := q.rec.srtt + 4*q.rec.rttvar
 	// Capped at a quarter of IBA's timeout: a requester whose estimate a
 	// loaded host inflated, or that backed off, still retries a few times
 	// before the local ACK timer spends a retry (and then waits 67 ms).
@@ -100,7 +96,7 @@ func (q *QP) noteRequestSent(psn PSN, resent bool, now time.Time) {
 	if !q.rec.sampling && !resent {
 		q.rec.sampling, q.rec.samplePSN, q.rec.sampleAt = true, psn, now
 	}
-	if q.rec.rtoAt.IsZero() {
+	if q.rec.rtoAt.IsZero() && q.rec.srtt > 0 {
 		q.rec.rtoAt = now.Add(q.rto())
 	}
 }
@@ -134,7 +130,7 @@ func (q *QP) noteProgress(before PSN, now time.Time) {
 		r.cwnd = min(r.cwnd+1, MaxUnackedPSNs)
 	}
 	r.rtoAt = time.Time{}
-	if q.fastRetransmits() && q.req.psn != q.comp.psn && q.attr.State != Err {
+	if q.fastRetransmits() && r.srtt > 0 && q.req.psn != q.comp.psn && q.attr.State != Err {
 		r.rtoAt = now.Add(q.rto())
 	}
 }

@@ -66,6 +66,8 @@ type Config struct {
 	Workers int
 	// Clock drives the retransmit and RNR timers; nil is the system clock.
 	Clock Clock
+	// IBATimerOnly is qp.Config.IBATimerOnly for every QP of the engine.
+	IBATimerOnly bool
 	// Logger receives debug and error logs; nil is silent.
 	Logger *slog.Logger
 	// Mem is the memory table; nil creates one.
@@ -99,13 +101,14 @@ type Event struct {
 
 // Engine is one RoCE device's data path.
 type Engine struct {
-	conn    transport.Conn
-	gids    []netip.Addr
-	ports   map[netip.Addr]uint16
-	clock   Clock
-	log     *slog.Logger
-	mem     *mr.Table
-	onEvent func(Event)
+	conn         transport.Conn
+	gids         []netip.Addr
+	ports        map[netip.Addr]uint16
+	clock        Clock
+	ibaTimerOnly bool // Config.IBATimerOnly
+	log          *slog.Logger
+	mem          *mr.Table
+	onEvent      func(Event)
 
 	drops [qp.NumDropReasons]atomic.Uint64
 
@@ -152,13 +155,14 @@ func New(cfg Config) (*Engine, error) {
 		return nil, errors.New("roce: Config.Conn is required")
 	}
 	e := &Engine{
-		conn:    cfg.Conn,
-		clock:   cfg.Clock,
-		log:     cfg.Logger,
-		mem:     cfg.Mem,
-		onEvent: cfg.OnEvent,
-		ports:   make(map[netip.Addr]uint16),
-		closed:  make(chan struct{}),
+		conn:         cfg.Conn,
+		clock:        cfg.Clock,
+		ibaTimerOnly: cfg.IBATimerOnly,
+		log:          cfg.Logger,
+		mem:          cfg.Mem,
+		onEvent:      cfg.OnEvent,
+		ports:        make(map[netip.Addr]uint16),
+		closed:       make(chan struct{}),
 	}
 	if e.clock == nil {
 		e.clock = SystemClock{}
@@ -286,6 +290,7 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 	}
 	c.Mem = e.mem
 	c.GIDs = e.gids
+	c.IBATimerOnly = c.IBATimerOnly || e.ibaTimerOnly
 	num, err := e.qpns.numFor(&c)
 	if err != nil {
 		return nil, err

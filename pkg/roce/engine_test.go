@@ -38,7 +38,11 @@ var sideCap = qp.Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 
 // of type typ.
 func sideOn(t *testing.T, c transport.Conn, a netip.Addr, typ qp.Type, capacity qp.Cap) *side {
 	t.Helper()
-	e, err := New(Config{Conn: c, Workers: 2})
+	// IBATimerOnly: these tests count packets exactly, and some sides
+	// answer only while the test polls them, which the requester's own
+	// round-trip timer (pkg/qp recovery.go, tested there) would take for
+	// loss.
+	e, err := New(Config{Conn: c, Workers: 2, IBATimerOnly: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
 	pd, err := e.Memory().AllocPD()

@@ -37,7 +37,11 @@ func pollOK(t testing.TB, cq *ib.CQ, id uint64, op ib.WCOpcode) ib.WC {
 func TestCQPollReceivesItself(t *testing.T) {
 	mk := func(a string, wrap bool) *node {
 		addr := netip.MustParseAddr(a)
-		cfg := ib.Config{Addrs: []netip.Addr{addr}, EphemeralPort: true, Workers: 2}
+		// IBATimerOnly: B answers only while the test polls it, which
+		// the requester's own round-trip timer (pkg/qp recovery.go)
+		// would take for loss and resend early; the test is about the
+		// polling path and counts every retransmission.
+		cfg := ib.Config{Addrs: []netip.Addr{addr}, EphemeralPort: true, Workers: 2, IBATimerOnly: true}
 		if wrap {
 			cfg.Wrap = polltest.Only
 		}
