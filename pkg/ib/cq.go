@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rxed/rxed/pkg/qp"
+	"github.com/rxed/rxed/pkg/roce"
 )
 
 // CQ is a completion queue (struct ibv_cq), from Device.CreateCQ or
@@ -122,7 +123,7 @@ func (cq *CQ) Poll(wcs []WC) int {
 	if cq.d.down.Load() {
 		return 0
 	}
-	if cq.d.eng.Progress() == 0 {
+	if cq.d.eng.Progress() == 0 && roce.ProgressOthers(cq.d.eng) == 0 {
 		// A goroutine spinning on Poll must not keep a worker or timer
 		// goroutine of the engine from running on a machine with few
 		// CPUs: that work is what the completion it waits for needs.

@@ -106,9 +106,13 @@ type Engine struct {
 	ports        map[netip.Addr]uint16
 	clock        Clock
 	ibaTimerOnly bool // Config.IBATimerOnly
-	log          *slog.Logger
-	mem          *mr.Table
-	onEvent      func(Event)
+	// polledAt is when Progress was last called (nanotime): an engine
+	// whose own application polls it needs no other spinner's help
+	// (ProgressOthers).
+	polledAt atomic.Int64
+	log      *slog.Logger
+	mem      *mr.Table
+	onEvent  func(Event)
 
 	drops [qp.NumDropReasons]atomic.Uint64
 
@@ -200,6 +204,7 @@ func New(cfg Config) (*Engine, error) {
 	e.lender = transport.Lend(cfg.Conn)
 	if p, ok := cfg.Conn.(transport.Poller); ok && p.CanPoll() {
 		e.poller = p
+		registerPollable(e)
 	}
 	e.gs, _ = cfg.Conn.(transport.GatherSender)
 	e.inlineAll = runtime.GOMAXPROCS(0) <= inlineProcs
@@ -229,6 +234,9 @@ func (e *Engine) Close() error {
 			w.closeFlush()
 		}
 		close(e.closed)
+		if e.poller != nil {
+			unregisterPollable(e)
+		}
 		err = e.conn.Close()
 		e.wg.Wait()
 		// A FLUSH's msync holds its region until it returns: wait, so that
@@ -540,7 +548,17 @@ func (e *Engine) receiveLoop() {
 // engine's waiting verbs it must not be called from OnEvent or a
 // qp.CQ notify handler (they run on a worker, which Progress may wait for).
 func (e *Engine) Progress() int {
-	if e.poller == nil || !e.rxMu.TryLock() {
+	if e.poller == nil {
+		return 0
+	}
+	e.polledAt.Store(nanotime())
+	return e.progress()
+}
+
+// progress is Progress without marking the engine as polled by its own
+// application (ProgressOthers).
+func (e *Engine) progress() int {
+	if !e.rxMu.TryLock() {
 		return 0
 	}
 	defer e.rxMu.Unlock()
