@@ -113,6 +113,9 @@ type Conn struct {
 	// srv is the responder state of requester mode (Accept); nil when
 	// the peer is the responder.
 	srv *serveState
+	// sc is the runner's scope through which the connection opens its
+	// listener, session and link (nil: Close alone closes them).
+	sc *scope
 }
 
 // ConnOptions choose what a scenario needs of its connection.
@@ -174,9 +177,15 @@ func dialRetry(ctx context.Context, local, peer netip.Addr, port uint16) (net.Co
 	}
 }
 
-// Dial connects to the peer's tool as its client (responder mode).
+// Dial connects to the peer's tool as its client (responder mode). The
+// caller closes the Conn.
 func Dial(ctx context.Context, cfg *Config, o ConnOptions) (*Conn, error) {
-	c := &Conn{Cfg: cfg, Tool: cfg.Tool, OurQPN: randomQPN(), PSN: random24()}
+	return dial(ctx, cfg, o, nil)
+}
+
+// dial is Dial with everything opened through sc.
+func dial(ctx context.Context, cfg *Config, o ConnOptions, sc *scope) (*Conn, error) {
+	c := &Conn{Cfg: cfg, Tool: cfg.Tool, OurQPN: randomQPN(), PSN: random24(), sc: sc}
 	if o.SetPSN {
 		c.PSN = o.PSN & 0xffffff
 	}
@@ -193,7 +202,7 @@ func Dial(ctx context.Context, cfg *Config, o ConnOptions) (*Conn, error) {
 	}
 	// The link opens after the exchange: the peer sends nothing before
 	// our first packet (pingpong servers answer, perftest servers idle).
-	if c.Link, err = OpenLink(local, peer); err != nil {
+	if c.Link, err = sc.openLink(local, peer); err != nil {
 		if c.sess != nil {
 			_ = c.sess.CloseWithoutExchange()
 		}
@@ -214,7 +223,11 @@ func (c *Conn) dialPerftest(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		c.sess = oob.NewSession(nc, oob.Client, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.Timeout, Logger: cfg.Logger}})
+		sess := oob.NewSession(nc, oob.Client, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.Timeout, Logger: cfg.Logger}})
+		if err := c.sc.hold(func() { _ = sess.CloseWithoutExchange() }); err != nil {
+			return err
+		}
+		c.sess = sess
 		neg, err = c.sess.Negotiate(ctx, oob.MTUEnum(cfg.MTU))
 		if err == nil {
 			break

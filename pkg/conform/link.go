@@ -314,8 +314,9 @@ func (l *Link) maybeAck(r *Rx) {
 	}
 }
 
-// Next waits up to d (and ctx) for the first packet match accepts; other
-// packets are dropped from the queue (they stay in the trace).
+// Next waits up to d (and ctx, and the link's closing) for the first
+// packet match accepts; other packets are dropped from the queue (they
+// stay in the trace).
 func (l *Link) Next(ctx context.Context, d time.Duration, match func(*Rx) bool) (*Rx, bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -328,6 +329,18 @@ func (l *Link) Next(ctx context.Context, d time.Duration, match func(*Rx) bool) 
 		case <-t.C:
 			return nil, false
 		case <-ctx.Done():
+			return nil, false
+		case <-l.done:
+			// Closed (by the runner, past the deadline): what was queued,
+			// then nothing more will come.
+			select {
+			case r := <-l.rx:
+				if match == nil || match(r) {
+					return r, true
+				}
+				continue
+			default:
+			}
 			return nil, false
 		}
 	}
@@ -348,6 +361,17 @@ func (l *Link) Collect(ctx context.Context, d time.Duration, match func(*Rx) boo
 			return out
 		case <-ctx.Done():
 			return out
+		case <-l.done:
+			for {
+				select {
+				case r := <-l.rx:
+					if match == nil || match(r) {
+						out = append(out, r)
+					}
+				default:
+					return out
+				}
+			}
 		}
 	}
 }

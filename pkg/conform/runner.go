@@ -11,6 +11,69 @@ import (
 // closeGrace bounds the closing exchange after a scenario's verdict.
 const closeGrace = 8 * time.Second
 
+// bodyGrace is how long past its deadline a scenario body gets to return
+// (one that honours its context returns within it, with its verdict),
+// and then again after the runner closed its connection.
+const bodyGrace = time.Second
+
+// bodyDone is what a scenario body's goroutine hands back.
+type bodyDone struct {
+	out  Outcome
+	conn *Conn
+}
+
+// runBody sets up the scenario's connection through sc and runs it,
+// reporting on ch (buffered: a body the runner stopped waiting for never
+// blocks).
+func runBody(ctx context.Context, cfg *Config, s *Scenario, sc *scope, ch chan<- bodyDone) {
+	var c *Conn
+	defer func() {
+		if p := recover(); p != nil {
+			ch <- bodyDone{Errorf("scenario panicked: %v (%s)", p, firstFrame(debug.Stack())), c}
+		}
+	}()
+	var err error
+	if cfg.Serve {
+		c, err = accept(ctx, cfg, s.Conn, sc)
+	} else {
+		c, err = dial(ctx, cfg, s.Conn, sc)
+	}
+	if err != nil {
+		ch <- bodyDone{Errorf("setup: %v", err), nil}
+		return
+	}
+	ch <- bodyDone{s.Run(ctx, c), c}
+}
+
+// awaitOverrun runs when the scenario's context has ended and its body
+// has not returned. The exchange's listener is closed at once (the accept
+// phase is over either way, and its port is the next scenario's); a body
+// that honours its context then returns within bodyGrace and its verdict
+// stands. Otherwise the runner closes the session, the link and the
+// tool's waiter (which unblocks a body stuck on them), waits bodyGrace
+// more, and reports the overrun as an ERROR: nothing the body concludes
+// after its connection was taken from it is a statement about the peer.
+func awaitOverrun(cfg *Config, sc *scope, ch <-chan bodyDone) bodyDone {
+	sc.expire()
+	t := time.NewTimer(bodyGrace)
+	defer t.Stop()
+	select {
+	case d := <-ch:
+		return d
+	case <-t.C:
+	}
+	sc.end()
+	out := Errorf("deadline exceeded: the scenario did not end within its %v deadline; the runner closed its connection", cfg.Timeout)
+	t.Reset(bodyGrace)
+	select {
+	case late := <-ch:
+		out.Evidence += "; it then returned " + late.out.Verdict.String() + ": " + late.out.Evidence
+	case <-t.C:
+		out.Evidence += fmt.Sprintf("; its body did not return within %v more and was abandoned", bodyGrace)
+	}
+	return bodyDone{out: out}
+}
+
 // Run runs one scenario on a fresh connection within cfg.Timeout and
 // returns its result. It never panics and never outlives the deadline by
 // more than the closing exchange's bound.
@@ -34,45 +97,27 @@ func Run(ctx context.Context, cfg Config, s *Scenario) (res Result) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	type done struct {
-		out  Outcome
-		conn *Conn
-	}
-	ch := make(chan done, 1)
-	go func() {
-		var c *Conn
-		defer func() {
-			if p := recover(); p != nil {
-				ch <- done{Errorf("scenario panicked: %v (%s)", p, firstFrame(debug.Stack())), c}
-			}
-		}()
-		var err error
-		if cfg.Serve {
-			c, err = Accept(sctx, &cfg, s.Conn)
-		} else {
-			c, err = Dial(sctx, &cfg, s.Conn)
-		}
-		if err != nil {
-			ch <- done{Errorf("setup: %v", err), nil}
-			return
-		}
-		ch <- done{s.Run(sctx, c), c}
-	}()
-	var d done
+	// The scenario's listener, session, link and tool waiter belong to
+	// the runner: whatever the body does, they are closed before Run
+	// returns, so the next scenario finds its ports free.
+	sc := &scope{}
+	defer sc.end()
+	ch := make(chan bodyDone, 1)
+	go runBody(sctx, &cfg, s, sc, ch)
+	var d bodyDone
 	select {
 	case d = <-ch:
-	case <-time.After(cfg.Timeout + time.Second):
-		// The run function ignored its context: report, and let it end
-		// on its own (its link is closed below when it returns).
-		d = done{out: Errorf("scenario did not end within its %v deadline", cfg.Timeout)}
-		go func() {
-			if late := <-ch; late.conn != nil {
-				_ = late.conn.Close(context.Background())
-			}
-		}()
+	case <-sctx.Done():
+		d = awaitOverrun(&cfg, sc, ch)
 	}
 	res.Verdict, res.Evidence = d.out.Verdict, d.out.Evidence
-	if d.conn != nil {
+	if d.conn == nil {
+		if l := sc.scenarioLink(); l != nil {
+			// an overrun: the trace up to the runner's closing
+			res.Trace = l.Trace()
+			res.Local, res.Peer = l.flow.Src.String(), l.flow.Dst.String()
+		}
+	} else {
 		cctx, ccancel := context.WithTimeout(ctx, closeGrace)
 		if err := d.conn.Close(cctx); err != nil {
 			cfg.Logger.Debug("closing the tool's exchange", "scenario", s.ID, "err", err)

@@ -60,12 +60,18 @@ type readReq struct {
 // Accept waits for the peer's client and plays its tool's server
 // (requester scenarios): a TCP listener on Local and the tool's port for
 // one client, the tool's exchange, and a link to the address the client
-// announced. The peer's first request may follow right after.
+// announced. The peer's first request may follow right after. The caller
+// closes the Conn.
 func Accept(ctx context.Context, cfg *Config, o ConnOptions) (*Conn, error) {
+	return accept(ctx, cfg, o, nil)
+}
+
+// accept is Accept with everything opened through sc.
+func accept(ctx context.Context, cfg *Config, o ConnOptions, sc *scope) (*Conn, error) {
 	if cfg.Tool.UD() {
 		return nil, fmt.Errorf("%s has no requester scenarios (UD)", cfg.Tool)
 	}
-	c := &Conn{Cfg: cfg, Tool: cfg.Tool, OurQPN: randomQPN(), PSN: random24(), MTU: cfg.MTU,
+	c := &Conn{Cfg: cfg, Tool: cfg.Tool, OurQPN: randomQPN(), PSN: random24(), MTU: cfg.MTU, sc: sc,
 		srv: &serveState{atomics: map[uint32]uint64{}, words: map[uint64]uint64{}}}
 	if o.SetPSN {
 		c.PSN = o.PSN & 0xffffff
@@ -98,7 +104,7 @@ func (c *Conn) openServeLink(gid [16]byte, tcpPeer net.Addr) error {
 		}
 	}
 	c.Cfg.Peer = peer
-	l, err := OpenLink(netip.AddrPortFrom(c.Cfg.Local, c.Cfg.RoCEPort), netip.AddrPortFrom(peer, c.Cfg.RoCEPort))
+	l, err := c.sc.openLink(netip.AddrPortFrom(c.Cfg.Local, c.Cfg.RoCEPort), netip.AddrPortFrom(peer, c.Cfg.RoCEPort))
 	if err != nil {
 		return err
 	}
@@ -109,16 +115,30 @@ func (c *Conn) openServeLink(gid [16]byte, tcpPeer net.Addr) error {
 
 func (c *Conn) acceptPerftest(ctx context.Context, addr string) error {
 	cfg := c.Cfg
-	ln, err := oob.ListenPerftest(addr, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.Timeout, Logger: cfg.Logger}})
+	var ln *oob.PerftestListener
+	// The runner holds the listener until the scenario's deadline, so that
+	// an accept phase running late cannot keep the next scenario's port.
+	err := c.sc.open(true, func() (func(), error) {
+		var err error
+		ln, err = oob.ListenPerftest(addr, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.Timeout, Logger: cfg.Logger}})
+		if err != nil {
+			return nil, err
+		}
+		return func() { _ = ln.Close() }, nil
+	})
 	if err != nil {
 		return fmt.Errorf("listening for the %s client on %s: %v", cfg.Tool, addr, err)
 	}
 	// One client per scenario: the listener closes once it is accepted,
 	// so a client started early waits for the next scenario's (refused).
 	defer ln.Close()
+	listening(ln.Addr())
 	sess, err := ln.Accept(ctx)
 	if err != nil {
 		return fmt.Errorf("no %s client connected to %s: %v", cfg.Tool, addr, err)
+	}
+	if err := c.sc.hold(func() { _ = sess.CloseWithoutExchange() }); err != nil {
+		return err
 	}
 	c.sess = sess
 	neg, err := sess.Negotiate(ctx, oob.MTUEnum(cfg.MTU))
@@ -153,20 +173,37 @@ func (c *Conn) acceptPerftest(ctx context.Context, addr string) error {
 	fctx, cancel := context.WithCancel(context.Background())
 	c.srv.cancel = cancel
 	c.srv.toolDone = make(chan error, 1)
+	finished := make(chan struct{})
 	go func() {
+		defer close(finished)
 		_, err := sess.Finish(fctx, c.test, c.key, oob.BWReport{Size: 8, Iters: 1})
 		c.srv.toolDone <- err
 	}()
-	return nil
+	// The runner ends the waiter with the scenario: closing the session
+	// interrupts its read, and the scope waits for the goroutine.
+	return c.sc.hold(func() {
+		cancel()
+		_ = sess.CloseWithoutExchange()
+		<-finished
+	})
 }
 
 func (c *Conn) acceptPingpong(ctx context.Context, addr string) error {
 	cfg := c.Cfg
-	ln, err := oob.ListenPingpong(addr, &oob.Options{Timeout: cfg.Timeout, Logger: cfg.Logger})
+	var ln *oob.PingpongListener
+	err := c.sc.open(true, func() (func(), error) {
+		var err error
+		ln, err = oob.ListenPingpong(addr, &oob.Options{Timeout: cfg.Timeout, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		return func() { _ = ln.Close() }, nil
+	})
 	if err != nil {
 		return fmt.Errorf("listening for the %s client on %s: %v", cfg.Tool, addr, err)
 	}
 	defer ln.Close()
+	listening(ln.Addr())
 	local := oob.PingpongDest{QPN: c.OurQPN, PSN: c.PSN, GID: cfg.Local.As16()}
 	_, err = ln.Exchange(ctx, local, func(remote oob.PingpongDest) error {
 		c.PeerQPN, c.PeerPSN = remote.QPN, remote.PSN
