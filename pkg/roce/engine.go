@@ -204,7 +204,6 @@ func New(cfg Config) (*Engine, error) {
 	e.lender = transport.Lend(cfg.Conn)
 	if p, ok := cfg.Conn.(transport.Poller); ok && p.CanPoll() {
 		e.poller = p
-		registerPollable(e)
 	}
 	e.gs, _ = cfg.Conn.(transport.GatherSender)
 	e.inlineAll = runtime.GOMAXPROCS(0) <= inlineProcs
@@ -219,6 +218,11 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.wg.Add(1)
 	go e.receiveLoop()
+	if e.poller != nil {
+		// Last: other goroutines' ProgressOthers may call progress from
+		// here on, which needs everything above.
+		registerPollable(e)
+	}
 	return e, nil
 }
 
