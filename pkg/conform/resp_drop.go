@@ -3,6 +3,8 @@ package conform
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 
 	"github.com/rxed/rxed/pkg/wire"
 )
@@ -90,12 +92,16 @@ func init() {
 	drop("D-UD-OVER-MTU", "UD SEND longer than the PMTU", "IBA 9.6.1.2 (UD payload <= PMTU)", udTools, func(c *Conn) ([]byte, string) {
 		h := c.Hdr(wire.UDSendOnly)
 		h.QKey, h.SrcQP = UDQKey, c.OurQPN
-		// PMTU+256: over the peer's path MTU, yet within the link's (a
-		// 1500-byte Ethernet under a 1024-byte PMTU; the engine's socket
-		// does not fragment, so a larger one would never leave)
-		n := c.MTU + 256
+		// A UD QP's PMTU is its port's active MTU (rxe's get_mtu: the
+		// path MTU attribute is for RC/UC), which the peer derives from
+		// its link as we do here. 256 bytes over it: over the peer's
+		// PMTU, yet within the link's (a 1500-byte Ethernet under a
+		// 1024-byte PMTU; the engine's socket does not fragment, so a
+		// larger one would never leave).
+		mtu := udPortMTU(c.Cfg.Local, c.MTU)
+		n := mtu + 256
 		b, _ := c.Build(h, pattern(n, 1))
-		return b, fmt.Sprintf("UD SEND of %d bytes (PMTU %d)", n, c.MTU)
+		return b, fmt.Sprintf("UD SEND of %d bytes (port MTU %d)", n, mtu)
 	})
 	drop("D-UD-RC-OPCODE", "RC opcode to a UD QP", "IBA 9.6.1.2 (transport must match the QP)", udTools, func(c *Conn) ([]byte, string) {
 		h := c.Hdr(wire.RCSendOnly)
@@ -161,3 +167,41 @@ func init() {
 }
 
 var writeOrSend = []Tool{IBWriteBW, IBSendBW, IBVRCPingpong}
+
+// udPortMTU is the active IB MTU of the link that carries local's
+// traffic, as a RoCE device computes it from its netdev's MTU (the largest
+// of 256 ... 4096 that fits with the IP, UDP, BTH, DETH and ICRC
+// headers); fallback when the interface is not found.
+func udPortMTU(local netip.Addr, fallback int) int {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fallback
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if pfx, err := netip.ParsePrefix(a.String()); err == nil && pfx.Addr().Unmap() == local.Unmap() ||
+				local.IsLoopback() && ifc.Flags&net.FlagLoopback != 0 {
+				return activeMTU(ifc.MTU, local.Is6())
+			}
+		}
+	}
+	return fallback
+}
+
+// activeMTU is the largest IB MTU whose UD packet fits a link MTU.
+func activeMTU(linkMTU int, ipv6 bool) int {
+	over := 20 + 8 + wire.BTHLen + wire.DETHLen + wire.ICRCLen
+	if ipv6 {
+		over += 20
+	}
+	for m := 4096; m > 256; m /= 2 {
+		if m+over <= linkMTU {
+			return m
+		}
+	}
+	return 256
+}
