@@ -1,8 +1,6 @@
 package qp
 
 import (
-	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -10,46 +8,13 @@ import (
 )
 
 // simGoodput moves n 64 KiB messages (op), window of them outstanding,
-// over the deterministic lossy wire of loss_test.go (each delivered packet
-// takes 1 us of virtual time, timers jump when nothing is in flight) and
-// returns the virtual time it took and the requester's counters.
+// at MTU 4096 over the deterministic lossy wire of loss_test.go (each
+// delivered packet takes 1 us of virtual time, timers jump when nothing is
+// in flight) and returns the virtual time it took and the requester's
+// counters.
 func simGoodput(t *testing.T, op WROpcode, loss float64, seed uint64, n, window int) (time.Duration, *Counters) {
 	t.Helper()
-	const size = 64 << 10
-	l := newLinkMTU(t, MTU4096)
-	for i := range size {
-		l.b.buf[i] = byte(i*13 + 5)
-	}
-	posted, done := 0, 0
-	post := func() {
-		slot := posted % window
-		require.NoError(t, l.a.q.PostSend(&SendWR{ID: uint64(posted), Opcode: op, Flags: Signaled,
-			SGL: []SGE{l.a.sge(slot*size, size)}, RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()}))
-		posted++
-	}
-	s := &lossySim{t: t, l: l, rng: rand.New(rand.NewPCG(seed, 11)), loss: loss}
-	s.onWC = func(e *end, wc WC, recv bool) {
-		if wc.Status != WCSuccess {
-			s.fail = append(s.fail, fmt.Sprintf("qp %#x: wr %d: %v", e.q.Num(), wc.ID, wc.Status))
-			return
-		}
-		if op == WRRDMARead {
-			slot := int(wc.ID) % window
-			require.Equal(t, l.b.buf[:size], l.a.buf[slot*size:(slot+1)*size], "READ data of wr %d", wc.ID)
-			clear(l.a.buf[slot*size : (slot+1)*size])
-		}
-		done++
-		if posted < n {
-			post()
-		}
-	}
-	for range window {
-		post()
-	}
-	t0 := l.now
-	require.True(t, s.run(func() bool { return done >= n }), "stalled after %d", done)
-	require.Empty(t, s.fail)
-	return l.now.Sub(t0), l.a.q.ctr
+	return runBulk(t, bulkRun{op: op, mtu: MTU4096, loss: loss, seed: seed, stream: 11, n: n, window: window})
 }
 
 // TestLossRecoveryGoodputModel is issue 14's loss goal in the

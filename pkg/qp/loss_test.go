@@ -162,48 +162,69 @@ func TestRCPingpongMultiPacketUnderLoss(t *testing.T) {
 // Regression test: was TestRegressRCBulkUnderLoss in regress_loss_test.go
 // (added in commit 97940c9).
 func TestRCBulkUnderLoss(t *testing.T) {
-	const size, total, window = 65536, 24, 4
+	const total, window = 24, 4
 	for _, op := range []WROpcode{WRRDMARead, WRRDMAWrite} {
 		for _, loss := range []float64{0.02, lossRate} {
 			for seed := uint64(1); seed <= 12; seed++ {
 				t.Run(fmt.Sprintf("%v/%v/%d", op, loss, seed), func(t *testing.T) {
-					l := newLinkMTU(t, MTU1024)
-					for i := range size {
-						l.b.buf[i] = byte(i*31 + 7)
-					}
-					posted, done := 0, 0
-					post := func() {
-						slot := posted % window
-						require.NoError(t, l.a.q.PostSend(&SendWR{ID: uint64(posted), Opcode: op, Flags: Signaled,
-							SGL: []SGE{l.a.sge(slot*size, size)}, RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()}))
-						posted++
-					}
-					s := &lossySim{t: t, l: l, rng: rand.New(rand.NewPCG(seed, 7)), loss: loss}
-					s.onWC = func(e *end, wc WC, recv bool) {
-						if wc.Status != WCSuccess {
-							s.fail = append(s.fail, fmt.Sprintf("qp %#x: wr %d: %v", e.q.Num(), wc.ID, wc.Status))
-							return
-						}
-						require.Equal(t, uint64(done), wc.ID, "in order")
-						if op == WRRDMARead {
-							slot := int(wc.ID) % window
-							require.Equal(t, l.b.buf[:size], l.a.buf[slot*size:(slot+1)*size], "READ data")
-							clear(l.a.buf[slot*size : (slot+1)*size])
-						}
-						done++
-						if posted < total {
-							post()
-						}
-					}
-					for range window {
-						post()
-					}
-					require.True(t, s.run(func() bool { return done >= total }), "stalled after %d", done)
-					require.Empty(t, s.fail, "counters: retry %d timeouts %d seqerr %d",
-						l.a.q.ctr.CompleterRetryErr.Load(), l.a.q.ctr.RetransmitTimeouts.Load(), l.a.q.ctr.RcvdSeqErr.Load())
-					require.Equal(t, total, done)
+					runBulk(t, bulkRun{op: op, mtu: MTU1024, loss: loss, seed: seed, stream: 7, n: total, window: window})
 				})
 			}
 		}
 	}
+}
+
+// bulkRun is read_bw / write_bw over the lossy wire: n messages of 64 KiB,
+// window of them outstanding, each completing in order (READ data checked
+// against the source).
+type bulkRun struct {
+	op           WROpcode
+	mtu          MTU
+	loss         float64
+	seed, stream uint64
+	n, window    int
+}
+
+// runBulk runs r and returns the virtual time it took and the
+// requester's counters.
+func runBulk(t *testing.T, r bulkRun) (time.Duration, *Counters) {
+	t.Helper()
+	const size = 64 << 10
+	l := newLinkMTU(t, r.mtu)
+	for i := range size {
+		l.b.buf[i] = byte(i*31 + 7)
+	}
+	posted, done := 0, 0
+	post := func() {
+		slot := posted % r.window
+		require.NoError(t, l.a.q.PostSend(&SendWR{ID: uint64(posted), Opcode: r.op, Flags: Signaled,
+			SGL: []SGE{l.a.sge(slot*size, size)}, RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()}))
+		posted++
+	}
+	s := &lossySim{t: t, l: l, rng: rand.New(rand.NewPCG(r.seed, r.stream)), loss: r.loss}
+	s.onWC = func(e *end, wc WC, recv bool) {
+		if wc.Status != WCSuccess {
+			s.fail = append(s.fail, fmt.Sprintf("qp %#x: wr %d: %v", e.q.Num(), wc.ID, wc.Status))
+			return
+		}
+		require.Equal(t, uint64(done), wc.ID, "in order")
+		if r.op == WRRDMARead {
+			slot := int(wc.ID) % r.window
+			require.Equal(t, l.b.buf[:size], l.a.buf[slot*size:(slot+1)*size], "READ data of wr %d", wc.ID)
+			clear(l.a.buf[slot*size : (slot+1)*size])
+		}
+		done++
+		if posted < r.n {
+			post()
+		}
+	}
+	for range r.window {
+		post()
+	}
+	t0 := l.now
+	require.True(t, s.run(func() bool { return done >= r.n }), "stalled after %d", done)
+	require.Empty(t, s.fail, "counters: retry %d timeouts %d seqerr %d",
+		l.a.q.ctr.CompleterRetryErr.Load(), l.a.q.ctr.RetransmitTimeouts.Load(), l.a.q.ctr.RcvdSeqErr.Load())
+	require.Equal(t, r.n, done)
+	return l.now.Sub(t0), l.a.q.ctr
 }
