@@ -405,22 +405,9 @@ func (r *Runner) judgeFabric(ctx context.Context, res *Result, before []snap, pa
 		if f.counters == "" {
 			continue
 		}
-		b, err := os.ReadFile(f.counters)
-		if err != nil {
-			fail("%s: rxed counters: %v", f.who, err)
+		cs, ok := r.judgeRxedCounters(res, f.who, f.counters, false, fail)
+		if !ok {
 			continue
-		}
-		cs, err := ParseRxedCounters(b)
-		if err != nil {
-			fail("%s: %v", f.who, err)
-			continue
-		}
-		p, n := CheckRxedCounters(cs, false, r.Strict)
-		for _, x := range p {
-			fail("%s: %s", f.who, x)
-		}
-		for _, x := range n {
-			res.Notes = append(res.Notes, f.who+": "+x)
 		}
 		if c.Tool == "mckey" && cs["rcvd_pkts"] != uint64(c.Iters) {
 			fail("%s: rcvd_pkts %d, want %d", f.who, cs["rcvd_pkts"], c.Iters)

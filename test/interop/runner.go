@@ -528,3 +528,28 @@ func (r *Runner) saveLogs(res *Result) {
 	w("server", res.ServerCmd, res.ServerOut)
 	w("client", res.ClientCmd, res.ClientOut)
 }
+
+// judgeRxedCounters reads the counters an rxed process wrote to file
+// (--counters-out) and judges them (CheckRxedCounters): problems fail the
+// cell as who's, notes go to the result. ok is false when the file could
+// not be read or parsed (failed too).
+func (r *Runner) judgeRxedCounters(res *Result, who, file string, loss bool, fail func(string, ...any)) (Counters, bool) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		fail("%s: rxed counters: %v", who, err)
+		return nil, false
+	}
+	cs, err := ParseRxedCounters(b)
+	if err != nil {
+		fail("%s: %v", who, err)
+		return nil, false
+	}
+	p, n := CheckRxedCounters(cs, loss, r.Strict)
+	for _, x := range p {
+		fail("%s: %s", who, x)
+	}
+	for _, x := range n {
+		res.Notes = append(res.Notes, who+": "+x)
+	}
+	return cs, true
+}

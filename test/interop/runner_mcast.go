@@ -243,22 +243,9 @@ func (r *Runner) judgeMcastCounters(ctx context.Context, res *Result, before []s
 			}
 			continue
 		}
-		b, err := os.ReadFile(e.counters)
-		if err != nil {
-			fail("%s: rxed counters: %v", e.name, err)
+		cs, ok := r.judgeRxedCounters(res, e.name, e.counters, false, fail)
+		if !ok {
 			continue
-		}
-		cs, err := ParseRxedCounters(b)
-		if err != nil {
-			fail("%s: %v", e.name, err)
-			continue
-		}
-		p, n := CheckRxedCounters(cs, false, r.Strict)
-		for _, x := range p {
-			fail("%s: %s", e.name, x)
-		}
-		for _, x := range n {
-			res.Notes = append(res.Notes, e.name+": "+x)
 		}
 		if e.Sender {
 			if cs["sent_pkts"] != uint64(s.Msgs) {
