@@ -71,6 +71,7 @@ type CMControl struct {
 	mr    *ib.MR
 	buf   []byte // slot 0 sends, slots 1.. receive
 	conn  *rdmacm.Conn
+	done  <-chan struct{} // conn.Done(): closed once the connection has ended
 	peer  string
 	inbox [][]byte // received, not yet read
 	wcs   [8]ib.WC
@@ -123,6 +124,7 @@ func (c *CMControl) QP() *ib.QP { return c.qp }
 // end early when it is disconnected.
 func (c *CMControl) Attach(conn *rdmacm.Conn) {
 	c.conn = conn
+	c.done = conn.Done()
 	c.peer = conn.RemoteAddr().String()
 }
 
@@ -178,9 +180,8 @@ func (c *CMControl) wait(ctx context.Context, bounded bool, what string) error {
 		wctx, cancelT = context.WithTimeout(wctx, c.cfg.Timeout)
 		defer cancelT()
 	}
-	var done <-chan struct{}
-	if c.conn != nil {
-		done = c.conn.Done()
+	done := c.done
+	if done != nil {
 		stop := make(chan struct{})
 		defer close(stop)
 		go func() {
@@ -214,6 +215,19 @@ func (c *CMControl) wait(ctx context.Context, bounded bool, what string) error {
 
 func (c *CMControl) handle(n int, what string) error {
 	for _, wc := range c.wcs[:n] {
+		if wc.Status == ib.WCWRFlushErr && c.ended() {
+			// The peer disconnected: the QP went to ERR and flushed
+			// what was outstanding. A flushed SEND is the last message
+			// of the exchange, whose ACK was lost while the peer, which
+			// had read it, closed (the client disconnects right after
+			// the final key): done, not failed. If the peer left before
+			// reading it, the next step's receive reports the
+			// disconnection; flushed receives carry nothing.
+			if wc.ID == cmCtrlSend {
+				c.sendBusy = false
+			}
+			continue
+		}
 		if wc.Status != ib.WCSuccess {
 			return c.errorf(oob.ErrClosed, what, "control QP completion %v", wc.Status)
 		}
@@ -232,6 +246,16 @@ func (c *CMControl) handle(n int, what string) error {
 		}
 	}
 	return nil
+}
+
+// ended reports whether the attached connection has ended.
+func (c *CMControl) ended() bool {
+	select {
+	case <-c.done:
+		return c.done != nil
+	default:
+		return false
+	}
 }
 
 // send sends msg as one SEND and waits for its completion.
