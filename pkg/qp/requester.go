@@ -385,7 +385,8 @@ func (q *QP) wantsAck(w *wqe, r *request) bool {
 	case q.typ != RC:
 		return false
 	default:
-		return r.last || q.req.noack+1 > MaxPktPerAck
+		// A fast retransmit's probe asks for its ACK (recovery.go).
+		return r.last || q.req.noack+1 > MaxPktPerAck || q.rec.probe
 	}
 }
 
