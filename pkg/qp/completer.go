@@ -536,7 +536,6 @@ func (q *QP) OnTimer(env Env, now time.Time, budget int) (more bool) {
 	}
 	if !q.retransmitAt.IsZero() && !now.Before(q.retransmitAt) {
 		q.retransmitAt = time.Time{}
-		q.endProbe()
 		if w := q.headWQE(); w != nil && q.rnrAt.IsZero() {
 			q.ctr.RetransmitTimeouts.Add(1)
 			q.comp.timeoutRetry = true

@@ -65,9 +65,6 @@ type recovery struct {
 	backoff      uint8     // fast retransmits since the last progress
 	cwnd         int       // congestion window in PSNs
 	acked        int       // PSNs acknowledged towards the next cwnd increment
-	// probe: after a fast retransmit only the oldest request goes out
-	// (with AckReq) until something is acknowledged.
-	probe bool
 }
 
 // resetRecovery forgets everything (a QP reset).
@@ -119,7 +116,6 @@ func (q *QP) noteProgress(before PSN, now time.Time) {
 		q.sampleRTT(now.Sub(r.sampleAt))
 	}
 	r.backoff = 0
-	r.probe = false
 	if q.req.psn.Diff(q.comp.psn) < 0 && q.attr.State != Err {
 		// The responder acknowledged past what a go-back-N has resent
 		// so far (the window cut the resend short, then an ACK for a
@@ -155,10 +151,6 @@ func (q *QP) sampleRTT(rtt time.Duration) {
 	r.srtt += (rtt - r.srtt) / 8
 }
 
-// endProbe returns to full go-back-N (IBA's timer expired: the probe
-// was not answered).
-func (q *QP) endProbe() { q.rec.probe = false }
-
 // noteLoss is called on every loss signal the requester acts on (a NAK,
 // an implied NAK, a gap in READ responses, a timeout): the window halves
 // and the round trip in progress is not sampled (its PSN will be resent).
@@ -171,13 +163,7 @@ func (q *QP) noteLoss() {
 
 // cwndFull reports that the congestion window is used up.
 func (q *QP) cwndFull() bool {
-	if q.typ != RC {
-		return false
-	}
-	if q.rec.probe {
-		return q.req.psn.Diff(q.comp.psn) >= 1
-	}
-	return int(q.req.psn.Diff(q.comp.psn)) > q.rec.cwnd
+	return q.typ == RC && int(q.req.psn.Diff(q.comp.psn)) > q.rec.cwnd
 }
 
 // onFastRetransmit runs when the fast retransmit timer expires: with
@@ -195,15 +181,6 @@ func (q *QP) onFastRetransmit(now time.Time) {
 	q.ctr.FastRetransmits.Add(1)
 	q.noteLoss()
 	q.goBackN()
-	// Resend one request, not the window: if the originals had arrived
-	// (a peer that stalled for longer than its round trips suggest: an
-	// rxe guest under emulation) its ACK answers for all of them at the
-	// cost of one duplicate; resending the window cost the rxe guest
-	// 2197 duplicate requests in a 2% loss run of 3200 packets. If the
-	// request was lost (with its NAK, or a resend the responder waits
-	// for), it is the one the responder needs, and the window follows
-	// its ACK (TCP's tail loss probe, RFC 8985, in spirit).
-	r.probe = true
 	// As after a NAK: one go-back per loss until progress, so the NAK
 	// that may still come for the same gap does not rewind again.
 	q.comp.startedRetry = true

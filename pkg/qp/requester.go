@@ -385,8 +385,7 @@ func (q *QP) wantsAck(w *wqe, r *request) bool {
 	case q.typ != RC:
 		return false
 	default:
-		// A fast retransmit's probe asks for its ACK (recovery.go).
-		return r.last || q.req.noack+1 > MaxPktPerAck || q.rec.probe
+		return r.last || q.req.noack+1 > MaxPktPerAck
 	}
 }
 
