@@ -75,6 +75,17 @@ type Config struct {
 // values), so that a lingering peer still answers a retried DREQ.
 const dreqInterval = time.Second
 
+// mraServiceTimeout is the service timeout of our MRAs (cm.Config
+// MRAServiceTimeout): 20, 4.3 s, not rdma_cm's 24 (68.7 s). An MRA goes out
+// only when a REQ or REP duplicate arrives before the application has
+// answered; a Go application answers in microseconds, so that is a
+// network duplicate racing the answer, and the peer, told to wait 68.7 s
+// before retrying, turned one lost RTU after it into a minute's stall
+// (TestPerfRDMACM/write_bw_faults: 2% loss and 2% duplication, the server's
+// Accept ran out of its 90 s). 4.3 s is the CM response timeout rdma_cm
+// announces in its REQ.
+const mraServiceTimeout = 20
+
 // ErrEnabled: Enable with a configuration on a device whose connection
 // manager already runs.
 var ErrEnabled = errors.New("rdmacm: the device's connection manager is already running")
@@ -124,7 +135,8 @@ func acquireWith(dev *ib.Device, cfg *Config) (*agent, error) {
 		Logger:      log,
 		MaxHalfOpen: cfg.MaxHalfOpen,
 
-		MaxDREQInterval: dreqInterval,
+		MaxDREQInterval:   dreqInterval,
+		MRAServiceTimeout: mraServiceTimeout,
 	})
 	m, err := ib.OpenMADAgent(dev, ib.MADAgentConfig{Handler: a.cm.HandleMAD, Logger: cfg.Logger})
 	if err != nil {
