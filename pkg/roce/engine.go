@@ -555,7 +555,11 @@ func (e *Engine) Progress() int {
 	if e.poller == nil {
 		return 0
 	}
-	e.polledAt.Store(nanotime())
+	if p := pollables.Load(); p != nil && len(*p) > 1 {
+		// Only ProgressOthers reads it, and only with another engine
+		// in the process: a lone engine's spinner reads no clock.
+		e.polledAt.Store(nanotime())
+	}
 	return e.progress()
 }
 

@@ -415,23 +415,8 @@ func (r *Runner) judgeFabric(ctx context.Context, res *Result, before []snap, pa
 		rxedSent += cs["sent_pkts"]
 		rxedRcvd += cs["rcvd_pkts"]
 	}
-	after, err := r.snapshot(ctx)
-	if err != nil {
-		fail("counters after: %v", err)
+	if !r.judgeGuest(ctx, res, before, fail) {
 		return
-	}
-	res.PeerDelta = Delta(before[0].hw, after[0].hw)
-	p, n := CheckRxeCounters(res.PeerDelta, false, r.Strict)
-	for _, x := range p {
-		fail("guest rxe0 %s", x)
-	}
-	for _, x := range n {
-		res.Notes = append(res.Notes, "guest rxe0 "+x)
-	}
-	if after[0].dmesg > before[0].dmesg {
-		if lines := r.kernelLog(ctx, r.Lab.VMs[0], before[0].dmesg); lines != "" {
-			fail("vm1 kernel log: %s", lines)
-		}
 	}
 	if c.Tool == "mckey" && res.PeerDelta["sent_pkts"] < uint64(c.Iters) {
 		fail("guest sender: rxe0 sent_pkts +%d, want at least %d", res.PeerDelta["sent_pkts"], c.Iters)

@@ -553,3 +553,28 @@ func (r *Runner) judgeRxedCounters(res *Result, who, file string, loss bool, fai
 	}
 	return cs, true
 }
+
+// judgeGuest takes the first guest's counters after a run without loss
+// and judges them against before (CheckRxeCounters) with its kernel log;
+// false when the counters could not be read (failed).
+func (r *Runner) judgeGuest(ctx context.Context, res *Result, before []snap, fail func(string, ...any)) bool {
+	after, err := r.snapshot(ctx)
+	if err != nil {
+		fail("counters after: %v", err)
+		return false
+	}
+	res.PeerDelta = Delta(before[0].hw, after[0].hw)
+	p, n := CheckRxeCounters(res.PeerDelta, false, r.Strict)
+	for _, x := range p {
+		fail("guest rxe0 %s", x)
+	}
+	for _, x := range n {
+		res.Notes = append(res.Notes, "guest rxe0 "+x)
+	}
+	if after[0].dmesg > before[0].dmesg {
+		if lines := r.kernelLog(ctx, r.Lab.VMs[0], before[0].dmesg); lines != "" {
+			fail("vm1 kernel log: %s", lines)
+		}
+	}
+	return true
+}

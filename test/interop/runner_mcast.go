@@ -215,23 +215,8 @@ func (r *Runner) collectMcast(res *Result, members []*mcastEnd) {
 func (r *Runner) judgeMcastCounters(ctx context.Context, res *Result, before []snap, members []*mcastEnd,
 	counterFiles []string, fail func(string, ...any)) {
 	s := res.Cell.Mcast
-	after, err := r.snapshot(ctx)
-	if err != nil {
-		fail("counters after: %v", err)
+	if !r.judgeGuest(ctx, res, before, fail) {
 		return
-	}
-	res.PeerDelta = Delta(before[0].hw, after[0].hw)
-	p, n := CheckRxeCounters(res.PeerDelta, false, r.Strict)
-	for _, x := range p {
-		fail("guest rxe0 %s", x)
-	}
-	for _, x := range n {
-		res.Notes = append(res.Notes, "guest rxe0 "+x)
-	}
-	if after[0].dmesg > before[0].dmesg {
-		if lines := r.kernelLog(ctx, r.Lab.VMs[0], before[0].dmesg); lines != "" {
-			fail("vm1 kernel log: %s", lines)
-		}
 	}
 	var metric []string
 	for _, e := range members {

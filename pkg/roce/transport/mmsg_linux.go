@@ -171,20 +171,31 @@ func (y *sockSys) recvHooked(fd uintptr) bool {
 func (y *sockSys) recvPolled(fd uintptr) { y.polled = y.recv(fd) }
 
 func (y *sockSys) recv(fd uintptr) bool {
+	n, done, err := mmsgCall(unix.SYS_RECVMMSG, fd, y.rxHdrs, unix.MSG_DONTWAIT)
+	if done {
+		y.rxN, y.rxErr = n, err
+	}
+	return done
+}
+
+// mmsgCall is one recvmmsg or sendmmsg on hdrs, retried on EINTR. done is
+// false when the socket would block (the caller waits), else n or err
+// is the call's outcome (no headers: n 0).
+func mmsgCall(trap uintptr, fd uintptr, hdrs []mmsghdr, flags int) (n int, done bool, err error) {
+	if len(hdrs) == 0 {
+		return 0, true, nil
+	}
 	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&y.rxHdrs[0])),
-			uintptr(len(y.rxHdrs)), unix.MSG_DONTWAIT, 0, 0)
+		r, _, e := unix.Syscall6(trap, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), uintptr(flags), 0, 0)
 		switch e {
 		case 0:
-			y.rxN, y.rxErr = int(n), nil
-			return true
+			return int(r), true, nil
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			return false
+			return 0, false, nil
 		default:
-			y.rxN, y.rxErr = 0, e
-			return true
+			return 0, true, e
 		}
 	}
 }
@@ -350,25 +361,14 @@ func (y *sockSys) pack(src *txSource, gso bool, maxGSO int) (msgs, used int) {
 }
 
 func (y *sockSys) send(fd uintptr) bool {
-	for {
-		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&y.txHdrs[y.txOff])),
-			uintptr(y.txEnd-y.txOff), 0, 0, 0)
-		switch e {
-		case 0:
-			y.txN, y.txErr = int(n), nil
-			if n == 0 {
-				y.txErr = unix.EIO // never seen; keeps writeBatch from spinning
-			}
-			return true
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false
-		default:
-			y.txN, y.txErr = 0, e
-			return true
+	n, done, err := mmsgCall(unix.SYS_SENDMMSG, fd, y.txHdrs[y.txOff:y.txEnd], 0)
+	if done {
+		y.txN, y.txErr = n, err
+		if n == 0 && err == nil {
+			y.txErr = unix.EIO // never seen; keeps writeBatch from spinning
 		}
 	}
+	return done
 }
 
 // canPollSockets: a Linux socket can be read without waiting (recvmmsg
