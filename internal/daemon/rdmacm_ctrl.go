@@ -248,15 +248,26 @@ func (c *CMControl) handle(n int, what string) error {
 	return nil
 }
 
-// ended reports whether the attached connection has ended.
+// ended reports whether the attached connection has ended, waiting up
+// to flushGrace for it: rdma_cm moves the QP to ERR on the peer's DREQ
+// before the connection's end is published, so a flush can be seen
+// first.
 func (c *CMControl) ended() bool {
+	if c.done == nil {
+		return false
+	}
+	t := time.NewTimer(flushGrace)
+	defer t.Stop()
 	select {
 	case <-c.done:
-		return c.done != nil
-	default:
+		return true
+	case <-t.C:
 		return false
 	}
 }
+
+// flushGrace bounds ended's wait for a disconnection that flushed the QP.
+const flushGrace = time.Second
 
 // send sends msg as one SEND and waits for its completion.
 func (c *CMControl) send(ctx context.Context, msg []byte, what string) error {
