@@ -172,15 +172,16 @@ type sessionMetrics struct {
 	duration *prometheus.HistogramVec // exchange, result
 }
 
-// newMetrics builds the daemon's registry: the engine's counters, the
-// daemon's own counters and gauges (read from the fields that keep them),
-// the session histograms, and the process and Go runtime collectors. A
-// registry per daemon, not the default one, so that several daemons can
-// run in one process (the tests do).
+// newMetrics builds the daemon's registry: the engine's counters, the IB
+// CM's (metrics_cm.go), the daemon's own counters and gauges (read from
+// the fields that keep them), the session histograms, and the process and
+// Go runtime collectors. A registry per daemon, not the default one, so
+// that several daemons can run in one process (the tests do).
 func (d *Daemon) newMetrics() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	reg.MustRegister(newEngineCollector(d.dev.Counters))
+	reg.MustRegister(newCMCollector(d.dev))
 
 	gauge := func(name, help string, v func() float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, v))
