@@ -103,7 +103,8 @@ func fetchMetrics(url string, timeout time.Duration) (map[string]uint64, error) 
 
 // parseMetrics reads a Prometheus text page and returns the daemon's
 // values by the names `rxed stat` prints: a counter rxed_C_total as C
-// (rdma_rxe's name for the engine's, daemon.CounterName), a gauge
+// (rdma_rxe's name for the engine's, daemon.CounterName; so the IB CM's
+// rxed_cm_C_total as cm_C, which sorts them together), a gauge
 // without the rxed_ prefix, a histogram as its observation count
 // (NAME_count). Labelled samples keep their labels, as
 // name{label="value"}. The process_ and go_ collectors' metrics are not

@@ -43,6 +43,11 @@ func TestStatAgainstServe(t *testing.T) {
 		`(?m)^session_setup_seconds_count\{exchange="tcp"\} +1$`,
 		`(?m)^session_setup_seconds_count\{exchange="rdma_cm"\} +1$`,
 		`(?m)^session_duration_seconds_count\{exchange="rdma_cm",result="completed"\} +1$`,
+		// The IB CM's counters of the -R run, as cm_C: the REQs of its
+		// control and test connections received, REPs sent, RTUs received.
+		`(?m)^cm_rx_req +[1-9][0-9]*$`,
+		`(?m)^cm_tx_rep +[1-9][0-9]*$`,
+		`(?m)^cm_rx_rtu +[1-9][0-9]*$`,
 	} {
 		require.Regexp(t, re, st.stdout)
 	}
@@ -56,6 +61,9 @@ func TestStatAgainstServe(t *testing.T) {
 		require.Regexp(t, `(?m)^`+c+` +[0-9]+$`, all.stdout)
 	}
 	require.Regexp(t, `(?m)^sessions_failed +0$`, all.stdout)
+	for _, c := range []string{"cm_tx_req", "cm_rx_malformed", "cm_rej_invalid_service_id", "cm_timeouts"} {
+		require.Regexp(t, `(?m)^`+c+` +[0-9]+$`, all.stdout)
+	}
 
 	resp, err := http.Get("http://127.0.0.1:" + mport + "/metrics")
 	require.NoError(t, err)
@@ -107,7 +115,8 @@ func TestStatParseBadPages(t *testing.T) {
 		require.ErrorContains(t, err, want, "%q", page)
 	}
 	m, err := parseMetrics(strings.NewReader("# TYPE rxed_rcvd_pkts_total counter\nrxed_rcvd_pkts_total 12\n" +
-		"# TYPE rxed_export_bytes gauge\nrxed_export_bytes{kind=\"anon\",export=\"a\"} 4096\nrxed_legacy 3\n"))
+		"# TYPE rxed_export_bytes gauge\nrxed_export_bytes{kind=\"anon\",export=\"a\"} 4096\nrxed_legacy 3\n" +
+		"# TYPE rxed_cm_rx_req_total counter\nrxed_cm_rx_req_total 2\n"))
 	require.NoError(t, err)
-	require.Equal(t, map[string]uint64{"rcvd_pkts": 12, `export_bytes{export="a",kind="anon"}`: 4096, "legacy": 3}, m)
+	require.Equal(t, map[string]uint64{"rcvd_pkts": 12, `export_bytes{export="a",kind="anon"}`: 4096, "legacy": 3, "cm_rx_req": 2}, m)
 }
