@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,6 +31,7 @@ func TestAllreduceRankHelperProcess(t *testing.T) {
 		args = args[1:]
 	}
 	require.NotEmpty(t, args, "no -- before the command's arguments")
+	setMaxProcs = runtime.GOMAXPROCS // a process of its own, as main sets it
 	code := run(args[1:], os.Stdout, os.Stderr)
 	syscall.Exit(code) // not os.Exit: the testing package refuses os.Exit(0) in a test
 }
@@ -51,9 +53,15 @@ func startRank(t *testing.T, args ...string) *rankProc {
 // binary re-executed).
 func startProcess(t *testing.T, args ...string) *rankProc {
 	t.Helper()
+	return startProcessEnv(t, os.Environ(), args...)
+}
+
+// startProcessEnv is startProcess with the process's environment.
+func startProcessEnv(t *testing.T, env []string, args ...string) *rankProc {
+	t.Helper()
 	p := &rankProc{stdout: newSyncBuffer(), stderr: newSyncBuffer(), done: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], append([]string{"-test.run=^TestAllreduceRankHelperProcess$", "--"}, args...)...)
-	p.cmd.Env = append(os.Environ(), rankArgsEnv+"=1")
+	p.cmd.Env = append(env, rankArgsEnv+"=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	require.NoError(t, p.cmd.Start())
 	go func() {

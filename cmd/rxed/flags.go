@@ -57,6 +57,7 @@ type engineFlags struct {
 	countersOut string
 	verbose     bool
 	spin        time.Duration // --spin of the tools that wait for completions (cqwait.go)
+	cpus        int           // --cpus: GOMAXPROCS (cpus.go); 0 automatic
 
 	faultCfg transport.FaultConfig
 	// activeMTU is the port's active MTU the command asks for (its -m);
@@ -74,6 +75,7 @@ func (e *engineFlags) register(fs *flag.FlagSet, oobPort bool) {
 	fs.DurationVar(&e.timeout, "timeout", oob.DefaultTimeout, "give up on a silent peer or a stalled run after this `duration`")
 	fs.StringVar(&e.countersOut, "counters-out", "", "write the engine's counters as JSON to `file` at exit")
 	fs.BoolVar(&e.verbose, "debug", false, "debug logging to stderr")
+	fs.IntVar(&e.cpus, "cpus", 0, "CPUs the Go runtime uses (GOMAXPROCS; default: all, or half when every --addr is a loopback address and the peer shares the host)")
 	if oobPort {
 		fs.UintVar(&e.oobPort, "p", oob.DefaultPort, "TCP `port` of the out-of-band exchange")
 	}
@@ -92,6 +94,9 @@ func (e *engineFlags) check() error {
 	}
 	if e.timeout <= 0 {
 		return fmt.Errorf("--timeout %v must be positive", e.timeout)
+	}
+	if err := e.checkCPUs(); err != nil {
+		return err
 	}
 	cfg, err := transport.ParseFaultSpec(e.fault)
 	if err != nil {
@@ -144,6 +149,7 @@ func (e *engineFlags) deviceConfig(log *slog.Logger) (ib.Config, *os.File, error
 
 // open opens the device the flags describe.
 func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
+	e.applyCPUs(os.Getenv("GOMAXPROCS"), log.Debug)
 	cfg, pcapFile, err := e.deviceConfig(log)
 	if err != nil {
 		return nil, err

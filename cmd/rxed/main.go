@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sort"
 )
 
@@ -43,6 +44,7 @@ func usage(w io.Writer) {
 }
 
 func main() {
+	setMaxProcs = runtime.GOMAXPROCS // cpus.go
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

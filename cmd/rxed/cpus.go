@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"runtime"
+)
+
+// How many CPUs a tool's Go runtime uses (--cpus).
+//
+// A tool whose peer runs on the same host shares the host's CPUs with
+// it: two Go runtimes with GOMAXPROCS = NumCPU each run twice as many
+// threads as there are CPUs, and every completion then waits for the
+// kernel to give the thread that handles it a CPU the other process
+// holds. Measured on the 2-core VM, `rxed perf write -s 65536 -t 16
+// -Q 1` (server and client on 127.0.9.x), default GOMAXPROCS against 1
+// in both processes, MB/s in alternating runs: events 1161-1398 against
+// 1479-1968, hybrid 1403-1626 against 2003-2458, busy poll 722-970
+// against 1679-2310; write_lat's busy-poll p99 89-191 us against
+// 29-45 us. A single process holding both ends (the library benchmarks)
+// does not pay this, which is most of why the tools got 0.5-0.7x of the
+// library (issue 14, goal 3).
+//
+// So when the peer is certainly on this host, each tool takes half the
+// CPUs, as one would pin two perftest processes with taskset. Loopback
+// traffic never leaves the host, so a tool whose every --addr is a
+// loopback address has its peer here; with any other address the peer
+// may be remote and the tool keeps every CPU (its engine workers and the
+// application run in parallel). GOMAXPROCS in the environment and
+// --cpus win over this default.
+
+// chooseProcs returns the GOMAXPROCS a tool should run with and why, or
+// 0 to leave the runtime's choice alone. cpusFlag is --cpus (0: not
+// given), env the GOMAXPROCS environment variable.
+func chooseProcs(numCPU, cpusFlag int, env string, addrs []netip.Addr) (int, string) {
+	switch {
+	case cpusFlag > 0:
+		return cpusFlag, "--cpus"
+	case env != "":
+		return 0, "" // the runtime already applied it
+	case numCPU < 2 || len(addrs) == 0:
+		return 0, ""
+	}
+	for _, a := range addrs {
+		if !a.Unmap().IsLoopback() {
+			return 0, ""
+		}
+	}
+	return numCPU / 2, "every --addr is a loopback address: the peer shares this host's CPUs"
+}
+
+// setMaxProcs applies chooseProcs' answer. main sets it to
+// runtime.GOMAXPROCS; it stays nil in tests that run commands inside
+// the test binary, whose scheduler is not the command's to change.
+var setMaxProcs func(int) int
+
+// applyCPUs sets the process's GOMAXPROCS as --cpus and the addresses
+// say, logging the choice at debug level.
+func (e *engineFlags) applyCPUs(env string, logf func(string, ...any)) {
+	n, why := chooseProcs(runtime.NumCPU(), e.cpus, env, e.addrs)
+	if n == 0 || setMaxProcs == nil {
+		return
+	}
+	if prev := setMaxProcs(n); prev != n {
+		logf("GOMAXPROCS", "procs", n, "was", prev, "cpus", runtime.NumCPU(), "why", why)
+	}
+}
+
+// checkCPUs validates --cpus.
+func (e *engineFlags) checkCPUs() error {
+	if e.cpus < 0 {
+		return fmt.Errorf("--cpus %d: want a positive count (0 or absent: automatic)", e.cpus)
+	}
+	return nil
+}

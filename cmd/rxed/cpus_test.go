@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func addrs(s ...string) []netip.Addr {
+	var a []netip.Addr
+	for _, v := range s {
+		a = append(a, netip.MustParseAddr(v))
+	}
+	return a
+}
+
+// TestChooseProcs: a tool takes half the CPUs only when its peer is
+// certainly on this host (issue 14, goal 3: two runtimes of NumCPU Ps
+// each on a 2-core host got the tools 0.5-0.7x of the library).
+func TestChooseProcs(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cpus   int
+		flag   int
+		env    string
+		addrs  []netip.Addr
+		want   int
+		reason string
+	}{
+		{"loopback v4 halves", 2, 0, "", addrs("127.0.9.1"), 1, "loopback"},
+		{"loopback v6 halves", 8, 0, "", addrs("::1"), 4, "loopback"},
+		{"v4-mapped loopback halves", 4, 0, "", addrs("::ffff:127.0.0.1"), 2, "loopback"},
+		{"odd count rounds down", 3, 0, "", addrs("127.0.0.1"), 1, "loopback"},
+		{"every address must be loopback", 4, 0, "", addrs("127.0.0.1", "10.0.0.1"), 0, ""},
+		{"a routable address keeps every CPU", 4, 0, "", addrs("192.168.1.5"), 0, ""},
+		{"one CPU is left alone", 1, 0, "", addrs("127.0.0.1"), 0, ""},
+		{"no address", 4, 0, "", nil, 0, ""},
+		{"GOMAXPROCS wins over the default", 4, 0, "3", addrs("127.0.0.1"), 0, ""},
+		{"--cpus wins over GOMAXPROCS", 4, 3, "1", addrs("127.0.0.1"), 3, "--cpus"},
+		{"--cpus with a remote peer", 4, 4, "", addrs("10.0.0.1"), 4, "--cpus"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, why := chooseProcs(tc.cpus, tc.flag, tc.env, tc.addrs)
+			require.Equal(t, tc.want, n)
+			require.Contains(t, why, tc.reason)
+			if n == 0 {
+				require.Empty(t, why)
+			}
+		})
+	}
+}
+
+func TestCPUsFlagRejectsNegative(t *testing.T) {
+	r := runCmd("perf", "write", "--addr", "127.0.0.1", "--cpus", "-1")
+	require.Equal(t, 2, r.code, "stderr: %s", r.stderr)
+	require.Contains(t, r.stderr, "--cpus -1")
+}
+
+// TestPerfProcessesShareCPUs runs `rxed perf write` as two processes on
+// loopback, as an operator does, with GOMAXPROCS absent from their
+// environment: each must run with half the CPUs and still finish.
+func TestPerfProcessesShareCPUs(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: nothing to share (chooseProcs leaves it alone; TestChooseProcs covers it)")
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMAXPROCS=") {
+			env = append(env, kv)
+		}
+	}
+	ad := rankAddrs(t, 2)
+	port := reservePort(t)
+	common := []string{"-p", port, "-s", "4096", "-n", "200", "--validate", "--timeout", "20s", "--progress", "0", "--debug"}
+	srv := startProcessEnv(t, env, append([]string{"perf", "write", "--addr", ad[0]}, common...)...)
+	srv.stdout.waitFor(t, "Waiting for client", 30*time.Second)
+	cli := startProcessEnv(t, env, append(append([]string{"perf", "write", "--addr", ad[1]}, common...), ad[0])...)
+	cli.wait(t, 60*time.Second)
+	srv.wait(t, 60*time.Second)
+	want := fmt.Sprintf("procs=%d", runtime.NumCPU()/2)
+	for name, p := range map[string]*rankProc{"server": srv, "client": cli} {
+		stderr := p.stderrOf(t)
+		require.Equalf(t, 0, p.code, "%s exited %d\nstdout:\n%s\nstderr:\n%s", name, p.code, p.stdout, stderr)
+		require.Containsf(t, stderr, "msg=GOMAXPROCS "+want, "%s did not take half the CPUs:\n%s", name, stderr)
+	}
+	require.Regexp(t, bwRow(4096, 200), cli.stdout.String())
+}
