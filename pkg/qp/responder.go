@@ -15,6 +15,9 @@ type responder struct {
 	sentNAK bool   // a PSN sequence NAK was sent for the current gap
 	nakDebt uint16 // sequence NAKs sent lately, in nakCost units (allowNAK)
 	dropMsg bool   // UC: drop the rest of a message after a gap
+	// replayEpoch counts the requests taken in sequence: READ replay
+	// bounds hold only while it stands still (allowReplay).
+	replayEpoch uint32
 
 	recv      RecvWR // receive WR the current SEND (or WRITE_IMM) fills
 	recvValid bool
@@ -56,10 +59,12 @@ type resource struct {
 	va     uint64
 	length uint64
 	rkey   uint32
-	// Replays of a READ (allowReplay): the PSN of the latest, and the
-	// bytes replayed since the last one that moved on.
+	// Replays of a READ (allowReplay): the PSN of the latest, the bytes
+	// replayed since the last one that moved on, and the responder's
+	// replayEpoch they were counted in.
 	replayPSN   PSN
 	replayBytes uint64
+	replayEpoch uint32
 }
 
 // Sequence NAK rate limit. RoCE cannot authenticate a packet, so anyone
@@ -86,21 +91,29 @@ func (r *responder) allowNAK() bool {
 }
 
 // maxReplaysWithoutProgress bounds the bytes replayed for one READ by
-// retries that start no later than the previous one, in READ lengths. A
-// requester goes back to the first PSN it has not received, which only
-// moves forward; it retries from the same PSN only when that response was
-// lost again, and retry_cnt (at most 7) bounds the retries in a row. A
-// burst of identical duplicates (each a full replay: one small request, a
-// whole READ of responses) is an amplification attack, not a requester:
-// past the bound they are dropped and counted (replays_limited), and the
-// QP is unharmed.
-const maxReplaysWithoutProgress = 16
+// retries that start no later than the previous one, in READ lengths,
+// while no new request arrives. A requester goes back to the first PSN it
+// has not received, which only moves forward, and resends every READ
+// after it whole: a READ behind a gap is asked for again on every retry
+// of the gap. So the bound must cover a requester's retries in a row
+// without progress: retry_cnt + 1 local ACK timeouts, and rxed's fast
+// retransmits between them (recovery.go: doubling from minRTO up to a
+// quarter of the timeout, about 9 in the first timeout and 4 in each
+// after, 45 in all with retry_cnt 7). Any new request in sequence shows
+// a requester that moves on and starts every count anew (replayEpoch).
+// A burst of identical duplicates with nothing new between them (each a
+// full replay: one small request, a whole READ of responses) is an
+// amplification attack, not a requester: past the bound they are dropped
+// and counted (replays_limited), and the QP is unharmed. The bound was
+// 16 until a READ stream at 20% loss was refused the replays of the READs
+// behind a stuck one for good and failed with RETRY_EXC_ERR.
+const maxReplaysWithoutProgress = 64
 
-// allowReplay accounts a replay of n bytes of res from psn and reports
-// whether it may be sent.
-func (res *resource) allowReplay(psn PSN, n uint64) bool {
-	if res.replayBytes == 0 || res.replayPSN.Less(psn) {
-		res.replayPSN, res.replayBytes = psn, max(n, 1)
+// allowReplay accounts a replay of n bytes of res from psn, epoch being
+// the responder's replayEpoch, and reports whether it may be sent.
+func (res *resource) allowReplay(psn PSN, n uint64, epoch uint32) bool {
+	if res.replayBytes == 0 || res.replayEpoch != epoch || res.replayPSN.Less(psn) {
+		res.replayPSN, res.replayBytes, res.replayEpoch = psn, max(n, 1), epoch
 		return true
 	}
 	if res.replayBytes+n > maxReplaysWithoutProgress*max(res.length, 1) {
@@ -224,6 +237,7 @@ func (q *QP) processRequest(env Env, p *wire.Packet, ri *RecvInfo) {
 		}
 		r.sentNAK = false
 		r.nakDebt -= min(r.nakDebt, 1)
+		r.replayEpoch++ // the requester moves on: replay bounds start anew
 	case UC:
 		if r.dropMsg || psn != r.psn {
 			if !start {
@@ -691,7 +705,7 @@ func (q *QP) duplicateRequest(env Env, p *wire.Packet, psn PSN) {
 		if rkey != res.rkey || va < res.va || n > res.length || va-res.va > res.length-n {
 			return
 		}
-		if !res.allowReplay(psn, n) {
+		if !res.allowReplay(psn, n, q.resp.replayEpoch) {
 			q.ctr.ReplaysLimited.Add(1)
 			return
 		}
