@@ -27,17 +27,9 @@ import (
 func TestMetricsCMCounters(t *testing.T) {
 	const cmPort = 18515
 	srvIP, cliIP := netip.MustParseAddr("127.0.3.240"), netip.MustParseAddr("127.0.3.241")
-	d, err := New(Config{Addrs: []netip.Addr{srvIP}, Exports: []ExportSpec{{Name: "scratch", Kind: ExportAnon, Size: 8192}},
-		MetricsAddr: "127.0.0.1:0", RDMACMPort: cmPort, StepTimeout: 2 * time.Second})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
+	d, url := startMetricsDaemon(t, srvIP.String(), func(c *Config) {
+		c.RDMACMPort, c.StepTimeout = cmPort, 2*time.Second
 	})
-	url := "http://" + d.MetricsAddr().String() + "/metrics"
 
 	cmCounter := func(body, c string) (float64, bool) {
 		t.Helper()

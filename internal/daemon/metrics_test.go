@@ -37,11 +37,15 @@ func TestCounterName(t *testing.T) {
 }
 
 // startMetricsDaemon runs a daemon with /metrics on an ephemeral port and
-// returns it with the page's URL.
-func startMetricsDaemon(t *testing.T, addr string) (*Daemon, string) {
+// returns it with the page's URL; each of more adjusts its Config first.
+func startMetricsDaemon(t *testing.T, addr string, more ...func(*Config)) (*Daemon, string) {
 	t.Helper()
-	d, err := New(Config{Addrs: addrs(t, addr), Exports: []ExportSpec{{Name: "scratch", Kind: ExportAnon, Size: 8192}},
-		MetricsAddr: "127.0.0.1:0"})
+	cfg := Config{Addrs: addrs(t, addr), Exports: []ExportSpec{{Name: "scratch", Kind: ExportAnon, Size: 8192}},
+		MetricsAddr: "127.0.0.1:0"}
+	for _, f := range more {
+		f(&cfg)
+	}
+	d, err := New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
