@@ -46,7 +46,7 @@ func TestRanksOnTheirOwn(t *testing.T) {
 				base := netip.MustParseAddr("10.0.1.1") // memDev's plan
 				devs := make([]*ib.Device, n)
 				for i := range devs {
-					devs[i] = memDev(t, net, i)
+					devs[i] = memDev(t, net, i, nil)
 					require.NoError(t, rdmacm.Enable(devs[i], nil))
 					defer devs[i].Close()
 				}

@@ -160,7 +160,7 @@ func (l *rdmaLink) setup(ctx context.Context, dev *ib.Device, data []float32, rc
 	if l.dataMR, err = l.pd.RegMR(f32bytes(data), ib.AccessLocalWrite); err != nil {
 		return err
 	}
-	mk := func() (*ib.QP, error) {
+	mk := func(recvs bool) (*ib.QP, error) {
 		q, err := l.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: l.cq, RecvCQ: l.cq,
 			Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
@@ -169,17 +169,16 @@ func (l *rdmaLink) setup(ctx context.Context, dev *ib.Device, data []float32, rc
 		if err := ib.InitQP(q, ib.ConnectAttr{}); err != nil {
 			return q, err
 		}
-		for range recvDepth {
-			if err := q.PostRecv(ib.RecvWR{}); err != nil {
-				return q, err
-			}
+		if recvs {
+			return q, postRecvs(q)
 		}
 		return q, nil
 	}
-	if l.qpNext, err = mk(); err != nil {
+	if l.qpNext, err = mk(true); err != nil {
 		return err
 	}
-	if l.qpPrev, err = mk(); err != nil {
+	// The previous rank's QP gets its receives once connected (acceptPrev).
+	if l.qpPrev, err = mk(false); err != nil {
 		return err
 	}
 	if l.l, err = rdmacm.Listen(dev, rc.Listen, nil); err != nil {
@@ -203,35 +202,167 @@ func (l *rdmaLink) setup(ctx context.Context, dev *ib.Device, data []float32, rc
 	return firstCause(dialErr, accErr)
 }
 
+// acceptPrev accepts the previous rank's connection.
+//
+// Every Dial attempt of the previous rank is a new REQ, and it makes one
+// at a time (dialNext). An attempt it gave up (no answer within its
+// Timeout: our REP was lost, or its REQ was and the CM's retry would come
+// later) ends on our side with the REJ it sends; when that REJ is lost
+// too, an Accept of it waits for an RTU that never comes while the next
+// attempt's REQ waits in the listener: the eight-host ring with 2% loss on
+// one link failed to form about once in 50 runs, both neighbours giving up
+// after a minute. So the listener is read beside the pending Accept, and
+// a newer REQ from the previous rank supersedes it (rdma_cm's rdma_accept
+// does not block either: a listener serves its next request while an
+// accepted one waits for its RTU). The QP is reset for each attempt and
+// given its receives only once connected, so an abandoned attempt leaves
+// no completions behind.
 func (l *rdmaLink) acceptPrev(ctx context.Context) error {
 	mine := hello{rank: l.cfg.Rank, ranks: l.cfg.Ranks, count: l.cfg.Count,
 		slotAddr: l.slotsMR.IOVA(), slotRKey: l.slotsMR.RKey(), slotSize: uint32(len(l.slots) / nSlots)}
+	// The listener outlives ctx until we return: after a mismatch (which
+	// may cancel ctx) refuseLate still answers the previous rank.
+	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopListening()
+	reqs := listenRequests(lctx, l.l)
+	var cur *acceptAttempt
+	defer func() {
+		if cur != nil { // an error return: the attempt goes with it
+			cur.stop()
+		}
+	}()
 	for {
-		req, err := l.l.Accept(ctx)
-		if err != nil {
-			return fmt.Errorf("allreduce: rank %d: no connection from rank %d within %v: %w", l.cfg.Rank, l.cfg.prev(), l.cfg.Timeout, err)
+		var finished <-chan acceptResult
+		if cur != nil {
+			finished = cur.done
 		}
-		h, err := parseHello(req.PrivateData)
-		if err == nil {
-			err = l.cfg.agree(h, l.cfg.prev())
-		}
-		if err != nil {
-			msg := err.Error()
-			reason := []byte(msg[:min(len(msg), 148)])
-			_ = req.Reject(reason)
-			if errors.Is(err, errNotRing) {
-				continue
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("allreduce: rank %d: no connection from rank %d within %v: %w", l.cfg.Rank, l.cfg.prev(), l.cfg.Timeout, ctx.Err())
+		case in := <-reqs:
+			if in.err != nil {
+				return fmt.Errorf("allreduce: rank %d: listening for rank %d: %w", l.cfg.Rank, l.cfg.prev(), in.err)
 			}
-			l.refuseLate(ctx, reason)
-			return fmt.Errorf("allreduce: %w", err)
+			req := in.req
+			h, err := parseHello(req.PrivateData)
+			if err == nil {
+				err = l.cfg.agree(h, l.cfg.prev())
+			}
+			if err != nil {
+				msg := err.Error()
+				reason := []byte(msg[:min(len(msg), 148)])
+				_ = req.Reject(reason)
+				if errors.Is(err, errNotRing) {
+					continue
+				}
+				refuseLate(reqs, reason)
+				return fmt.Errorf("allreduce: %w", err)
+			}
+			if cur != nil {
+				// The previous rank dials again: it gave the pending
+				// attempt up.
+				if c, err := cur.stop(); err == nil {
+					_ = c.Disconnect(ctx)
+				}
+				cur = nil
+				if err := resetQP(l.qpPrev); err != nil {
+					return err
+				}
+			}
+			cur = startAccept(ctx, req, l.qpPrev, &rdmacm.ConnParam{PrivateData: mine.append(nil), RNRRetryCount: 7, ACKTimeout: ackTimeout})
+		case r := <-finished:
+			cur.cancel()
+			cur = nil
+			if r.err == nil {
+				l.cPrev = r.c
+				return postRecvs(l.qpPrev)
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("allreduce: rank %d accepting rank %d: %w", l.cfg.Rank, l.cfg.prev(), r.err)
+			}
+			// The attempt failed (its REJ came, or the CM gave up on
+			// its RTU): wait for the next one.
+			if err := resetQP(l.qpPrev); err != nil {
+				return err
+			}
 		}
-		c, err := req.Accept(ctx, l.qpPrev, &rdmacm.ConnParam{PrivateData: mine.append(nil), RNRRetryCount: 7, ACKTimeout: ackTimeout})
-		if err != nil {
-			return fmt.Errorf("allreduce: rank %d accepting rank %d: %w", l.cfg.Rank, h.rank, err)
-		}
-		l.cPrev = c
-		return nil
 	}
+}
+
+// acceptAttempt is one Request.Accept running in its own goroutine.
+type acceptAttempt struct {
+	cancel context.CancelFunc
+	done   chan acceptResult
+}
+
+type acceptResult struct {
+	c   *rdmacm.Conn
+	err error
+}
+
+func startAccept(ctx context.Context, req *rdmacm.Request, q *ib.QP, p *rdmacm.ConnParam) *acceptAttempt {
+	actx, cancel := context.WithCancel(ctx)
+	a := &acceptAttempt{cancel: cancel, done: make(chan acceptResult, 1)}
+	go func() {
+		c, err := req.Accept(actx, q, p)
+		a.done <- acceptResult{c, err}
+	}()
+	return a
+}
+
+// stop cancels the attempt and returns how it ended (it may have
+// connected just before).
+func (a *acceptAttempt) stop() (*rdmacm.Conn, error) {
+	a.cancel()
+	r := <-a.done
+	return r.c, r.err
+}
+
+// resetQP returns a QP whose connection attempt failed to INIT, ready for
+// the next one; RESET discards its work requests without completions.
+func resetQP(q *ib.QP) error {
+	if err := q.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState); err != nil {
+		return fmt.Errorf("allreduce: resetting QP %#x: %w", q.Num(), err)
+	}
+	return ib.InitQP(q, ib.ConnectAttr{})
+}
+
+func postRecvs(q *ib.QP) error {
+	for range recvDepth {
+		if err := q.PostRecv(ib.RecvWR{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// incomingRequest is one Listener.Accept result.
+type incomingRequest struct {
+	req *rdmacm.Request
+	err error
+}
+
+// listenRequests reads lis until ctx ends, the first error included; a
+// request that arrives as ctx ends is rejected.
+func listenRequests(ctx context.Context, lis *rdmacm.Listener) <-chan incomingRequest {
+	ch := make(chan incomingRequest)
+	go func() {
+		for {
+			req, err := lis.Accept(ctx)
+			select {
+			case ch <- incomingRequest{req, err}:
+			case <-ctx.Done():
+				if req != nil {
+					_ = req.Reject(nil)
+				}
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
 }
 
 // refuseLate keeps refusing with reason, for refuseLinger, the REQs that
@@ -239,15 +370,18 @@ func (l *rdmaLink) acceptPrev(ctx context.Context) error {
 // a Dial attempt the previous rank already gave up (its engine came up
 // after ours, or answers were slow), whose REJ it ignores; its next
 // attempt must hear the reason too, or it would wait for its timeout.
-func (l *rdmaLink) refuseLate(ctx context.Context, reason []byte) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refuseLinger)
-	defer cancel()
+func refuseLate(reqs <-chan incomingRequest, reason []byte) {
+	linger := time.After(refuseLinger)
 	for {
-		req, err := l.l.Accept(ctx)
-		if err != nil {
+		select {
+		case in := <-reqs:
+			if in.err != nil {
+				return
+			}
+			_ = in.req.Reject(reason)
+		case <-linger:
 			return
 		}
-		_ = req.Reject(reason)
 	}
 }
 
@@ -297,10 +431,8 @@ func (l *rdmaLink) dialNext(ctx context.Context, next netip.AddrPort) error {
 		if err := ib.InitQP(q, ib.ConnectAttr{}); err != nil {
 			return err
 		}
-		for range recvDepth {
-			if err := q.PostRecv(ib.RecvWR{}); err != nil {
-				return err
-			}
+		if err := postRecvs(q); err != nil {
+			return err
 		}
 		// Drop the old QP's flushed receives, but keep what arrived for
 		// the previous rank's connection meanwhile: it may be connected

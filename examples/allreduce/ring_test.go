@@ -17,11 +17,16 @@ import (
 
 const cmPort = 7600
 
-func memDev(t *testing.T, n *transport.MemNetwork, rank int) *ib.Device {
+// memDev opens rank's device on n; wrap, if not nil, stands between the
+// engine and the network.
+func memDev(t *testing.T, n *transport.MemNetwork, rank int, wrap func(int, transport.Conn) transport.Conn) *ib.Device {
 	t.Helper()
 	a := CMAddr(netip.MustParseAddr("10.0.1.1"), rank, transport.RoCEv2Port)
 	c, err := n.Listen(a)
 	require.NoError(t, err)
+	if wrap != nil {
+		c = wrap(rank, c)
+	}
 	dev, err := ib.OpenDevice(ib.Config{Conn: c, Workers: 1})
 	require.NoError(t, err)
 	return dev
@@ -30,10 +35,15 @@ func memDev(t *testing.T, n *transport.MemNetwork, rank int) *ib.Device {
 // rdmaDialer dials rank i over RDMA on its own device; counts[i] and
 // ranks[i] let a test give one rank a different view.
 func rdmaDialer(t *testing.T, net *transport.MemNetwork, ranks, counts []int, timeout time.Duration) func(context.Context, int) (Member, error) {
+	return rdmaDialerOver(t, net, nil, ranks, counts, timeout)
+}
+
+// rdmaDialerOver is rdmaDialer with each rank's network wrapped (memDev).
+func rdmaDialerOver(t *testing.T, net *transport.MemNetwork, wrap func(int, transport.Conn) transport.Conn, ranks, counts []int, timeout time.Duration) func(context.Context, int) (Member, error) {
 	base := netip.MustParseAddr("10.0.1.1")
 	devs := make([]*ib.Device, len(ranks))
 	for i := range devs { // every engine up before anyone dials
-		devs[i] = memDev(t, net, i)
+		devs[i] = memDev(t, net, i, wrap)
 		require.NoError(t, rdmacm.Enable(devs[i], nil))
 	}
 	return func(ctx context.Context, i int) (Member, error) {
