@@ -180,12 +180,12 @@ func (q *QP) sampleRTT(rtt time.Duration) {
 
 // noteLoss is called on every loss signal the requester acts on (a NAK,
 // an implied NAK, a gap in READ responses, a timeout), before it goes
-// back: the round trip in progress is not sampled if its PSN will be
-// resent (one the NAK acknowledged is: before, the NAK's own sample was
-// thrown away, and at 5% loss a connection could lose every sample
-// before its first and keep IBA's 67 ms timer alone), and the window
-// halves unless this loss is of the congestion
-// event it last halved for (a PSN sent before that).
+// back. The round trip being timed is dropped if its PSN will be resent;
+// one the NAK acknowledged keeps it (noteProgress takes it next: it used
+// to be thrown away too, and at 5% loss a connection could lose every
+// sample before its first and keep IBA's 67 ms timer alone). The window
+// halves unless the loss is of the congestion event it last halved for
+// (a PSN sent before that halving).
 func (q *QP) noteLoss() {
 	r := &q.rec
 	if r.sampling && r.samplePSN.Diff(q.comp.psn) >= 0 {
