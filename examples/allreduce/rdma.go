@@ -262,7 +262,12 @@ func (l *rdmaLink) acceptPrev(ctx context.Context) error {
 				// The previous rank dials again: it gave the pending
 				// attempt up.
 				if c, err := cur.stop(); err == nil {
-					_ = c.Disconnect(ctx)
+					// It connected after all, as the previous rank's
+					// Dial gave up: end it (its DREQ unanswered if that
+					// rank's ID is gone, hence the bound).
+					dctx, cancel := context.WithTimeout(ctx, time.Second)
+					_ = c.Disconnect(dctx)
+					cancel()
 				}
 				cur = nil
 				if err := resetQP(l.qpPrev); err != nil {
