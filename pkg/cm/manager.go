@@ -80,10 +80,11 @@ type Manager struct {
 	closed    bool
 	rnd       *rand.Rand
 	hiTID     uint32
-	ids       map[uint32]*ID      // by local comm ID (connections and SIDR queries)
-	remoteIDs map[remoteKey]*ID   // by (peer CA GUID, peer comm ID), cm.c's remote_id_table
-	remoteQPs map[remoteQPKey]*ID // by (peer CA GUID, peer QPN), cm.c's remote_qp_table
-	sidrRcvd  map[sidrKey]*ID     // passive SIDR IDs awaiting SIDRReply
+	ids       map[uint32]*ID         // by local comm ID (connections and SIDR queries)
+	remoteIDs map[remoteKey]*ID      // by (peer CA GUID, peer comm ID), cm.c's remote_id_table
+	remoteQPs map[remoteQPKey]*ID    // by (peer CA GUID, peer QPN), cm.c's remote_qp_table
+	sidrRcvd  map[sidrKey]*ID        // passive SIDR IDs awaiting SIDRReply
+	sidrSent  map[sidrKey]sidrAnswer // SIDR_REPs sent lately, for duplicates (sidr.go)
 	listeners []*Listener
 	halfOpen  int
 	counters  map[string]uint64
@@ -127,6 +128,7 @@ func New(cfg Config) *Manager {
 		remoteIDs: make(map[remoteKey]*ID),
 		remoteQPs: make(map[remoteQPKey]*ID),
 		sidrRcvd:  make(map[sidrKey]*ID),
+		sidrSent:  make(map[sidrKey]sidrAnswer),
 		counters:  make(map[string]uint64),
 	}
 	if m.clock == nil {
@@ -186,6 +188,7 @@ func (m *Manager) Close() {
 	clear(m.remoteIDs)
 	clear(m.remoteQPs)
 	clear(m.sidrRcvd)
+	clear(m.sidrSent)
 	m.listeners = nil
 	m.halfOpen = 0
 	m.outbox = nil

@@ -2,6 +2,7 @@ package cm
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/rxed/rxed/pkg/wire/mad"
@@ -76,13 +77,42 @@ func (m *Manager) onSIDRREP(r rx, rep *mad.SIDRREP) {
 	m.outbox = append(m.outbox, action{sidr: func() { h(res) }})
 }
 
+// sidrAnswerWindow is how long a SIDR_REP is kept to answer duplicates
+// of its SIDR_REQ: about rdma_cm's whole SIDR schedule (15 retries of
+// 4 s, cma_resolve_ib_udp).
+const sidrAnswerWindow = time.Minute
+
+// sidrAnswer is a SIDR_REP sent, kept for the duplicates of its request.
+type sidrAnswer struct {
+	mad      []byte
+	dst, src netip.Addr
+	until    time.Time
+}
+
 // onSIDRREQ is cm_sidr_req_handler: a duplicate of a pending request is
 // dropped; no listener answers SIDR_REP "unsupported".
+//
+// Unlike cm.c, which forgets a SIDR_REQ once it has answered it, a
+// duplicate of an answered request (the network's copy, or the
+// requester's retry after our SIDR_REP was lost) gets that SIDR_REP again
+// rather than reaching the listener as a new request: a new request
+// makes the application set up a second QP for the same requester, and
+// the requester may take either answer: the likely cause of a udaddy
+// run with duplication and reordering whose server waited for datagrams
+// on a QP the client never used.
 func (m *Manager) onSIDRREQ(r rx, req *mad.SIDRREQ) {
 	k := sidrKey{r.src, req.RequestID}
 	if m.sidrRcvd[k] != nil {
 		m.count("rx_dup_sidr_req")
 		return
+	}
+	if a, ok := m.sidrSent[k]; ok {
+		if m.clock.Now().Before(a.until) {
+			m.count("rx_dup_sidr_req")
+			m.sendMAD(a.dst, a.src, slices.Clone(a.mad))
+			return
+		}
+		delete(m.sidrSent, k)
 	}
 	l := m.findListener(req.ServiceID)
 	if l == nil {
@@ -132,16 +162,34 @@ func (id *ID) SIDRReply(p SIDRReplyParams) error {
 		if id.state != StateSIDRREQRcvd {
 			return ErrState
 		}
-		id.m.sendSIDRREP(id, &mad.SIDRREP{Status: p.Status, QPN: p.QPN, QKey: p.QKey, ClassPortInfo: info, PrivateData: pd})
+		b := id.m.sendSIDRREP(id, &mad.SIDRREP{Status: p.Status, QPN: p.QPN, QKey: p.QKey, ClassPortInfo: info, PrivateData: pd})
+		id.m.keepSIDRAnswer(id, b)
 		id.m.free(id)
 		return nil
 	})
 }
 
-func (m *Manager) sendSIDRREP(id *ID, rep *mad.SIDRREP) {
+func (m *Manager) sendSIDRREP(id *ID, rep *mad.SIDRREP) []byte {
 	rep.RequestID = id.remoteID
 	rep.ServiceID = id.service
-	if b := m.marshal(id.tid, rep); b != nil {
+	b := m.marshal(id.tid, rep)
+	if b != nil {
 		m.sendMAD(id.remote, id.local, b)
 	}
+	return b
+}
+
+// keepSIDRAnswer keeps the SIDR_REP b answering id's request for
+// sidrAnswerWindow, dropping the answers whose window has passed.
+func (m *Manager) keepSIDRAnswer(id *ID, b []byte) {
+	if b == nil {
+		return
+	}
+	now := m.clock.Now()
+	for k, a := range m.sidrSent {
+		if !now.Before(a.until) {
+			delete(m.sidrSent, k)
+		}
+	}
+	m.sidrSent[id.sidrKey] = sidrAnswer{mad: b, dst: id.remote, src: id.local, until: now.Add(sidrAnswerWindow)}
 }

@@ -91,3 +91,50 @@ func TestSIDRDestroyRejects(t *testing.T) {
 	require.Len(t, l.a.sidr, 1)
 	require.Equal(t, mad.SIDRReject, l.a.sidr[0].Status)
 }
+
+// A duplicate of an answered SIDR_REQ (a network copy, or the requester's
+// retry after the SIDR_REP was lost) gets the same SIDR_REP again, not a
+// new request for the listener. A udaddy server given a late duplicate
+// as a second request sets up a second QP, the client may take that
+// answer, and the server's first QP waits for datagrams that never come:
+// the likely cause of one TestUdaddyMatchesRdmaCoreOutput/dup_reorder
+// failure under load ("connection 0 receives: 0 of 20"). After
+// sidrAnswerWindow the request is forgotten.
+func TestSIDRDuplicateAfterReplyGetsTheSameAnswer(t *testing.T) {
+	l := newLink(t, nil)
+	_, err := l.b.m.Listen(udpService, 0, l.b.handler())
+	require.NoError(t, err)
+	require.NoError(t, l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService}, l.a.sidrHandler()))
+	got := l.pump()
+	require.Equal(t, []string{"A:SIDR_REQ"}, attrs(got))
+	req := got[0]
+	evs := l.b.take()
+	require.Equal(t, []cm.EventType{cm.EventSIDRREQ}, types(evs))
+	require.NoError(t, evs[0].ID.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRSuccess, QPN: 0x33, QKey: 0x01234567}))
+	got = l.pump()
+	require.Equal(t, []string{"B:SIDR_REP"}, attrs(got))
+	first := got[0].b
+
+	dup := func() []packet {
+		l.b.m.HandleMAD(req.src, req.dst, bytes.Clone(req.b))
+		return l.pump()
+	}
+	got = dup()
+	require.Equal(t, []string{"B:SIDR_REP"}, attrs(got), "the duplicate is answered")
+	require.Equal(t, first, got[0].b, "with the same SIDR_REP")
+	require.Empty(t, l.b.take(), "and never reaches the listener")
+	require.Equal(t, uint64(1), l.b.m.Counters()["rx_dup_sidr_req"])
+	require.Equal(t, uint64(2), l.b.m.Counters()["tx_sidr_rep"])
+	require.Len(t, l.a.sidr, 1, "the requester took one answer (the second is for a finished query)")
+	require.Equal(t, 0, l.clock.Pending(), "no timer is kept for it")
+
+	// Past the window the request is new again (as cm.c takes every
+	// answered one).
+	l.clock.Advance(time.Minute)
+	got = dup()
+	require.Empty(t, attrs(got))
+	evs = l.b.take()
+	require.Equal(t, []cm.EventType{cm.EventSIDRREQ}, types(evs))
+	require.NoError(t, evs[0].ID.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRReject}))
+	require.Equal(t, []string{"B:SIDR_REP"}, attrs(l.pump()))
+}
