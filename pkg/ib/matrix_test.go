@@ -96,6 +96,15 @@ func TestRemoteAccessMatrix(t *testing.T) {
 		{"before the start", ^uint64(7), false}, // iova-8: wraps below the region
 	}
 
+	// The region is written here only, before any QP exists: its
+	// responder may still be reading it for a duplicate of a completed
+	// READ (a retransmission the requester then ignores), so the test
+	// must not rewrite it between cases (a race report in CI). Each case
+	// writes its own 8 bytes instead (local), so a WRITE that did not
+	// happen cannot pass for one that did.
+	for i := range region {
+		region[i] = byte(i)
+	}
 	cases := 0
 	for _, qpAcc := range subsets {
 		qa, qb := a.createQP(ib.RC), b.createQP(ib.RC)
@@ -115,12 +124,10 @@ func TestRemoteAccessMatrix(t *testing.T) {
 					case !tg.keyIsGood || tg.mrAccess&o.need == 0 || !r.in:
 						want = ib.WCRemAccessErr
 					}
-					for i := range region {
-						region[i] = byte(i)
-					}
 					before := bytes.Clone(region)
 					local := a.buf[:8]
-					copy(local, "ABCDEFGH")
+					mine := fmt.Appendf(nil, "W%07d", cases)
+					copy(local, mine)
 					wr := ib.SendWR{ID: uint64(cases), Opcode: o.opcode, Flags: ib.SendSignaled,
 						SGL: []ib.SGE{a.sge(0, 8)}, RemoteAddr: tg.iova + r.offset, RKey: tg.key, CompareAdd: 0x0101}
 					if o.opcode == ib.WRAtomicFetchAndAdd && r.offset%8 != 0 {
@@ -148,7 +155,9 @@ func TestRemoteAccessMatrix(t *testing.T) {
 					at := region[r.offset : r.offset+8]
 					switch o.opcode {
 					case ib.WRRDMAWrite:
-						require.Equal(t, "ABCDEFGH", string(at), name)
+						require.Equal(t, string(mine), string(at), name)
+						require.Equal(t, before[:r.offset], region[:r.offset], name)
+						require.Equal(t, before[r.offset+8:], region[r.offset+8:], name)
 					case ib.WRRDMARead:
 						require.Equal(t, before[r.offset:r.offset+8], local, name)
 						require.Equal(t, before, region, name)
