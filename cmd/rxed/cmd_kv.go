@@ -325,6 +325,9 @@ func parseKVBench(args []string, stderr io.Writer) (*kvBenchOpts, int, bool) {
 		fail(stderr, "kv bench", err)
 		return nil, 2, false
 	}
+	// With --inproc both ends are this process: its CPUs are not shared
+	// with a peer process (cpus.go).
+	o.ef.peerInProcess = o.inproc
 	if err := errors.Join(o.ef.check(), o.tf.check()); err != nil {
 		return bad(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"runtime"
 )
@@ -54,15 +55,32 @@ func chooseProcs(numCPU, cpusFlag int, env string, addrs []netip.Addr) (int, str
 // the test binary, whose scheduler is not the command's to change.
 var setMaxProcs func(int) int
 
+// cpuChoice is what applyCPUs changed, for the command's debug log.
+type cpuChoice struct {
+	procs, was int
+	why        string
+}
+
 // applyCPUs sets the process's GOMAXPROCS as --cpus and the addresses
-// say, logging the choice at debug level.
-func (e *engineFlags) applyCPUs(env string, logf func(string, ...any)) {
+// say (check calls it, so every engine-running command does), and keeps
+// the change for logCPUs.
+func (e *engineFlags) applyCPUs(env string) {
+	if e.peerInProcess && e.cpus == 0 {
+		return
+	}
 	n, why := chooseProcs(runtime.NumCPU(), e.cpus, env, e.addrs)
 	if n == 0 || setMaxProcs == nil {
 		return
 	}
 	if prev := setMaxProcs(n); prev != n {
-		logf("GOMAXPROCS", "procs", n, "was", prev, "cpus", runtime.NumCPU(), "why", why)
+		e.cpuChoice = cpuChoice{procs: n, was: prev, why: why}
+	}
+}
+
+// logCPUs logs applyCPUs' change at debug level, if it made one.
+func (e *engineFlags) logCPUs(log *slog.Logger) {
+	if c := e.cpuChoice; c.procs != 0 {
+		log.Debug("GOMAXPROCS", "procs", c.procs, "was", c.was, "cpus", runtime.NumCPU(), "why", c.why)
 	}
 }
 

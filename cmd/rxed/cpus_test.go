@@ -91,3 +91,35 @@ func TestPerfProcessesShareCPUs(t *testing.T) {
 	}
 	require.Regexp(t, bwRow(4096, 200), cli.stdout.String())
 }
+
+// TestApplyCPUs: check applies the choice through setMaxProcs (which
+// main sets), records it for the debug log, and leaves a command whose
+// peers are in its own process (kv bench --inproc) alone unless --cpus
+// says otherwise. Not parallel: it swaps the package's setMaxProcs.
+func TestApplyCPUs(t *testing.T) {
+	var calls []int
+	setMaxProcs = func(n int) int { calls = append(calls, n); return 99 }
+	t.Cleanup(func() { setMaxProcs = nil })
+	loop := addrs("127.0.0.1")
+
+	e := engineFlags{addrs: loop, peerInProcess: true}
+	e.applyCPUs("")
+	require.Empty(t, calls, "both ends in this process: nothing to share")
+
+	e = engineFlags{addrs: loop, peerInProcess: true, cpus: 3}
+	e.applyCPUs("")
+	require.Equal(t, []int{3}, calls, "--cpus still applies")
+	require.Equal(t, cpuChoice{procs: 3, was: 99, why: "--cpus"}, e.cpuChoice)
+
+	calls = nil
+	e = engineFlags{addrs: addrs("10.1.2.3")}
+	e.applyCPUs("")
+	require.Empty(t, calls, "a routable address keeps the runtime's choice")
+
+	if runtime.NumCPU() >= 2 {
+		e = engineFlags{addrs: loop}
+		e.applyCPUs("")
+		require.Equal(t, []int{runtime.NumCPU() / 2}, calls)
+		require.Contains(t, e.cpuChoice.why, "loopback")
+	}
+}

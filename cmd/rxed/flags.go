@@ -58,6 +58,10 @@ type engineFlags struct {
 	verbose     bool
 	spin        time.Duration // --spin of the tools that wait for completions (cqwait.go)
 	cpus        int           // --cpus: GOMAXPROCS (cpus.go); 0 automatic
+	cpuChoice   cpuChoice     // what --cpus or its default changed (check)
+	// peerInProcess: the command holds its peers itself (kv bench
+	// --inproc), so a loopback --addr does not mean a peer process.
+	peerInProcess bool
 
 	faultCfg transport.FaultConfig
 	// activeMTU is the port's active MTU the command asks for (its -m);
@@ -98,6 +102,7 @@ func (e *engineFlags) check() error {
 	if err := e.checkCPUs(); err != nil {
 		return err
 	}
+	e.applyCPUs(os.Getenv("GOMAXPROCS"))
 	cfg, err := transport.ParseFaultSpec(e.fault)
 	if err != nil {
 		return fmt.Errorf("--fault: %v", err)
@@ -132,6 +137,7 @@ const cmLinger = 3 * time.Second
 // deviceConfig is the device configuration the flags describe. With
 // --pcap it creates the capture file, which the caller closes.
 func (e *engineFlags) deviceConfig(log *slog.Logger) (ib.Config, *os.File, error) {
+	e.logCPUs(log)
 	cfg := ib.Config{Addrs: e.addrs, Port: uint16(e.port), Logger: log, ActiveMTU: e.activeMTU}
 	if fc := e.faultCfg; fc.Loss != 0 || fc.Dup != 0 || fc.Reorder != 0 || fc.Corrupt != 0 || fc.Delay != 0 || fc.Jitter != 0 {
 		cfg.Fault = &fc
@@ -149,7 +155,6 @@ func (e *engineFlags) deviceConfig(log *slog.Logger) (ib.Config, *os.File, error
 
 // open opens the device the flags describe.
 func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
-	e.applyCPUs(os.Getenv("GOMAXPROCS"), log.Debug)
 	cfg, pcapFile, err := e.deviceConfig(log)
 	if err != nil {
 		return nil, err
