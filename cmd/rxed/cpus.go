@@ -32,14 +32,15 @@ import (
 
 // chooseProcs returns the GOMAXPROCS a tool should run with and why, or
 // 0 to leave the runtime's choice alone. cpusFlag is --cpus (0: not
-// given), env the GOMAXPROCS environment variable.
-func chooseProcs(numCPU, cpusFlag int, env string, addrs []netip.Addr) (int, string) {
+// given), env the GOMAXPROCS environment variable, peerInProcess that
+// the command holds its peers itself (kv bench --inproc).
+func chooseProcs(numCPU, cpusFlag int, env string, addrs []netip.Addr, peerInProcess bool) (int, string) {
 	switch {
 	case cpusFlag > 0:
 		return cpusFlag, "--cpus"
 	case env != "":
 		return 0, "" // the runtime already applied it
-	case numCPU < 2 || len(addrs) == 0:
+	case peerInProcess || numCPU < 2 || len(addrs) == 0:
 		return 0, ""
 	}
 	for _, a := range addrs {
@@ -65,10 +66,7 @@ type cpuChoice struct {
 // say (check calls it, so every engine-running command does), and keeps
 // the change for logCPUs.
 func (e *engineFlags) applyCPUs(env string) {
-	if e.peerInProcess && e.cpus == 0 {
-		return
-	}
-	n, why := chooseProcs(runtime.NumCPU(), e.cpus, env, e.addrs)
+	n, why := chooseProcs(runtime.NumCPU(), e.cpus, env, e.addrs, e.peerInProcess)
 	if n == 0 || setMaxProcs == nil {
 		return
 	}

@@ -30,23 +30,26 @@ func TestChooseProcs(t *testing.T) {
 		flag   int
 		env    string
 		addrs  []netip.Addr
+		inproc bool
 		want   int
 		reason string
 	}{
-		{"loopback v4 halves", 2, 0, "", addrs("127.0.9.1"), 1, "loopback"},
-		{"loopback v6 halves", 8, 0, "", addrs("::1"), 4, "loopback"},
-		{"v4-mapped loopback halves", 4, 0, "", addrs("::ffff:127.0.0.1"), 2, "loopback"},
-		{"odd count rounds down", 3, 0, "", addrs("127.0.0.1"), 1, "loopback"},
-		{"every address must be loopback", 4, 0, "", addrs("127.0.0.1", "10.0.0.1"), 0, ""},
-		{"a routable address keeps every CPU", 4, 0, "", addrs("192.168.1.5"), 0, ""},
-		{"one CPU is left alone", 1, 0, "", addrs("127.0.0.1"), 0, ""},
-		{"no address", 4, 0, "", nil, 0, ""},
-		{"GOMAXPROCS wins over the default", 4, 0, "3", addrs("127.0.0.1"), 0, ""},
-		{"--cpus wins over GOMAXPROCS", 4, 3, "1", addrs("127.0.0.1"), 3, "--cpus"},
-		{"--cpus with a remote peer", 4, 4, "", addrs("10.0.0.1"), 4, "--cpus"},
+		{"loopback v4 halves", 2, 0, "", addrs("127.0.9.1"), false, 1, "loopback"},
+		{"loopback v6 halves", 8, 0, "", addrs("::1"), false, 4, "loopback"},
+		{"v4-mapped loopback halves", 4, 0, "", addrs("::ffff:127.0.0.1"), false, 2, "loopback"},
+		{"odd count rounds down", 3, 0, "", addrs("127.0.0.1"), false, 1, "loopback"},
+		{"every address must be loopback", 4, 0, "", addrs("127.0.0.1", "10.0.0.1"), false, 0, ""},
+		{"a routable address keeps every CPU", 4, 0, "", addrs("192.168.1.5"), false, 0, ""},
+		{"one CPU is left alone", 1, 0, "", addrs("127.0.0.1"), false, 0, ""},
+		{"no address", 4, 0, "", nil, false, 0, ""},
+		{"GOMAXPROCS wins over the default", 4, 0, "3", addrs("127.0.0.1"), false, 0, ""},
+		{"--cpus wins over GOMAXPROCS", 4, 3, "1", addrs("127.0.0.1"), false, 3, "--cpus"},
+		{"--cpus with a remote peer", 4, 4, "", addrs("10.0.0.1"), false, 4, "--cpus"},
+		{"peers in this process keep every CPU", 4, 0, "", addrs("127.0.0.1"), true, 0, ""},
+		{"--cpus with peers in this process", 4, 2, "", addrs("127.0.0.1"), true, 2, "--cpus"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n, why := chooseProcs(tc.cpus, tc.flag, tc.env, tc.addrs)
+			n, why := chooseProcs(tc.cpus, tc.flag, tc.env, tc.addrs, tc.inproc)
 			require.Equal(t, tc.want, n)
 			require.Contains(t, why, tc.reason)
 			if n == 0 {

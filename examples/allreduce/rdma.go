@@ -160,25 +160,11 @@ func (l *rdmaLink) setup(ctx context.Context, dev *ib.Device, data []float32, rc
 	if l.dataMR, err = l.pd.RegMR(f32bytes(data), ib.AccessLocalWrite); err != nil {
 		return err
 	}
-	mk := func(recvs bool) (*ib.QP, error) {
-		q, err := l.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: l.cq, RecvCQ: l.cq,
-			Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			return nil, err
-		}
-		if err := ib.InitQP(q, ib.ConnectAttr{}); err != nil {
-			return q, err
-		}
-		if recvs {
-			return q, postRecvs(q)
-		}
-		return q, nil
-	}
-	if l.qpNext, err = mk(true); err != nil {
+	if l.qpNext, err = l.newQP(true); err != nil {
 		return err
 	}
 	// The previous rank's QP gets its receives once connected (acceptPrev).
-	if l.qpPrev, err = mk(false); err != nil {
+	if l.qpPrev, err = l.newQP(false); err != nil {
 		return err
 	}
 	if l.l, err = rdmacm.Listen(dev, rc.Listen, nil); err != nil {
@@ -323,6 +309,23 @@ func (a *acceptAttempt) stop() (*rdmacm.Conn, error) {
 	return r.c, r.err
 }
 
+// newQP creates one of the link's RC QPs in INIT, with its receives
+// posted if recvs.
+func (l *rdmaLink) newQP(recvs bool) (*ib.QP, error) {
+	q, err := l.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: l.cq, RecvCQ: l.cq,
+		Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, err
+	}
+	if err := ib.InitQP(q, ib.ConnectAttr{}); err != nil {
+		return q, err
+	}
+	if recvs {
+		return q, postRecvs(q)
+	}
+	return q, nil
+}
+
 // resetQP returns a QP whose connection attempt failed to INIT, ready for
 // the next one; RESET discards its work requests without completions.
 func resetQP(q *ib.QP) error {
@@ -423,22 +426,17 @@ func (l *rdmaLink) dialNext(ctx context.Context, next netip.AddrPort) error {
 		case ctx.Err() != nil:
 			return fmt.Errorf("allreduce: rank %d: could not connect to rank %d at %v within %v: %v", l.cfg.Rank, l.cfg.next(), next, l.cfg.Timeout, err)
 		}
-		// Not listening yet (REJ 8) or not up (CM timeout): again. A
-		// failed Dial left the QP in ERR or RESET; a fresh one is needed.
+		// Not listening yet (REJ 8) or not up (CM timeout): again, on a
+		// fresh QP. Not this one reset: the next rank's CM knows the
+		// given-up attempt by our QPN and would take a REQ from it as a
+		// stale connection (REJ 10) while it still holds that attempt.
 		old := l.qpNext.Num()
 		_ = l.qpNext.Destroy()
-		q, qerr := l.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: l.cq, RecvCQ: l.cq,
-			Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		q, qerr := l.newQP(true)
 		if qerr != nil {
 			return qerr
 		}
 		l.qpNext = q
-		if err := ib.InitQP(q, ib.ConnectAttr{}); err != nil {
-			return err
-		}
-		if err := postRecvs(q); err != nil {
-			return err
-		}
 		// Drop the old QP's flushed receives, but keep what arrived for
 		// the previous rank's connection meanwhile: it may be connected
 		// already and have written its first chunk (a rank whose next

@@ -83,10 +83,11 @@ func (m *Manager) onSIDRREP(r rx, rep *mad.SIDRREP) {
 const sidrAnswerWindow = time.Minute
 
 // sidrAnswer is a SIDR_REP sent, kept for the duplicates of its request.
+// It goes back to the key's peer, from src.
 type sidrAnswer struct {
-	mad      []byte
-	dst, src netip.Addr
-	until    time.Time
+	mad   []byte
+	src   netip.Addr
+	until time.Time
 }
 
 // onSIDRREQ is cm_sidr_req_handler: a duplicate of a pending request is
@@ -109,7 +110,7 @@ func (m *Manager) onSIDRREQ(r rx, req *mad.SIDRREQ) {
 	if a, ok := m.sidrSent[k]; ok {
 		if m.clock.Now().Before(a.until) {
 			m.count("rx_dup_sidr_req")
-			m.sendMAD(a.dst, a.src, slices.Clone(a.mad))
+			m.sendMAD(k.peer, a.src, slices.Clone(a.mad))
 			return
 		}
 		delete(m.sidrSent, k)
@@ -191,5 +192,5 @@ func (m *Manager) keepSIDRAnswer(id *ID, b []byte) {
 			delete(m.sidrSent, k)
 		}
 	}
-	m.sidrSent[id.sidrKey] = sidrAnswer{mad: b, dst: id.remote, src: id.local, until: now.Add(sidrAnswerWindow)}
+	m.sidrSent[id.sidrKey] = sidrAnswer{mad: b, src: id.local, until: now.Add(sidrAnswerWindow)}
 }

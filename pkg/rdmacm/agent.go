@@ -99,14 +99,18 @@ func Enable(dev *ib.Device, cfg *Config) error {
 	if dev == nil {
 		return errors.New("rdmacm: Enable: nil device")
 	}
-	registryMu.Lock()
-	running := registry[dev] != nil
-	registryMu.Unlock()
-	if running && cfg != nil {
+	if running(dev) != nil && cfg != nil {
 		return ErrEnabled
 	}
 	_, err := acquireWith(dev, cfg)
 	return err
+}
+
+// running returns dev's agent if one runs (nil otherwise), starting none.
+func running(dev *ib.Device) *agent {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	return registry[dev]
 }
 
 // acquire returns dev's agent, creating it with the defaults on first use.

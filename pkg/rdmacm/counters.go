@@ -23,9 +23,7 @@ func Counters(dev *ib.Device) map[string]uint64 {
 	if dev == nil {
 		return nil
 	}
-	registryMu.Lock()
-	a := registry[dev]
-	registryMu.Unlock()
+	a := running(dev)
 	if a == nil {
 		return nil
 	}
