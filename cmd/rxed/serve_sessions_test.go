@@ -45,7 +45,7 @@ func TestServeIdleSessionsReclaimed(t *testing.T) {
 	c, e := addrPair(t)
 	port, mport := reservePort(t), reservePort(t)
 	d, logs, _, _ := startServe(t, "--addr", a, "-p", port, "--export", "data=anon,size=1M", "--timeout", "5s",
-		"--max-sessions", "5", "--idle-timeout", "1s", "--metrics", "127.0.0.1:"+mport)
+		"--max-sessions", "5", "--idle-timeout", "2s", "--metrics", "127.0.0.1:"+mport)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	oobAddr := net.JoinHostPort(a, port)
@@ -55,8 +55,8 @@ func TestServeIdleSessionsReclaimed(t *testing.T) {
 	}
 	logs.waitForCount(t, "perftest client connected", 4, 10*time.Second)
 
-	// The legitimate client runs for 3 s, longer than the idle timeout.
-	_, _, legit := startCmd("perf", "write", "--addr", b, "-p", port, "-s", "4096", "-D", "3", "--progress", "0", a)
+	// The legitimate client runs for 4 s, twice the idle timeout.
+	_, _, legit := startCmd("perf", "write", "--addr", b, "-p", port, "-s", "4096", "-D", "4", "--progress", "0", a)
 	logs.waitForCount(t, "perftest client connected", 5, 10*time.Second)
 	busy := runCmd("perf", "write", "--addr", e, "-p", port, "-s", "4096", "-n", "10", "--progress", "0", a)
 	require.NotEqual(t, 0, busy.code)

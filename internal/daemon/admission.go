@@ -18,6 +18,10 @@ type session struct {
 	start    time.Time // accepted (runSession)
 	traffic  *sessionTraffic
 	cancel   context.CancelCauseFunc
+	// closeExchange, if set, closes the session's exchange connection
+	// at once (safe beside the session's own use of it): a reclaimed
+	// session answers nothing more, even a message already on its way.
+	closeExchange func()
 
 	// Guarded by registry.mu.
 	established bool // the exchange is over: the idle timeout applies

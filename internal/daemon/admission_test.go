@@ -1,7 +1,12 @@
 package daemon
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,4 +67,45 @@ func TestAllowed(t *testing.T) {
 	require.True(t, allowed(allow, netip.MustParseAddr("fd12::1")))
 	require.False(t, allowed(allow, netip.MustParseAddr("11.0.0.1")))
 	require.False(t, allowed(allow, netip.MustParseAddr("::1")))
+}
+
+// TestReapIdleClosesTheExchangeBeforeItSaysSo: the reaper logged a
+// reclaim and only then cancelled the session, whose goroutine could
+// still read its client's next message and answer it (CI, on a loaded
+// host: TestServeIdleSessionsReclaimed's idle client got its Finish
+// answered). Once reapIdle has returned (and the reclaim is logged), the
+// session's context carries errIdle and its exchange connection is closed;
+// a session with traffic is left alone.
+func TestReapIdleClosesTheExchangeBeforeItSaysSo(t *testing.T) {
+	t0 := time.Unix(5000, 0)
+	var logged strings.Builder
+	d := &Daemon{cfg: Config{IdleTimeout: time.Second}, reg: newRegistry(4, 0), log: slog.New(slog.NewTextHandler(&logged, nil))}
+	type end struct {
+		s      *session
+		ctx    context.Context
+		client net.Conn
+	}
+	open := func(peer string) end {
+		s := newSession(peer)
+		var ctx context.Context
+		ctx, s.cancel = context.WithCancelCause(context.Background())
+		server, client := net.Pipe()
+		s.closeExchange = func() { _ = server.Close() }
+		require.True(t, d.reg.admit(s))
+		d.reg.establish(s, t0)
+		return end{s, ctx, client}
+	}
+	idle, busy := open("10.0.0.1"), open("10.0.0.2")
+	busy.s.traffic.lastRx.Store(t0.Add(time.Second).UnixNano())
+
+	require.Equal(t, 1, d.reapIdle(t0.Add(time.Second)))
+	require.ErrorIs(t, context.Cause(idle.ctx), errIdle)
+	_ = idle.client.SetDeadline(time.Now().Add(time.Second)) // unfixed: the write would wait for a reader
+	_, err := idle.client.Write([]byte("finish"))
+	require.ErrorIs(t, err, io.ErrClosedPipe, "the reclaimed session's exchange is closed")
+	require.Contains(t, logged.String(), "idle session reclaimed")
+	require.Equal(t, uint64(1), d.reclaimed.Load())
+
+	require.NoError(t, busy.ctx.Err(), "a session with traffic runs on")
+	require.Zero(t, d.reapIdle(t0.Add(time.Second+time.Millisecond)), "found once; the other is not idle yet")
 }

@@ -360,7 +360,8 @@ func (d *Daemon) acceptLoop() {
 			_ = sess.CloseWithoutExchange()
 			continue
 		}
-		s := &session{peer: peer, exchange: exchangeTCP, traffic: &sessionTraffic{maxRead: d.cfg.MaxReadLen}}
+		s := &session{peer: peer, exchange: exchangeTCP, traffic: &sessionTraffic{maxRead: d.cfg.MaxReadLen},
+			closeExchange: func() { _ = sess.CloseWithoutExchange() }}
 		if !d.reg.admit(s) {
 			d.refusedBusy.Add(1)
 			d.log.Warn("too many sessions: refusing client (server busy)", "peer", sess.RemoteAddr(),
@@ -444,8 +445,15 @@ func (d *Daemon) reapIdle(now time.Time) int {
 	idle := d.reg.idle(now, d.cfg.IdleTimeout)
 	for _, s := range idle {
 		d.reclaimed.Add(1)
-		d.log.Warn("idle session reclaimed", "peer", s.peer, "idle_timeout", d.cfg.IdleTimeout)
+		// Cancelled and closed before it is logged: the session's
+		// goroutine notices its context when it is scheduled, and in the
+		// meantime it could still read and answer its client's next
+		// message (a loaded host, CI's TestServeIdleSessionsReclaimed).
 		s.cancel(errIdle)
+		if s.closeExchange != nil {
+			s.closeExchange()
+		}
+		d.log.Warn("idle session reclaimed", "peer", s.peer, "idle_timeout", d.cfg.IdleTimeout)
 	}
 	return len(idle)
 }
