@@ -98,6 +98,7 @@ var counterHelp = map[string]string{
 	"ghost_responses":        "responses for PSNs never sent, ignored",
 	"fast_retransmits":       "go-back-N retransmissions started by the requester's own round-trip estimate, before the retransmit timer",
 	"read_response_gaps":     "READ responses that skipped a PSN, re-requested at once",
+	"read_replies_kept":      "later READs whose whole replies came behind a gap, placed and not asked for again",
 	"ipv4_id_resync":         "IPv4 Identification windows re-anchored",
 	"mcast_no_member":        "multicast datagrams for a group no QP is attached to (ignored)",
 	"drop_length":            "packets dropped: shorter than their headers and ICRC",

@@ -16,6 +16,11 @@ type completer struct {
 	rnrRetry     uint8
 	startedRetry bool
 	timeoutRetry bool
+	// readHold: the oldest READ is being asked for again after a gap in
+	// its reply; the WQEs after it wait, and later READ replies that
+	// arrive whole are kept (readkeep.go).
+	readHold bool
+	keep     readKeep
 }
 
 // completeWQE retires the WQE at head, posting a completion when it is
@@ -47,6 +52,9 @@ func (q *QP) completeWQE(w *wqe, force bool) {
 	// After the completion is visible: an application woken by the
 	// SQ-drained event finds every completion of the drain in its CQ.
 	q.checkSQDrained()
+	if q.comp.readHold || q.sq.head != q.sq.published() && q.sq.at(q.sq.head).kept {
+		q.afterRetire()
+	}
 }
 
 // completeDone retires, in order, WQEs that need no response; a failed
@@ -141,12 +149,19 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 			continue // the response may acknowledge the next WQE too
 		case psnImpliedNAK:
 			q.ctr.ImpliedNAKs.Add(1)
+			if w.wr.Opcode == WRRDMARead {
+				q.comp.readHold = true
+			}
 			q.errorRetry(w, now)
+			if q.comp.readHold && q.attr.State != Err {
+				q.keepLaterRead(p, psn)
+			}
 			return
 		case psnReadGap:
 			if !q.comp.startedRetry { // counted once per gap, as it is retried
 				q.ctr.ReadResponseGaps.Add(1)
 			}
+			q.comp.readHold = true
 			q.errorRetry(w, now)
 			return
 		case psnIgnore:
@@ -479,6 +494,9 @@ func (q *QP) goBackN() {
 	first := true
 	for i := q.sq.head; i != tail; i++ {
 		w := q.sq.at(i)
+		if w.kept {
+			continue // its reply is in (readkeep.go)
+		}
 		if w.state == wqePosted && w.sent == 0 {
 			break
 		}

@@ -31,6 +31,7 @@ type Counters struct {
 	GhostResponses       atomic.Uint64 // ghost_responses: responses for PSNs never sent, ignored
 	FastRetransmits      atomic.Uint64 // fast_retransmits: go-back-N on the requester's own round-trip timeout (recovery.go)
 	ReadResponseGaps     atomic.Uint64 // read_response_gaps: gaps in a READ's responses, re-requested at once
+	ReadRepliesKept      atomic.Uint64 // read_replies_kept: later READs' whole replies placed behind a gap, not asked for again
 }
 
 // CounterNames lists the rxe counter names in rxe's order, followed by
@@ -42,7 +43,7 @@ var CounterNames = []string{
 	"send_err", "link_downed", "rdma_sends", "rdma_recvs",
 	"cnp_rcvd", "retransmit_timeouts", "implied_naks", "replayed_responses",
 	"replays_limited", "naks_limited", "ghost_responses",
-	"fast_retransmits", "read_response_gaps",
+	"fast_retransmits", "read_response_gaps", "read_replies_kept",
 }
 
 // Snapshot returns every counter by name (see CounterNames).
@@ -55,7 +56,7 @@ func (c *Counters) Snapshot() map[string]uint64 {
 		&c.SendErr, &c.LinkDowned, &c.RDMASends, &c.RDMARecvs,
 		&c.CNPRcvd, &c.RetransmitTimeouts, &c.ImpliedNAKs, &c.ResponderResourceHit,
 		&c.ReplaysLimited, &c.NAKsLimited, &c.GhostResponses,
-		&c.FastRetransmits, &c.ReadResponseGaps,
+		&c.FastRetransmits, &c.ReadResponseGaps, &c.ReadRepliesKept,
 	}
 	m := make(map[string]uint64, len(fields))
 	for i, f := range fields {

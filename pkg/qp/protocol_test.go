@@ -317,11 +317,18 @@ func TestReadResumeAndImpliedNak(t *testing.T) {
 	require.Equal(t, l.b.m.IOVA()+512, p.RETH.VA(), "resumed at the first missing byte")
 	require.Equal(t, uint32(488), p.RETH.DMALen())
 	require.Equal(t, PSN(wire.BTH(resp[2]).PSN()), PSN(p.BTH.PSN()))
-	// The responder replays from its saved READ; the SEND is a duplicate.
+	require.Len(t, retry, 1, "the SEND behind the READ waits for it (readHold, readkeep.go)")
+	// The responder replays from its saved READ; once the READ is whole
+	// the SEND goes again, a duplicate the responder only acknowledges.
 	l.deliver(l.b, l.a, retry...)
 	replay := l.b.env.take()
-	require.Equal(t, []wire.Opcode{wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCAck}, opcodes(replay))
+	require.Equal(t, []wire.Opcode{wire.RCReadResponseMiddle, wire.RCReadResponseLast}, opcodes(replay))
 	l.deliver(l.a, l.b, replay...)
+	resend := l.a.env.take()
+	require.Equal(t, []wire.Opcode{wire.RCSendOnly}, opcodes(resend))
+	require.Equal(t, req[1], resend[0], "the same packet, PSN included")
+	l.deliver(l.b, l.a, resend...)
+	l.deliver(l.a, l.b, l.b.env.take()...)
 	wcs := poll(t, l.a.scq)
 	require.Len(t, wcs, 2)
 	require.Equal(t, uint64(1), wcs[0].ID)

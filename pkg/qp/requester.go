@@ -73,8 +73,14 @@ func (q *QP) Run(env Env, now time.Time, budget int) (more bool) {
 	}
 	tail := q.sq.published()
 	for budget > 0 && q.req.idx != tail && !q.req.stopped && q.rnrAt.IsZero() {
+		if q.comp.readHold && q.req.idx != q.sq.head {
+			break // the oldest READ is asked for again first (readkeep.go)
+		}
 		w := q.sq.at(q.req.idx)
 		if w.state != wqePosted {
+			if w.kept && q.req.psn == w.firstPSN {
+				q.req.psn = w.lastPSN.Next() // its reply is in: not asked for again
+			}
 			q.req.idx++ // sent whole (or executed): the completer has it now
 			continue
 		}

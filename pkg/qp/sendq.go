@@ -31,6 +31,7 @@ type wqe struct {
 	sent              int  // requester: bytes already put into packets
 	recvd             int  // completer: READ bytes placed so far
 	hasRdAtomic       bool // holds one of the max_rd_atomic credits
+	kept              bool // a READ whose whole reply came behind a gap (readkeep.go)
 }
 
 func (w *wqe) isReadOrAtomic() bool {
@@ -117,7 +118,7 @@ func (s *sendQueue) pushLocked(wr *SendWR) error {
 	w.status = WCSuccess
 	w.length = int(wr.Len())
 	w.sent, w.recvd = 0, 0
-	w.hasRdAtomic = false
+	w.hasRdAtomic, w.kept = false, false
 	s.tail.Store(tail + 1) // after the slot is written: publishes it
 	return nil
 }
