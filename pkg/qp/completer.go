@@ -141,6 +141,11 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 	for {
 		w := q.headWQE()
 		if w == nil {
+			if q.comp.readHold && q.attr.State != Err {
+				// The oldest READ, gone back to its start, waits to be
+				// asked for again: later replies may still be kept.
+				q.keepLaterRead(p, psn)
+			}
 			return
 		}
 		switch q.checkPSN(w, psn) {

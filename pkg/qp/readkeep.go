@@ -100,7 +100,9 @@ func (q *QP) laterReadAt(psn PSN) (uint64, bool) {
 func (q *QP) dropKeep() {
 	if k := &q.comp.keep; k.active {
 		k.active = false
-		q.sq.at(k.idx).recvd = 0
+		if k.idx >= q.sq.head && k.idx < q.sq.published() { // not retired meanwhile (a flush)
+			q.sq.at(k.idx).recvd = 0
+		}
 	}
 }
 

@@ -146,3 +146,29 @@ func TestReadKeepRefusesWhatDoesNotFit(t *testing.T) {
 	require.False(t, l2.a.q.comp.keep.active)
 	require.Equal(t, before, l2.a.buf[4096:4096+1000], "nothing placed")
 }
+
+// The oldest READ's first response is lost, and the engine handles the
+// whole batch of responses before the requester runs again: the READ has
+// gone back to its start (nothing of it is outstanding until it is asked
+// for again), and the whole reply behind it is still kept.
+func TestReadReplyKeptBeforeTheRetryLeaves(t *testing.T) {
+	l, _, resp := readsLink(t, 2)
+	for _, raw := range resp[1:] { // resp[0], READ 1's FIRST, lost
+		var p wire.Packet
+		require.NoError(t, p.Parse(raw))
+		ri := RecvInfo{Src: l.b.addr, Dst: l.a.addr}
+		require.Equal(t, DropNone, l.a.q.Check(&p, &ri, l.a.addr.Addr()))
+		l.a.q.Receive(l.a.env, &p, &ri, l.now)
+	}
+	require.Equal(t, uint64(1), l.a.q.ctr.ReadRepliesKept.Load())
+	l.a.q.Run(l.a.env, l.now, 1000)
+	retry := l.a.env.take()
+	require.Len(t, retry, 1, "READ 1 again, READ 2 not")
+	var p wire.Packet
+	require.NoError(t, p.Parse(retry[0]))
+	require.Equal(t, uint32(1000), p.RETH.DMALen(), "READ 1 from its start")
+	l.deliver(l.b, l.a, retry...)
+	l.deliver(l.a, l.b, l.b.env.take()...)
+	requireReads(t, l, 2)
+	require.Empty(t, l.a.env.take())
+}
