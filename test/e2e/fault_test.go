@@ -150,7 +150,10 @@ func faultInjectionExactlyOnce(t *testing.T, addrA, addrB string) {
 		for _, c := range conns {
 			out += fmt.Sprintf("%+v ", c.(transport.StatsReporter).Stats())
 		}
-		return out
+		// The responder's side too: a requester whose PSNs ran ahead of
+		// the responder's would show out_of_seq_request climbing there
+		// (CI once failed a SEND with RETRY_EXC_ERR here, not reproduced).
+		return out + fmt.Sprintf("; responder counters %v", nb.dev.Counters())
 	}
 	for completed < total || !allRecvsDone(qps) {
 		// Post while windows have room.
