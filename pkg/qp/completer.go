@@ -52,9 +52,7 @@ func (q *QP) completeWQE(w *wqe, force bool) {
 	// After the completion is visible: an application woken by the
 	// SQ-drained event finds every completion of the drain in its CQ.
 	q.checkSQDrained()
-	if q.comp.readHold || q.sq.head != q.sq.published() && q.sq.at(q.sq.head).kept {
-		q.afterRetire()
-	}
+	q.afterRetire()
 }
 
 // completeDone retires, in order, WQEs that need no response; a failed
@@ -141,11 +139,9 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 	for {
 		w := q.headWQE()
 		if w == nil {
-			if q.comp.readHold && q.attr.State != Err {
-				// The oldest READ, gone back to its start, waits to be
-				// asked for again: later replies may still be kept.
-				q.keepLaterRead(p, psn)
-			}
+			// The oldest READ, gone back to its start, may be waiting
+			// to be asked for again: later replies may still be kept.
+			q.keepLaterRead(p, psn)
 			return
 		}
 		switch q.checkPSN(w, psn) {
@@ -158,9 +154,7 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 				q.comp.readHold = true
 			}
 			q.errorRetry(w, now)
-			if q.comp.readHold && q.attr.State != Err {
-				q.keepLaterRead(p, psn)
-			}
+			q.keepLaterRead(p, psn)
 			return
 		case psnReadGap:
 			if !q.comp.startedRetry { // counted once per gap, as it is retried

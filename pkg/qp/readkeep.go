@@ -37,10 +37,14 @@ type readKeep struct {
 	recvd  int    // bytes placed so far
 }
 
-// keepLaterRead is offered a READ response that lies past the oldest
-// READ, which is waiting for a retry (readHold): it places the response
-// if it continues (or opens) the whole, in-order reply of a later READ.
+// keepLaterRead is offered a response that lies past the oldest WQE:
+// while that is a READ waiting for a retry (readHold), it places the
+// response if it continues (or opens) the whole, in-order reply of a
+// later READ.
 func (q *QP) keepLaterRead(p *wire.Packet, psn PSN) {
+	if !q.comp.readHold || q.attr.State == Err {
+		return
+	}
 	k := &q.comp.keep
 	if p.AETH != nil && p.AETH.Syndrome().Kind() != wire.SynACK {
 		q.dropKeep()
@@ -107,31 +111,26 @@ func (q *QP) dropKeep() {
 }
 
 // afterRetire runs when the oldest WQE has retired: a hold ends (and the
-// requester resumes from the first WQE that is not kept), and kept WQEs
-// now at the head retire in order.
+// requester resumes from the first WQE that is not kept), and a kept WQE
+// now at the head retires (its completion retires the next kept one). In
+// ERR the flush completes every WQE, the kept ones with WR_FLUSH_ERR too.
 func (q *QP) afterRetire() {
-	if !q.comp.readHold {
-		q.retireKept()
+	hold := q.comp.readHold
+	if hold {
+		q.comp.readHold = false
+		q.dropKeep()
+	}
+	if q.attr.State == Err {
 		return
 	}
-	q.comp.readHold = false
-	q.dropKeep()
-	q.retireKept()
-	if q.req.idx == q.sq.head {
-		q.req.psn = q.comp.psn
-	}
-}
-
-// retireKept completes the kept WQEs at the head.
-func (q *QP) retireKept() {
-	for q.sq.head != q.sq.published() {
-		w := q.sq.at(q.sq.head)
-		if !w.kept {
-			break
+	if q.sq.head != q.sq.published() {
+		if w := q.sq.at(q.sq.head); w.kept {
+			w.kept, w.state = false, wqeDone
+			q.comp.psn = w.lastPSN.Next()
+			q.completeWQE(w, false)
 		}
-		w.kept = false
-		w.state = wqeDone
-		q.comp.psn = w.lastPSN.Next()
-		q.completeWQE(w, false)
+	}
+	if hold && q.req.idx == q.sq.head {
+		q.req.psn = q.comp.psn
 	}
 }

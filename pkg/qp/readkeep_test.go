@@ -172,3 +172,21 @@ func TestReadReplyKeptBeforeTheRetryLeaves(t *testing.T) {
 	requireReads(t, l, 2)
 	require.Empty(t, l.a.env.take())
 }
+
+// A QP that moves to ERR while a READ is kept flushes it like every other
+// outstanding WQE: the flush retired the oldest READ, and the kept one
+// behind it then retired as a success, after an error completion
+// (found reading the change: completeWQE's hook ran during the flush).
+func TestKeptReadIsFlushedOnError(t *testing.T) {
+	l, _, resp := readsLink(t, 2)
+	l.deliver(l.a, l.b, append([][]byte{resp[0], resp[2], resp[3]}, resp[4:]...)...) // READ 1's second response lost
+	require.Equal(t, uint64(1), l.a.q.ctr.ReadRepliesKept.Load())
+	require.NoError(t, l.a.q.Modify(&Attr{State: Err}, AttrState, l.now))
+	wcs := poll(t, l.a.scq)
+	require.Len(t, wcs, 2)
+	for i, wc := range wcs {
+		require.Equal(t, uint64(i+1), wc.ID, "in order")
+		require.Equal(t, WCWRFlushErr, wc.Status, "READ %d is flushed", i+1)
+	}
+	require.False(t, l.a.q.comp.readHold)
+}

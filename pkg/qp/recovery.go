@@ -127,11 +127,10 @@ type recovery struct {
 	lossPSNs, lossEvents float64
 	// What each window delivers (lossFloor): rates[c] for window class
 	// c (windowClasses), from the round trips timed while cwnd was in it.
-	delivered       uint64 // PSNs acknowledged, ever
-	sampleDelivered uint64 // delivered when the timed PSN was sent
-	sampleCwnd      int    // cwnd when the timed PSN was sent
-	samples         uint64 // round trips timed, ever
-	rates           [len(windowClasses)]windowRate
+	sampleComp PSN    // comp.psn when the timed PSN was sent
+	sampleCwnd int    // cwnd when the timed PSN was sent
+	samples    uint64 // round trips timed, ever
+	rates      [len(windowClasses)]windowRate
 }
 
 // resetRecovery forgets everything (a QP reset).
@@ -162,7 +161,7 @@ func (q *QP) noteRequestSent(psn PSN, resent bool, now time.Time) {
 	}
 	if !q.rec.sampling && !resent {
 		q.rec.sampling, q.rec.samplePSN, q.rec.sampleAt = true, psn, now
-		q.rec.sampleDelivered, q.rec.sampleCwnd = q.rec.delivered, q.rec.cwnd
+		q.rec.sampleComp, q.rec.sampleCwnd = q.comp.psn, q.rec.cwnd
 	}
 	if q.rec.rtoAt.IsZero() && q.rec.srtt > 0 {
 		q.rec.rtoAt = now.Add(q.rto())
@@ -179,12 +178,13 @@ func (q *QP) noteProgress(before PSN, now time.Time) {
 		return
 	}
 	r := &q.rec
-	r.delivered += uint64(adv)
 	if r.sampling && r.samplePSN.Diff(q.comp.psn) < 0 {
 		r.sampling = false
 		rtt := now.Sub(r.sampleAt)
 		q.sampleRTT(rtt)
-		r.sampleRate(r.delivered-r.sampleDelivered, rtt)
+		// The PSNs acknowledged over the round trip (comp.psn only
+		// moves on).
+		r.sampleRate(uint64(max(q.comp.psn.Diff(r.sampleComp), 0)), rtt)
 	}
 	r.backoff = 0
 	if r.recovering && q.comp.psn.Diff(r.recoverPSN) >= 0 {
