@@ -115,12 +115,42 @@ func TestCheckRxeCounters(t *testing.T) {
 }
 
 func TestCheckRxedCounters(t *testing.T) {
-	p, n := CheckRxedCounters(Counters{"drop_icrc": 0, "drop_no_qp": 0, "sent_pkts": 5}, false, true)
+	p, n := CheckRxedCounters(Counters{"drop_icrc": 0, "drop_no_qp": 0, "sent_pkts": 5}, false, true, 0)
 	require.Empty(t, p)
 	require.Empty(t, n)
-	p, n = CheckRxedCounters(Counters{"drop_icrc": 3, "drop_no_qp": 0, "send_err": 1, "duplicate_request": 4}, true, false)
+	p, n = CheckRxedCounters(Counters{"drop_icrc": 3, "drop_no_qp": 0, "send_err": 1, "duplicate_request": 4}, true, false, 0)
 	require.Equal(t, []string{"rxed drop_icrc=3", "rxed send_err +1"}, p)
 	require.Equal(t, []string{"rxed duplicate_request +4"}, n)
+}
+
+// The CI run at b4ffae3 failed write_lat_R/2B (rxed client, TCG guest): rxed fast-retransmitted
+// 9 WRITEs the slow guest had not yet ACKed, the guest answered each duplicate
+// (duplicate_request +9), and one answer reached rxed's QP after rdma_disconnect had moved it to
+// ERR: drop_state=1, and guest sent_pkts 234 against rxed rcvd_pkts 233. Outside strict mode
+// such late answers, up to the peer's duplicates, are notes; anything beyond them, any other
+// drop, and any late answer in strict mode still fail.
+func TestLateAnswersToDuplicatesAreForgivenOutsideStrictMode(t *testing.T) {
+	guest := Counters{"duplicate_request": 9, "sent_pkts": 234}
+	rxed := Counters{"drop_state": 1, "rcvd_pkts": 233, "fast_retransmits": 9}
+
+	late := LateAnswers(guest, false)
+	require.Equal(t, uint64(9), late)
+	p, n := CheckRxedCounters(rxed, false, false, late)
+	require.Empty(t, p)
+	require.Equal(t, []string{"rxed drop_state=1 (answers to 9 duplicate requests may come late)"}, n)
+	require.Empty(t, CheckDelivery("guest", guest, "rxed", rxed, Retransmissions(guest)+late))
+
+	require.Zero(t, LateAnswers(guest, true), "strict mode forgives nothing")
+	p, _ = CheckRxedCounters(rxed, false, true, LateAnswers(guest, true))
+	require.Equal(t, []string{"rxed drop_state=1"}, p)
+	require.NotEmpty(t, CheckDelivery("guest", guest, "rxed", rxed, LateAnswers(guest, true)))
+
+	p, _ = CheckRxedCounters(Counters{"drop_state": 10}, false, false, late)
+	require.Equal(t, []string{"rxed drop_state=10"}, p, "more drops than duplicates answered")
+	p, _ = CheckRxedCounters(Counters{"drop_qp": 1, "drop_icrc": 1}, false, false, late)
+	require.Equal(t, []string{"rxed drop_icrc=1", "rxed drop_qp=1"}, p, "only drop_state is a late answer's drop")
+	require.NotEmpty(t, CheckDelivery("guest", guest, "rxed", Counters{"rcvd_pkts": 224}, late),
+		"10 missing, 9 forgiven")
 }
 
 func TestCheckDelivery(t *testing.T) {
@@ -133,6 +163,7 @@ func TestCheckDelivery(t *testing.T) {
 	require.NotEmpty(t, CheckDelivery("rxed", Counters{"sent_pkts": 60}, "guest", Counters{"rcvd_pkts": 64}, 9),
 		"receiving more than was sent is never explained by slack")
 	require.Equal(t, uint64(5), Retransmissions(Counters{"completer_retry_err": 2, "retransmit_timeouts": 3, "sent_pkts": 9}))
+	require.Equal(t, uint64(7), Retransmissions(Counters{"retransmit_timeouts": 3, "fast_retransmits": 4}))
 }
 
 func TestParseGIDs(t *testing.T) {

@@ -330,7 +330,7 @@ func (r *Runner) judgeCounters(ctx context.Context, res *Result, before []snap, 
 			fail("%v", err)
 		} else {
 			res.Subject = cs
-			p, n := CheckRxedCounters(cs, loss, r.Strict)
+			p, n := CheckRxedCounters(cs, loss, r.Strict, LateAnswers(res.PeerDelta, r.Strict))
 			judge("", p, n)
 		}
 	}
@@ -358,7 +358,8 @@ func (r *Runner) judgeCounters(ctx context.Context, res *Result, before []snap, 
 		if m := CheckDelivery(name, res.Subject, "guest", res.PeerDelta, toPeer+slack(res.Subject)); m != "" {
 			fail("%s (dropped by the guest's rxe)", m)
 		}
-		if m := CheckDelivery("guest", res.PeerDelta, name, res.Subject, toSubject+slack(res.PeerDelta)); m != "" {
+		late := LateAnswers(res.PeerDelta, r.Strict)
+		if m := CheckDelivery("guest", res.PeerDelta, name, res.Subject, toSubject+slack(res.PeerDelta)+late); m != "" {
 			fail("%s (dropped by %s)", m, name)
 		}
 	}
@@ -544,7 +545,7 @@ func (r *Runner) judgeRxedCounters(res *Result, who, file string, loss bool, fai
 		fail("%s: %v", who, err)
 		return nil, false
 	}
-	p, n := CheckRxedCounters(cs, loss, r.Strict)
+	p, n := CheckRxedCounters(cs, loss, r.Strict, 0)
 	for _, x := range p {
 		fail("%s: %s", who, x)
 	}
