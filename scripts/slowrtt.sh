@@ -23,13 +23,14 @@ function ns(s) { sub(/ms$/, "", s); return s * 1e6 }
 	# it did not just stop to wait)
 	busy[m] = ($3 != "G=-1") && !($0 ~ /Running->Waiting/ && ("GoID=" substr($3, 3)) == $6)
 	if ($0 ~ /Category="slowrtt"/) {
-		match($0, /Message="[^"]+"/); d = substr($0, RSTART + 9, RLENGTH - 10)
+		match($0, /Message="[^"]+"/); split(substr($0, RSTART + 9, RLENGTH - 10), w, " ")
+		what = w[1]; d = w[2]
 		if (d !~ /ms$/) next
 		start = t - ns(d); silent = ""
 		for (i = 0; i < n; i++) if (ge[i] > start && gs[i] < t)
 			silent = silent sprintf(" %s %.2f ms", gm[i], (ge[i] - gs[i]) / 1e6)
 		slow++; if (silent != "") explained++
-		printf "slow round trip %s:%s\n", d, (silent == "" ? " no silent thread" : " silent" silent)
+		printf "slow %s round trip %s:%s\n", what, d, (silent == "" ? " no silent thread" : " silent" silent)
 	}
 }
 END { printf "%d slow round trips, %d with a thread silent for >= 0.5 ms\n", slow, explained }'

@@ -28,7 +28,7 @@ func BenchmarkReadLatency4K(b *testing.B) {
 func benchReadLatency4K(b *testing.B, mode string) {
 	rounds := max(b.N, 100)
 	tcp, tcpCPU := tcpRequestResponse(b, rounds, 8, readLatSize)
-	lat := newRTTs(b.N)
+	lat := newRTTs("rdma", b.N)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
 	a, bq := na.createQP(o), nb.createQP(o)

@@ -95,9 +95,12 @@ func tcpStream(b testing.TB, n, size int) (float64, time.Duration) {
 const slowRTT = time.Millisecond
 
 // rtts records round-trip times without allocating during the run.
-type rtts struct{ ns []int64 }
+type rtts struct {
+	name string // in the trace's slowrtt messages: which round trips
+	ns   []int64
+}
 
-func newRTTs(n int) *rtts { return &rtts{ns: make([]int64, 0, n)} }
+func newRTTs(name string, n int) *rtts { return &rtts{name: name, ns: make([]int64, 0, n)} }
 
 // add records d. A round trip slower than slowRTT is also logged to the
 // execution trace when one is being taken (`go test -trace`, category
@@ -106,7 +109,7 @@ func newRTTs(n int) *rtts { return &rtts{ns: make([]int64, 0, n)} }
 // kernel did not run for milliseconds).
 func (r *rtts) add(d time.Duration) {
 	if d > slowRTT && trace.IsEnabled() {
-		trace.Log(context.Background(), "slowrtt", d.String())
+		trace.Log(context.Background(), "slowrtt", r.name+" "+d.String())
 	}
 	if len(r.ns) < cap(r.ns) {
 		r.ns = append(r.ns, int64(d))
@@ -150,7 +153,7 @@ func tcpRequestResponse(b testing.TB, n, req, resp int) (*rtts, float64) {
 			}
 		}
 	}()
-	r := newRTTs(n)
+	r := newRTTs("tcp", n)
 	out, in := make([]byte, req), make([]byte, resp)
 	cpu0 := processCPU()
 	for i := 0; i < n; i++ {

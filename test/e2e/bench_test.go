@@ -606,7 +606,7 @@ func benchSendLatency8(b *testing.B, mode string) {
 		base4h, _ = udpRTTWith(b, rounds, pair, pair, true)
 	}
 	tcp, _ := tcpPingPong(b, rounds, 8)
-	lat := newRTTs(b.N)
+	lat := newRTTs("rdma", b.N)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
 	a, bq := na.createQP(o), nb.createQP(o)
@@ -694,7 +694,7 @@ func benchWriteLatency8(b *testing.B, mode string) {
 		base, baseCPU = udpRTT(b, rounds, []int{writeOnly8Len}, []int{ackLen})
 	}
 	tcp, _ := tcpPingPong(b, rounds, 8)
-	lat := newRTTs(b.N)
+	lat := newRTTs("rdma", b.N)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
 	a, bq := na.createQP(o), nb.createQP(o)
