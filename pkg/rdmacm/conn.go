@@ -254,6 +254,10 @@ func (c *Conn) await(ctx context.Context, onREP func(*mad.REP) error) error {
 			c.fail(ctx.Err(), true)
 			return ctx.Err()
 		case <-c.done:
+			if c.establishedQueued() {
+				c.setEstablished()
+				return nil
+			}
 			return c.Err()
 		case ev := <-c.hs:
 			switch ev.Type {
@@ -274,6 +278,26 @@ func (c *Conn) await(ctx context.Context, onREP func(*mad.REP) error) error {
 					return err
 				}
 			}
+		}
+	}
+}
+
+// establishedQueued reports whether the handshake's EventEstablished waits
+// in hs, taking what is queued. The peer's DREQ ends a connection (closes
+// done) as soon as it arrives, and a passive side that disconnects at once
+// (ucmatose -C 0) sends it right after our RTU, so done can be closed while
+// EventEstablished is still queued and select picks either: the connection
+// was made, and rdma_cm reports ESTABLISHED, then DISCONNECTED (posted to
+// Events by onEvent), not a failed connect.
+func (c *Conn) establishedQueued() bool {
+	for {
+		select {
+		case ev := <-c.hs:
+			if ev.Type == cm.EventEstablished {
+				return true
+			}
+		default:
+			return false
 		}
 	}
 }
