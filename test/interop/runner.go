@@ -308,6 +308,7 @@ func (r *Runner) judgeCounters(ctx context.Context, res *Result, before []snap, 
 		}
 	}
 	res.PeerDelta = Delta(before[0].hw, after[0].hw)
+	late := LateAnswers(res.PeerDelta, r.Strict)
 	p, n := CheckRxeCounters(res.PeerDelta, loss, r.Strict)
 	judge("guest rxe0 ", p, n)
 	if len(after) > 1 {
@@ -330,7 +331,7 @@ func (r *Runner) judgeCounters(ctx context.Context, res *Result, before []snap, 
 			fail("%v", err)
 		} else {
 			res.Subject = cs
-			p, n := CheckRxedCounters(cs, loss, r.Strict, LateAnswers(res.PeerDelta, r.Strict))
+			p, n := CheckRxedCounters(cs, loss, r.Strict, late)
 			judge("", p, n)
 		}
 	}
@@ -358,7 +359,6 @@ func (r *Runner) judgeCounters(ctx context.Context, res *Result, before []snap, 
 		if m := CheckDelivery(name, res.Subject, "guest", res.PeerDelta, toPeer+slack(res.Subject)); m != "" {
 			fail("%s (dropped by the guest's rxe)", m)
 		}
-		late := LateAnswers(res.PeerDelta, r.Strict)
 		if m := CheckDelivery("guest", res.PeerDelta, name, res.Subject, toSubject+slack(res.PeerDelta)+late); m != "" {
 			fail("%s (dropped by %s)", m, name)
 		}
