@@ -18,7 +18,8 @@ const readLatSize = 4096
 // in its engine only: no application goroutine on that side wakes up,
 // which is the point of one-sided access. Metrics as the other latency
 // benchmarks (reportLatencyVsTCP): p50-ns, p99-ns, max-ns, the TCP
-// request/response's quantiles and the ratios.
+// request/response's quantiles and the ratios, and both sides' context
+// switches per round trip (cs/rtt, tcp-cs/rtt).
 func BenchmarkReadLatency4K(b *testing.B) {
 	for _, mode := range latencyModes {
 		b.Run(mode, func(b *testing.B) { benchReadLatency4K(b, mode) })
@@ -45,7 +46,7 @@ func benchReadLatency4K(b *testing.B, mode string) {
 	var cpu time.Duration
 	apk := allocsPerPacket(na, nb, func() {
 		b.ResetTimer()
-		cpu0 := processCPU()
+		cpu0, cs0 := processCPU(), contextSwitches()
 		for i := 1; i <= b.N; i++ {
 			remote[0], remote[readLatSize-1] = byte(i), byte(i>>8)
 			t0 := time.Now()
@@ -63,6 +64,7 @@ func benchReadLatency4K(b *testing.B, mode string) {
 			}
 		}
 		cpu = processCPU() - cpu0
+		lat.switchesSince(cs0, b.N)
 		b.StopTimer()
 	})
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/tcpCPU, "tcp-cpu-ratio")

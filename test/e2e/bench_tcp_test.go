@@ -98,6 +98,12 @@ const slowRTT = time.Millisecond
 type rtts struct {
 	name string // in the trace's slowrtt messages: which round trips
 	ns   []int64
+	cs   float64 // the process's context switches per round trip (contextSwitches)
+}
+
+// switchesSince records the context switches since cs0 over n round trips.
+func (r *rtts) switchesSince(cs0 int64, n int) {
+	r.cs = float64(contextSwitches()-cs0) / float64(max(n, 1))
 }
 
 func newRTTs(name string, n int) *rtts { return &rtts{name: name, ns: make([]int64, 0, n)} }
@@ -155,7 +161,7 @@ func tcpRequestResponse(b testing.TB, n, req, resp int) (*rtts, float64) {
 	}()
 	r := newRTTs("tcp", n)
 	out, in := make([]byte, req), make([]byte, resp)
-	cpu0 := processCPU()
+	cpu0, cs0 := processCPU(), contextSwitches()
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
 		if _, err := a.Write(out); err != nil {
@@ -167,11 +173,13 @@ func tcpRequestResponse(b testing.TB, n, req, resp int) (*rtts, float64) {
 		r.add(time.Since(t0))
 	}
 	cpu := processCPU() - cpu0
+	r.switchesSince(cs0, n)
 	return r, float64(cpu.Nanoseconds()) / float64(n)
 }
 
 // reportLatencyVsTCP reports the RDMA round trips' quantiles and their
-// ratios to the TCP ping-pong's of the same run.
+// ratios to the TCP ping-pong's of the same run, and both runs' context
+// switches per round trip.
 func reportLatencyVsTCP(b *testing.B, rdma, tcp *rtts) {
 	p50, p99, mx := rdma.quantiles()
 	t50, t99, tmx := tcp.quantiles()
@@ -181,6 +189,8 @@ func reportLatencyVsTCP(b *testing.B, rdma, tcp *rtts) {
 	b.ReportMetric(t50, "tcp-p50-ns")
 	b.ReportMetric(t99, "tcp-p99-ns")
 	b.ReportMetric(tmx, "tcp-max-ns")
+	b.ReportMetric(rdma.cs, "cs/rtt")
+	b.ReportMetric(tcp.cs, "tcp-cs/rtt")
 	if t50 > 0 && t99 > 0 {
 		b.ReportMetric(p50/t50, "tcp-p50-ratio")
 		b.ReportMetric(p99/t99, "tcp-p99-ratio")

@@ -639,7 +639,7 @@ func benchSendLatency8(b *testing.B, mode string) {
 	var el, cpu time.Duration
 	apk := allocsPerPacket(na, nb, func() {
 		b.ResetTimer()
-		start, cpu0 := time.Now(), processCPU()
+		start, cpu0, cs0 := time.Now(), processCPU(), contextSwitches()
 		for i := 0; i < b.N; i++ {
 			t0 := time.Now()
 			if err := a.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendInline, Inline: na.buf[:8]}); err != nil {
@@ -655,6 +655,7 @@ func benchSendLatency8(b *testing.B, mode string) {
 			}
 		}
 		el, cpu = time.Since(start), processCPU()-cpu0
+		lat.switchesSince(cs0, b.N)
 		b.StopTimer()
 	})
 	stop.Store(true)
@@ -705,7 +706,7 @@ func benchWriteLatency8(b *testing.B, mode string) {
 	var el, cpu time.Duration
 	apk := allocsPerPacket(na, nb, func() {
 		b.ResetTimer()
-		start, cpu0 := time.Now(), processCPU()
+		start, cpu0, cs0 := time.Now(), processCPU(), contextSwitches()
 		for i := 1; i <= b.N; i++ {
 			t0 := time.Now()
 			if err := a.PostSend(ib.SendWR{Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled | ib.SendInline, Inline: na.buf[64:72],
@@ -718,6 +719,7 @@ func benchWriteLatency8(b *testing.B, mode string) {
 			lat.add(time.Since(t0))
 		}
 		el, cpu = time.Since(start), processCPU()-cpu0
+		lat.switchesSince(cs0, b.N)
 		b.StopTimer()
 	})
 	rt := float64(el.Nanoseconds()) / float64(b.N)
