@@ -179,9 +179,12 @@ func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
 }
 
 // close stops the engine, then writes --counters-out and closes the pcap.
+// The counters are read after Close, which sends what the device still
+// owes (the connection manager's DREQ or DREP, the last batch): read
+// before, they missed it while the pcap held it.
 func (en *engine) close() error {
-	counters := en.dev.Counters()
 	err := en.dev.Close()
+	counters := en.dev.Counters()
 	if en.pcapFile != nil {
 		if cerr := en.pcapFile.Close(); err == nil {
 			err = cerr
