@@ -73,7 +73,8 @@ func TestCountersOutCountsWhatCloseSends(t *testing.T) {
 		"--counters-out sent_pkts against what the peer received; counters: %v", got)
 }
 
-// connQP is an RC QP in INIT for rdmacm's Dial and Accept.
+// connQP is an RC QP in INIT for rdmacm's Dial and Accept, made ready as
+// the tools make theirs (initQPForCM).
 func connQP(t *testing.T, dev *ib.Device) *ib.QP {
 	t.Helper()
 	pd, err := dev.AllocPD()
@@ -83,6 +84,6 @@ func connQP(t *testing.T, dev *ib.Device) *ib.QP {
 	q, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq,
 		Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
-	require.NoError(t, ib.InitQP(q, ib.ConnectAttr{}))
+	require.NoError(t, initQPForCM(q))
 	return q
 }
