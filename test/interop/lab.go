@@ -184,44 +184,15 @@ func (l *Lab) SetupNet(ctx context.Context, nvm int) error {
 // Boot starts every guest (in parallel) and waits until each has sshd up, rxe0 PORT_ACTIVE and
 // its RoCEv2 GIDs listed.
 func (l *Lab) Boot(ctx context.Context) error {
-	key := filepath.Join(l.Cache, "ssh", "id_ed25519")
 	for _, vm := range l.VMs {
-		vm.Console = filepath.Join(l.run, fmt.Sprintf("vm%d.console", vm.Index))
-		overlay := filepath.Join(l.run, fmt.Sprintf("vm%d.qcow2", vm.Index))
-		_ = os.Remove(overlay)
-		if _, err := sh(ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", filepath.Join(l.Img, "base.img"), overlay); err != nil {
+		if err := l.startVM(ctx, vm); err != nil {
 			return err
 		}
-		accel := []string{"-accel", l.Accel, "-cpu", "max"}
-		if l.Accel == "kvm" {
-			accel = []string{"-accel", "kvm", "-cpu", "host"}
-		}
-		args := append([]string{"netns", "exec", Netns, "qemu-system-x86_64"}, accel...)
-		args = append(args,
-			"-m", strconv.Itoa(l.MemMB), "-smp", "1", "-name", fmt.Sprintf("rxedvm%d", vm.Index),
-			"-kernel", filepath.Join(l.Img, "vmlinuz"), "-initrd", filepath.Join(l.Img, "initrd.img"),
-			"-append", fmt.Sprintf("console=ttyS0 root=/dev/vda rw net.ifnames=0 init=/sbin/rxed-interop-init rxed.name=rxevm%d rxed.ip=%s/24 rxed.ip6=%s/64",
-				vm.Index, vm.IP, vm.IP6),
-			"-drive", "file="+overlay+",if=virtio,format=qcow2,cache=unsafe",
-			"-netdev", "tap,id=n0,ifname="+vm.Tap+",script=no,downscript=no",
-			"-device", fmt.Sprintf("virtio-net-pci,netdev=n0,mac=52:54:00:78:00:%02x", 10+vm.Index),
-			"-device", "virtio-rng-pci",
-			"-display", "none", "-serial", "file:"+vm.Console, "-monitor", "none", "-no-reboot")
-		cmd := exec.Command("ip", args...)
-		cmd.SysProcAttr = childAttr()
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("qemu: %w", err)
-		}
-		vm.qemu = cmd
-		vm.ctlPath = filepath.Join(l.run, fmt.Sprintf("vm%d.ssh", vm.Index))
-		l.logf("vm%d booting: %s (%s), console %s", vm.Index, vm.IP, l.Accel, vm.Console)
 	}
 	t0 := time.Now()
 	errs := make(chan error, len(l.VMs))
 	for _, vm := range l.VMs {
-		go func() { errs <- l.waitVM(ctx, vm, key, t0) }()
+		go func() { errs <- l.waitVM(ctx, vm, t0) }()
 	}
 	var first error
 	for range l.VMs {
@@ -232,7 +203,78 @@ func (l *Lab) Boot(ctx context.Context) error {
 	return first
 }
 
-func (l *Lab) waitVM(ctx context.Context, vm *VM, key string, t0 time.Time) error {
+// startVM starts vm's qemu on a fresh copy-on-write overlay of the base image.
+func (l *Lab) startVM(ctx context.Context, vm *VM) error {
+	vm.Console = filepath.Join(l.run, fmt.Sprintf("vm%d.console", vm.Index))
+	overlay := filepath.Join(l.run, fmt.Sprintf("vm%d.qcow2", vm.Index))
+	_ = os.Remove(overlay)
+	if _, err := sh(ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", filepath.Join(l.Img, "base.img"), overlay); err != nil {
+		return err
+	}
+	accel := []string{"-accel", l.Accel, "-cpu", "max"}
+	if l.Accel == "kvm" {
+		accel = []string{"-accel", "kvm", "-cpu", "host"}
+	}
+	args := append([]string{"netns", "exec", Netns, "qemu-system-x86_64"}, accel...)
+	args = append(args,
+		"-m", strconv.Itoa(l.MemMB), "-smp", "1", "-name", fmt.Sprintf("rxedvm%d", vm.Index),
+		"-kernel", filepath.Join(l.Img, "vmlinuz"), "-initrd", filepath.Join(l.Img, "initrd.img"),
+		"-append", fmt.Sprintf("console=ttyS0 root=/dev/vda rw net.ifnames=0 init=/sbin/rxed-interop-init rxed.name=rxevm%d rxed.ip=%s/24 rxed.ip6=%s/64",
+			vm.Index, vm.IP, vm.IP6),
+		"-drive", "file="+overlay+",if=virtio,format=qcow2,cache=unsafe",
+		"-netdev", "tap,id=n0,ifname="+vm.Tap+",script=no,downscript=no",
+		"-device", fmt.Sprintf("virtio-net-pci,netdev=n0,mac=52:54:00:78:00:%02x", 10+vm.Index),
+		"-device", "virtio-rng-pci",
+		"-display", "none", "-serial", "file:"+vm.Console, "-monitor", "none", "-no-reboot")
+	cmd := exec.Command("ip", args...)
+	cmd.SysProcAttr = childAttr()
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("qemu: %w", err)
+	}
+	vm.qemu = cmd
+	vm.ctlPath = filepath.Join(l.run, fmt.Sprintf("vm%d.ssh", vm.Index))
+	l.logf("vm%d booting: %s (%s), console %s", vm.Index, vm.IP, l.Accel, vm.Console)
+	return nil
+}
+
+// Reboot replaces vm by a freshly booted guest (a new overlay of the base image, as Boot
+// starts it) and waits until it is up; the guest's link MTU is set back to the lab's. It is
+// how the harness recovers a guest whose kernel a scenario panicked (guest_crash.go). The
+// old console is moved to keepConsole (a run's log directory) unless that is "". Loss set by
+// SetLoss is not restored.
+func (l *Lab) Reboot(ctx context.Context, vm *VM, keepConsole string) error {
+	l.mu.Lock()
+	if l.down {
+		l.mu.Unlock()
+		return errors.New("lab: torn down")
+	}
+	stopCmd(vm.sshMaster)
+	stopCmd(vm.qemu)
+	vm.sshMaster, vm.qemu = nil, nil
+	if keepConsole != "" {
+		if err := os.Rename(vm.Console, keepConsole); err != nil {
+			l.logf("vm%d: keeping the console: %v", vm.Index, err)
+		}
+	}
+	l.logf("vm%d rebooting", vm.Index)
+	err := l.startVM(ctx, vm)
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := l.waitVM(ctx, vm, time.Now()); err != nil {
+		return err
+	}
+	if l.mtu != 1500 {
+		return l.setGuestMTU(ctx, vm, l.mtu)
+	}
+	return nil
+}
+
+func (l *Lab) waitVM(ctx context.Context, vm *VM, t0 time.Time) error {
+	key := filepath.Join(l.Cache, "ssh", "id_ed25519")
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	tail := func() string {
@@ -368,20 +410,34 @@ func (l *Lab) SetMTU(ctx context.Context, mtu int) error {
 			return err
 		}
 	}
-	want := "1024"
-	if mtu >= 4200 {
-		want = "4096"
-	}
 	for _, vm := range l.VMs {
-		out, err := l.Guest(ctx, vm, fmt.Sprintf(`ip link set eth0 mtu %s
-for i in $(seq 50); do ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*%s' && exit 0; sleep 0.2; done
-ibv_devinfo -d rxe0 | grep mtu; exit 1`, m, want), 30*time.Second)
-		if err != nil {
-			return fmt.Errorf("vm%d: rxe0 active_mtu did not become %s: %w\n%s", vm.Index, want, err, out)
+		if err := l.setGuestMTU(ctx, vm, mtu); err != nil {
+			return err
 		}
 	}
 	l.mtu = mtu
-	l.logf("link MTU %d (rxe active_mtu %s)", mtu, want)
+	l.logf("link MTU %d (rxe active_mtu %s)", mtu, rxeMTU(mtu))
+	return nil
+}
+
+// rxeMTU is the active_mtu rxe derives from a link MTU (the largest IB MTU that fits with
+// the RoCEv2 headers).
+func rxeMTU(mtu int) string {
+	if mtu >= 4200 {
+		return "4096"
+	}
+	return "1024"
+}
+
+// setGuestMTU sets vm's eth0 MTU and waits until rxe0's active_mtu follows.
+func (l *Lab) setGuestMTU(ctx context.Context, vm *VM, mtu int) error {
+	want := rxeMTU(mtu)
+	out, err := l.Guest(ctx, vm, fmt.Sprintf(`ip link set eth0 mtu %d
+for i in $(seq 50); do ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*%s' && exit 0; sleep 0.2; done
+ibv_devinfo -d rxe0 | grep mtu; exit 1`, mtu, want), 30*time.Second)
+	if err != nil {
+		return fmt.Errorf("vm%d: rxe0 active_mtu did not become %s: %w\n%s", vm.Index, want, err, out)
+	}
 	return nil
 }
 

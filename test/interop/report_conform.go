@@ -34,6 +34,22 @@ var ConformFindings = map[string]string{
 		"probe it sent before could not leave a 1500-byte link (EMSGSIZE); it now sends PMTU+256.",
 	"R-READ-OUTSTANDING": "rdma_rxe frees a READ/atomic responder resource as soon as it has answered it " +
 		"(rxe_resp.c), so more READs than the announced depth are all answered; rxed does the same (docs/conform.md).",
+	"D-PAD": "where the guest's kernel panicked (the console excerpt below: Debian's 6.1.0-48, 6.1.172-1, did; the " +
+		"6.1.0-57 of earlier runs dropped the packet and D-PAD PASSed): a zero-byte RDMA WRITE ONLY with PadCnt 3 " +
+		"dereferences NULL in rxe_mr_copy, called from rxe_responder in softirq, with the length 0xfffffffd (-3) in RCX/R12 " +
+		"and RDI, the MR, NULL (CR2 0x104, a field of the MR). That reads as: the payload length (packet length minus " +
+		"headers, pad and ICRC) underflows to -3, a zero-length RETH needs no R_Key so no MR was looked up, and the write " +
+		"copies -3 bytes through the missing MR. Any host that can reach the peer's UDP port 4791 and knows a QPN and its " +
+		"PSN window can panic it with one packet. IBA 9.6.1.1: a packet whose pad exceeds its payload is malformed and " +
+		"silently dropped (rxed drops it: D-PAD PASSes against rxed). In ibv_rc_pingpong's run the packet is a zero-byte " +
+		"SEND: no MR copy and no panic, but rxe ACKs it (MSN 1) as a message it accepted, where IBA drops it.",
+	"Q-GHOST-ACK": "rdma_rxe compares a response's PSN only with the oldest WQE's last PSN (rxe_comp.c check_psn): a " +
+		"PSN past it completes that WQE, as a coalesced ACK would, once all its packets have been sent " +
+		"(wqe_state_pending), and nothing checks the PSN against the ones the requester has sent. IBA 9.7.6.1: a " +
+		"response outside the outstanding PSN window is ignored. The verdict depends on timing: a ghost ACK that " +
+		"arrives before rxe has sent the message's last packet finds the WQE not yet pending and is ignored (PASS, " +
+		"the 6.1.0-57 runs and some 6.1.0-48 ones); one that arrives after completes the WQE without the responder " +
+		"having acknowledged it (FAIL).",
 	"Q-TIMEOUT-EXCEEDED": "rdma_rxe treats retry_cnt 7 as infinite: rxe_comp.c COMPST_ERROR_RETRY decrements " +
 		"`if (qp->comp.retry_cnt != 7)`, as it does (rightly) for rnr_retry. IBA 9.7.6.1.3 counts retry_cnt " +
 		"0-7 retries; only rnr_retry 7 means infinite. perftest and ibv_rc_pingpong use retry_cnt 7, so their " +
@@ -93,7 +109,18 @@ func WriteConformReport(w io.Writer, info RunInfo, rs []ConformResult) {
 	for _, r := range rs {
 		total += r.Elapsed.Seconds()
 	}
-	fmt.Fprintf(w, "- %d conform runs, %d held, %d broke; %.0f s in all\n\n", len(rs), ok, broken, total)
+	fmt.Fprintf(w, "- %d conform runs, %d held, %d broke; %.0f s in all\n", len(rs), ok, broken, total)
+	var panics []string
+	for _, r := range rs {
+		for _, p := range r.Panics {
+			panics = append(panics, p.Scenario+" in "+r.Run.Name)
+		}
+	}
+	if len(panics) > 0 {
+		fmt.Fprintf(w, "- **the guest's kernel panicked %d times** (%s): each time the harness rebooted the guest and "+
+			"the run went on from the next scenario; the finding shows the console\n", len(panics), strings.Join(panics, ", "))
+	}
+	fmt.Fprintln(w)
 
 	fmt.Fprintln(w, "| run | peer's role | scenarios | PASS | FAIL | DEVIATION | SKIP | ERROR | time | run itself |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
@@ -178,6 +205,7 @@ func writeFindings(w io.Writer, rs []ConformResult) {
 		rec     conform.Result
 		runs    []string
 		decoded string
+		panic   string // the first console excerpt of a kernel panic it caused
 	}
 	byID := map[string]*finding{}
 	var ids []string
@@ -193,6 +221,11 @@ func writeFindings(w io.Writer, rs []ConformResult) {
 				ids = append(ids, x.ID)
 			}
 			f.runs = append(f.runs, fmt.Sprintf("%s: %s", r.Run.Name, x.Verdict))
+			for _, p := range r.Panics {
+				if p.Scenario == x.ID && f.panic == "" {
+					f.panic = p.Excerpt
+				}
+			}
 		}
 	}
 	sort.Strings(ids)
@@ -211,6 +244,9 @@ func writeFindings(w io.Writer, rs []ConformResult) {
 			fmt.Fprintf(w, "- analysis: %s\n", why)
 		} else {
 			fmt.Fprintf(w, "- analysis: **new, not yet analysed** (add it to ConformFindings in test/interop/report_conform.go)\n")
+		}
+		if f.panic != "" {
+			fmt.Fprintf(w, "\n```\n# the guest's serial console: its kernel panicked\n%s\n```\n", f.panic)
 		}
 		if f.decoded != "" {
 			fmt.Fprintf(w, "\n```\n# rxed decode %s.pcap (first lines)\n%s\n```\n", id, head(f.decoded, 24))

@@ -11,7 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rxed/rxed/pkg/conform"
@@ -30,7 +33,10 @@ type ConformResult struct {
 	GuestCmd  string // the guest's loop
 	PeerDelta Counters
 	KernelLog string // the guest's RDMA kernel messages during the run
-	PcapDir   string // ID.pcap per scenario
+	// Panics are the guest kernel panics the run's scenarios caused (each scenario's record
+	// is its FAIL; the guest was rebooted and the run went on).
+	Panics  []GuestPanic
+	PcapDir string // ID.pcap per scenario
 	// Decoded is `rxed decode` of the capture of every FAIL and DEVIATION: the packet
 	// evidence CONFORMANCE.md shows with the finding.
 	Decoded   map[string]string
@@ -51,72 +57,57 @@ func (r ConformResult) Counts() map[conform.Verdict]int {
 }
 
 // RunConform runs c: the guest's tool in a loop, rxed conform on the host in the namespace,
-// then stops the loop and judges the run (not the verdicts).
+// then stops the loop and judges the run (not the verdicts). If a scenario panics the guest's
+// kernel, the panic becomes that scenario's FAIL, the guest is rebooted and the scenarios
+// after it run in a further rxed conform process (guest_crash.go).
 func (r *Runner) RunConform(ctx context.Context, c ConformRun) (res ConformResult) {
 	t0 := time.Now()
 	res.Run = c
-	port := r.nextPort()
-	vm := r.peer()
 	res.LogPrefix = filepath.Join(r.LogDir, slug(c.Name))
 	res.PcapDir = res.LogPrefix + ".pcaps"
 	_ = os.MkdirAll(res.PcapDir, 0o755)
-	fail := func(format string, a ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, a...)) }
-	defer func() { res.Elapsed = time.Since(t0) }()
-
-	before, err := r.snapshot(ctx)
-	if err != nil {
-		fail("counters before: %v", err)
-		return res
-	}
-	const pidfile = "/tmp/rxed-conform.pid"
-	stopLoop := func() {
-		// the loop shell leads its process group; the running tool is in it (timeout
-		// --foreground does not make a group of its own)
-		_, _ = r.Lab.Guest(context.Background(), vm, fmt.Sprintf(`p=$(cat %s 2>/dev/null) && [ -n "$p" ] && kill -KILL -- -$p 2>/dev/null; rm -f %s; true`, pidfile, pidfile), 20*time.Second)
-	}
-	stopLoop() // a loop an interrupted run left
-	res.GuestCmd = c.GuestLoop(vm.GID4, port, pidfile)
-	bound := c.ProcessBound()
-	cctx, cancel := context.WithTimeout(ctx, bound+30*time.Second)
-	defer cancel()
-	gp, err := startProc(r.Lab.guestCmd(cctx, vm, res.GuestCmd))
-	if err != nil {
-		fail("guest loop did not start: %v", err)
-		return res
-	}
-	defer func() { stopLoop(); stopProc(gp) }()
-	if !c.Serve {
-		// the first server instance must listen before the first scenario dials (later ones
-		// restart while the previous scenario closes; rxed conform retries a refused dial)
-		if err := r.waitListen(cctx, end{vm: vm}, gp, port); err != nil {
-			fail("guest %s: %v: %s", c.Tool, err, tail(gp.out.String(), 5))
-			return res
-		}
-	}
-	args := c.RunArgs(port, res.PcapDir, res.LogPrefix+".report.html", vm.IP)
-	res.Cmd = "rxed " + strings.Join(args, " ")
-	argv := append([]string{"netns", "exec", Netns, "timeout", "-k", "5", fmt.Sprint(int(bound.Seconds())), r.Rxed}, args...)
-	cmd := exec.CommandContext(cctx, "ip", argv...)
-	cmd.SysProcAttr = childAttr()
-	cmd.WaitDelay = 2 * time.Second
-	var stdout, stderr syncBuf
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	res.Stderr = stderr.String()
-	out := stdout.String()
-	_ = os.WriteFile(res.LogPrefix+".conform.json", []byte("# "+res.Cmd+"\n"+out), 0o644)
-	_ = os.WriteFile(res.LogPrefix+".conform.stderr.txt", []byte(res.Stderr), 0o644)
-	stopLoop()
-	stopProc(gp)
-	_ = os.WriteFile(res.LogPrefix+".guest.txt", []byte("# "+res.GuestCmd+"\n"+gp.out.String()), 0o644)
-
-	res.Records, err = ParseConformJSON(out)
-	if err != nil {
-		fail("%v", err)
-	}
-	res.Problems = append(res.Problems, JudgeConformRun(c, runErr, res.Stderr, res.Records)...)
-
 	res.Decoded = map[string]string{}
+	defer func() { res.Elapsed = time.Since(t0) }()
+	want := c.Scenarios()
+	seg := c
+	for part := 0; ; part++ {
+		p := r.runConformPart(ctx, seg, part, &res)
+		res.Problems = append(res.Problems, p.problems...)
+		if p.panic == "" {
+			res.Records = append(res.Records, p.recs...)
+			res.PeerDelta, res.KernelLog = p.delta, p.kernelLog
+			break
+		}
+		var rest []*conform.Scenario
+		var culprit string
+		var ok bool
+		res.Records, rest, culprit, ok = SplitAtPanic(want, res.Records, p.recs, p.panic)
+		if !ok {
+			res.Problems = append(res.Problems, "the guest's kernel panicked before rxed conform printed a record:\n"+p.panic)
+			break
+		}
+		res.Panics = append(res.Panics, GuestPanic{Scenario: culprit, Excerpt: p.panic})
+		rt := time.Now()
+		console := fmt.Sprintf("%s.panic%d.console", res.LogPrefix, len(res.Panics))
+		if err := r.Lab.Reboot(ctx, r.peer(), console); err != nil {
+			res.Problems = append(res.Problems, fmt.Sprintf("rebooting the guest after its kernel panicked on %s: %v", culprit, err))
+			break
+		}
+		res.Notes = append(res.Notes, fmt.Sprintf("the guest's kernel panicked on %s (its console: %s); "+
+			"rebooted in %.0f s, the run went on from the next scenario", culprit, filepath.Base(console), time.Since(rt).Seconds()))
+		if len(rest) == 0 {
+			break
+		}
+		var ids []string
+		for _, s := range rest {
+			ids = append(ids, regexp.QuoteMeta(s.ID))
+		}
+		seg.Only = "^(" + strings.Join(ids, "|") + ")$"
+	}
+	res.Problems = append(res.Problems, judgeRecords(want, res.Records)...)
+	if len(res.Panics) > 0 {
+		res.Notes = append(res.Notes, "hw_counters delta and kernel log: the guest booted last only")
+	}
 	for _, x := range res.Records {
 		if x.Verdict != conform.Fail && x.Verdict != conform.Deviation {
 			continue
@@ -127,17 +118,182 @@ func (r *Runner) RunConform(ctx context.Context, c ConformRun) (res ConformResul
 		}
 		res.Decoded[x.ID] = string(d)
 	}
+	return res
+}
 
+// conformPart is what one rxed conform process of a run gave.
+type conformPart struct {
+	recs      []conform.Result
+	problems  []string // of the process itself (exit, panic, output), not of the records
+	panic     string   // KernelPanic's excerpt of the guest console, "" if the guest lived
+	delta     Counters
+	kernelLog string
+}
+
+// runConformPart runs one rxed conform process for c's scenarios: the guest tool's loop,
+// rxed conform, then (if the guest did not panic) the loop's end and the guest's counters.
+// Part 0 writes res.LogPrefix's files; part k after a reboot writes them with ".partK".
+func (r *Runner) runConformPart(ctx context.Context, c ConformRun, part int, res *ConformResult) (p conformPart) {
+	fail := func(format string, a ...any) { p.problems = append(p.problems, fmt.Sprintf(format, a...)) }
+	port := r.nextPort()
+	vm := r.peer()
+	prefix := res.LogPrefix
+	if part > 0 {
+		prefix += fmt.Sprintf(".part%d", part)
+	}
+	consoleFrom := fileSize(vm.Console)
+
+	before, err := r.snapshot(ctx)
+	if err != nil {
+		fail("counters before: %v", err)
+		return p
+	}
+	const pidfile = "/tmp/rxed-conform.pid"
+	stopLoop := func() {
+		// the loop shell leads its process group; the running tool is in it (timeout
+		// --foreground does not make a group of its own)
+		_, _ = r.Lab.Guest(context.Background(), vm, fmt.Sprintf(`p=$(cat %s 2>/dev/null) && [ -n "$p" ] && kill -KILL -- -$p 2>/dev/null; rm -f %s; true`, pidfile, pidfile), 20*time.Second)
+	}
+	stopLoop() // a loop an interrupted run left
+	guestCmd := c.GuestLoop(vm.GID4, port, pidfile)
+	bound := c.ProcessBound()
+	cctx, cancel := context.WithTimeout(ctx, bound+30*time.Second)
+	defer cancel()
+	gp, err := startProc(r.Lab.guestCmd(cctx, vm, guestCmd))
+	if err != nil {
+		fail("guest loop did not start: %v", err)
+		return p
+	}
+	panicked := func() bool {
+		p.panic, _ = KernelPanic(readFrom(vm.Console, consoleFrom))
+		return p.panic != ""
+	}
+	defer func() {
+		if p.panic == "" {
+			stopLoop()
+		}
+		stopProc(gp)
+	}()
+	if !c.Serve {
+		// the first server instance must listen before the first scenario dials (later ones
+		// restart while the previous scenario closes; rxed conform retries a refused dial)
+		if err := r.waitListen(cctx, end{vm: vm}, gp, port); err != nil {
+			fail("guest %s: %v: %s", c.Tool, err, tail(gp.out.String(), 5))
+			return p
+		}
+	}
+	args := c.RunArgs(port, res.PcapDir, prefix+".report.html", vm.IP)
+	cmdline := "rxed " + strings.Join(args, " ")
+	argv := append([]string{"netns", "exec", Netns, "timeout", "-k", "5", fmt.Sprint(int(bound.Seconds())), r.Rxed}, args...)
+	cmd := exec.CommandContext(cctx, "ip", argv...)
+	cmd.SysProcAttr = childAttr()
+	cmd.WaitDelay = 2 * time.Second
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) } // timeout passes it on to rxed
+	var stdout, stderr syncBuf
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		fail("rxed conform did not start: %v", err)
+		return p
+	}
+	waited := stopOnPanic(cmd, vm.Console, consoleFrom, &stdout)
+	runErr := cmd.Wait()
+	stopped := waited()
+	out := stdout.String()
+	if part == 0 {
+		res.Cmd, res.GuestCmd = cmdline, guestCmd
+	}
+	res.Stderr += stderr.String()
+	_ = os.WriteFile(prefix+".conform.json", []byte("# "+cmdline+"\n"+out), 0o644)
+	_ = os.WriteFile(prefix+".conform.stderr.txt", []byte(stderr.String()), 0o644)
+	dead := panicked()
+	if !dead {
+		stopLoop()
+	}
+	stopProc(gp)
+	_ = os.WriteFile(prefix+".guest.txt", []byte("# "+guestCmd+"\n"+gp.out.String()), 0o644)
+
+	p.recs, err = ParseConformJSON(out)
+	if err != nil {
+		fail("%v", err)
+	}
+	if !stopped { // the harness's own SIGTERM is no breakage
+		p.problems = append(p.problems, judgeExit(c, runErr, stderr.String())...)
+	}
+	if dead {
+		return p
+	}
 	after, err := r.snapshot(ctx)
 	if err != nil {
+		if panicked() { // it died after the last record
+			return p
+		}
 		fail("counters after: %v", err)
-		return res
+		return p
 	}
-	res.PeerDelta = Delta(before[0].hw, after[0].hw)
+	p.delta = Delta(before[0].hw, after[0].hw)
 	if after[0].dmesg > before[0].dmesg {
-		res.KernelLog = r.kernelLog(ctx, vm, before[0].dmesg)
+		p.kernelLog = r.kernelLog(ctx, vm, before[0].dmesg)
 	}
-	return res
+	return p
+}
+
+// stopOnPanic watches the guest's console while conform runs: once the guest's kernel has
+// panicked, every scenario after the one in progress would only wait for a dead peer (12 s,
+// then 3 s each for a missing route: 100 s for ib_write_bw's run), so when conform has
+// printed the record of the scenario in progress (the culprit's: CrashedScenario blames the
+// last record when there is no ERROR) it is stopped. Call the returned function once cmd has
+// exited; it reports whether the watcher stopped it.
+func stopOnPanic(cmd *exec.Cmd, console string, from int64, stdout *syncBuf) (waited func() bool) {
+	var stopped atomic.Bool
+	exited := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		lines := -1 // conform's records when the panic was seen
+		for {
+			select {
+			case <-exited:
+				return
+			case <-tick.C:
+			}
+			n := strings.Count(stdout.String(), "\n")
+			if lines < 0 {
+				if _, ok := KernelPanic(readFrom(console, from)); ok {
+					lines = n
+				}
+				continue
+			}
+			if n > lines {
+				stopped.Store(true)
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				return
+			}
+		}
+	}()
+	return func() bool {
+		close(exited)
+		<-finished
+		return stopped.Load()
+	}
+}
+
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// readFrom returns path's bytes from offset on (nil if it cannot be read).
+func readFrom(path string, offset int64) []byte {
+	b, err := os.ReadFile(path)
+	if err != nil || offset > int64(len(b)) {
+		return nil
+	}
+	return b[offset:]
 }
 
 // ParseConformJSON reads rxed conform -json's records (one JSON object per line).
@@ -164,6 +320,11 @@ func ParseConformJSON(out string) ([]conform.Result, error) {
 // on stderr, a record per selected scenario in order, and no ERROR verdict. FAIL, DEVIATION
 // and SKIP are the peer's results, never a breakage.
 func JudgeConformRun(c ConformRun, runErr error, stderr string, recs []conform.Result) (problems []string) {
+	return append(judgeExit(c, runErr, stderr), judgeRecords(c.Scenarios(), recs)...)
+}
+
+// judgeExit judges one rxed conform process by its exit and stderr.
+func judgeExit(c ConformRun, runErr error, stderr string) (problems []string) {
 	var ee *exec.ExitError
 	switch {
 	case runErr == nil:
@@ -176,7 +337,12 @@ func JudgeConformRun(c ConformRun, runErr error, stderr string, recs []conform.R
 	if strings.Contains(stderr, "panic:") || strings.Contains(stderr, "goroutine ") {
 		problems = append(problems, "rxed conform panicked: "+tail(stderr, 3))
 	}
-	want := c.Scenarios()
+	return problems
+}
+
+// judgeRecords checks the records against the scenarios wanted: one each, in order, none an
+// ERROR or an unreachable SKIP.
+func judgeRecords(want []*conform.Scenario, recs []conform.Result) (problems []string) {
 	if len(recs) != len(want) {
 		problems = append(problems, fmt.Sprintf("%d records for %d scenarios", len(recs), len(want)))
 	}
