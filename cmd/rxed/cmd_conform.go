@@ -193,6 +193,10 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%d scenarios: %d PASS, %d FAIL, %d DEVIATION, %d SKIP, %d ERROR\n", len(results),
 			counts[conform.Pass], counts[conform.Fail], counts[conform.Deviation], counts[conform.Skip], counts[conform.Error])
 	}
+	if id, n, ok := peerLostAfter(results); ok {
+		fmt.Fprintf(stderr, "rxed conform: the peer stopped answering in %s and none of the %d scenarios after it found the peer: "+
+			"its host may have crashed (a malformed packet can panic a kernel: check its console); they did not test it\n", id, n)
+	}
 	if o.report != "" {
 		if err := writeReport(o.report, fmt.Sprintf("rxed conform: %s at %s", tool, o.peer), results); err != nil {
 			return fail(stderr, "conform", err)
@@ -202,6 +206,29 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// peerLostAfter recognises a peer that died during a run: the run ends in scenarios that all
+// ERRORed at setup (no tool server, no route), at least two after the one the peer was lost
+// in. That one is the scenario before them when it FAILed (its probe went unanswered), or the
+// first of them when the one before PASSed (the peer died as it began). It returns the
+// scenario and how many came after it.
+func peerLostAfter(results []conform.Result) (id string, after int, ok bool) {
+	i := len(results)
+	for i > 0 && results[i-1].Verdict == conform.Error && strings.HasPrefix(results[i-1].Evidence, "setup:") {
+		i--
+	}
+	if i == 0 || i == len(results) { // never reached a peer, or the last one answered
+		return "", 0, false
+	}
+	lost := i - 1
+	if v := results[lost].Verdict; v != conform.Fail && v != conform.Error {
+		lost = i
+	}
+	if after = len(results) - lost - 1; after < 2 {
+		return "", 0, false
+	}
+	return results[lost].ID, after, true
 }
 
 // flagsSet names the flags given on the command line (either dash form,
