@@ -194,6 +194,20 @@ func (t *trafficConn) PollLent(pkts [][]byte, eps []transport.Endpoint, leases [
 	return t.filterLent(n, pkts, eps, leases), nil
 }
 
+// Cover implements transport.Poller.
+func (t *trafficConn) Cover() {
+	if t.poller != nil {
+		t.poller.Cover()
+	}
+}
+
+// Uncover implements transport.Poller.
+func (t *trafficConn) Uncover() {
+	if t.poller != nil {
+		t.poller.Uncover()
+	}
+}
+
 // ReceiveLentLocked implements transport.Poller. When every datagram of
 // a batch is refused the lock is released and the wait goes on.
 func (t *trafficConn) ReceiveLentLocked(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease, mu sync.Locker) (int, error) {

@@ -42,6 +42,9 @@ func (c *pollOnly) PollLent(pkts [][]byte, eps []transport.Endpoint, leases []*t
 	return c.p.PollLent(pkts, eps, leases)
 }
 
+func (c *pollOnly) Cover()   { c.p.Cover() }
+func (c *pollOnly) Uncover() { c.p.Uncover() }
+
 func (c *pollOnly) CanPoll() bool { return true }
 
 func (c *pollOnly) Close() error {

@@ -222,7 +222,7 @@ func (cq *CQ) WaitPoll(ctx context.Context, wcs []WC) (int, error) {
 		if err := cq.pollErr(); err != nil {
 			return 0, err
 		}
-		if cq.d.eng.Progress() > 0 {
+		if cq.d.eng.ProgressBeforeSleep() > 0 {
 			continue
 		}
 		if err := cq.c.Wait(ctx); err != nil {

@@ -222,11 +222,26 @@ func (d *Device) Engine() *roce.Engine { return d.eng }
 // when the transport cannot be polled (in-memory and multi-socket
 // transports) and after Close. It must not be called from a qp-level
 // completion hook; any other goroutine may call it at any time.
+//
+// A call says "I spin": while the calls keep coming (and find nothing),
+// a datagram's arrival wakes no thread, the next call takes it (Linux).
+// A spinner that stops calling delays the device's next datagram by at
+// most 200 us; one that goes to sleep says so with StopPolling.
 func (d *Device) Progress() int {
 	if d.down.Load() {
 		return 0
 	}
 	return d.eng.Progress()
+}
+
+// StopPolling says that the goroutine that spun on Progress (or on
+// CQ.Poll) stops: the engine's receive goroutine waits on the socket
+// again at once instead of when the spinner's last call lapses.
+// CQ.WaitPoll does it before it sleeps.
+func (d *Device) StopPolling() {
+	if !d.down.Load() {
+		d.eng.StopPolling()
+	}
 }
 
 // UDPPort returns the UDP port the device receives on.

@@ -551,6 +551,13 @@ func (e *Engine) receiveLoop() {
 // sockets cannot), or when another goroutine is receiving. Like the
 // engine's waiting verbs it must not be called from OnEvent or a
 // qp.CQ notify handler (they run on a worker, which Progress may wait for).
+//
+// A Progress call says that its caller spins: for a moment the receive
+// goroutine stops waiting on the socket (transport.Poller.Cover), so
+// that what arrives wakes no thread and the next Progress takes it. A
+// spinner that goes to sleep calls StopPolling (CQ.WaitPoll does); one
+// that just stops calling delays the next datagram by at most the
+// cover's span (200 us on Linux).
 func (e *Engine) Progress() int {
 	if e.poller == nil {
 		return 0
@@ -560,6 +567,33 @@ func (e *Engine) Progress() int {
 		// in the process: a lone engine's spinner reads no clock.
 		e.polledAt.Store(nanotime())
 	}
+	return e.progressCovering()
+}
+
+// progressCovering is progress for a spinner: an empty poll covers the
+// socket (the spinner is idle and will take the next datagram itself), a
+// poll that found more than a short batch ends the cover (the spinner is
+// behind: the receive goroutine, on another CPU, had better help, as it
+// does for a stream of 64 KiB WRITEs).
+func (e *Engine) progressCovering() int {
+	n := e.progress()
+	switch {
+	case n == 0:
+		e.poller.Cover()
+	case n > inlineBatch:
+		e.poller.Uncover()
+	}
+	return n
+}
+
+// ProgressBeforeSleep is Progress for a goroutine about to sleep until a
+// completion (CQ.WaitPoll): it first ends the cover of any spinning it
+// did (StopPolling), then takes and handles what is queued.
+func (e *Engine) ProgressBeforeSleep() int {
+	if e.poller == nil {
+		return 0
+	}
+	e.StopPolling()
 	return e.progress()
 }
 

@@ -72,10 +72,35 @@ func ProgressOthers(self *Engine) int {
 		// spinners contend for its socket (measured: an 8-byte SEND
 		// ping-pong, both ends spinning, went from 13-19 us to 30 us).
 		if e != self && !ownPollerActive(now, e.polledAt.Load()) {
-			n += e.progress()
+			n += e.progressCovering()
 		}
 	}
 	return n
+}
+
+// StopPolling says that the goroutine that spun on Progress (and so on
+// ProgressOthers) goes to sleep: the receive goroutines of the engines it
+// covered wait on their sockets again at once, instead of when the cover
+// of its last poll lapses (transport.Poller.Uncover). Engines whose own
+// application spins are left covered.
+func (e *Engine) StopPolling() {
+	if e.poller == nil {
+		return
+	}
+	if e.polledAt.Load() != 0 {
+		e.polledAt.Store(0)
+	}
+	e.poller.Uncover()
+	p := pollables.Load()
+	if p == nil || len(*p) < 2 {
+		return
+	}
+	now := nanotime()
+	for _, o := range *p {
+		if o != e && !ownPollerActive(now, o.polledAt.Load()) {
+			o.poller.Uncover()
+		}
+	}
 }
 
 // ownPollerActive reports whether an engine last polled by its own

@@ -192,8 +192,11 @@ func TestIPv6ZeroChecksumAccepted(t *testing.T) {
 	defer plain.Close()
 	dst := plain.LocalAddr().(*net.UDPAddr).AddrPort()
 	rawSend(dst, []byte("dropped"))
-	_, err = c.(*udpConn).socks[0].pc.WriteToUDPAddrPort([]byte("valid"), dst)
-	require.NoError(t, err)
+	var sendErr error
+	require.NoError(t, c.(*udpConn).socks[0].sys.rc.Control(func(fd uintptr) {
+		sendErr = unix.Sendto(int(fd), []byte("valid"), 0, &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16()})
+	}))
+	require.NoError(t, sendErr)
 	buf := make([]byte, 64)
 	require.NoError(t, plain.SetReadDeadline(time.Now().Add(10*time.Second)))
 	n, _, err := plain.ReadFromUDPAddrPort(buf)

@@ -27,6 +27,14 @@ type Poller interface {
 	// ReceiveLentLocked is ReceiveLent for a Conn that is also polled: it
 	// returns with mu locked when n > 0 and unlocked on error.
 	ReceiveLentLocked(pkts [][]byte, eps []Endpoint, leases []*Lease, mu sync.Locker) (n int, err error)
+	// Cover says that a goroutine spins on PollLent: for a moment
+	// (on Linux 200 us, renewed by every Cover) the goroutine blocked in
+	// ReceiveLentLocked stops waiting on the socket, so that a datagram
+	// arriving wakes nobody and the spinner's next PollLent takes it (see
+	// rawSocket). Uncover ends the cover at once: the spinner goes to
+	// sleep, and the blocked receiver waits on the socket again.
+	Cover()
+	Uncover()
 	// CanPoll reports whether PollLent can find datagrams: on Linux, a
 	// Conn of one socket (with more, per-socket reader goroutines
 	// receive, and PollLent would only take their batches out of order
@@ -63,6 +71,20 @@ func (c *udpConn) PollLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int,
 		c.open(b, n)
 	}
 	return c.lend(pkts, eps, leases), nil
+}
+
+// Cover implements Poller.
+func (c *udpConn) Cover() {
+	if s := c.direct; s != nil {
+		s.sys.cover()
+	}
+}
+
+// Uncover implements Poller.
+func (c *udpConn) Uncover() {
+	if s := c.direct; s != nil {
+		s.sys.uncover()
+	}
 }
 
 // ReceiveLentLocked implements Poller.

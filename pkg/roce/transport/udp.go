@@ -532,6 +532,6 @@ func (c *udpConn) Close() error {
 
 func (c *udpConn) closeSockets() {
 	for _, s := range c.socks {
-		s.pc.Close()
+		s.close()
 	}
 }

@@ -16,7 +16,8 @@ import (
 )
 
 type sockSys struct {
-	rc  syscall.RawConn
+	rc  syscall.RawConn // raw, or (a group's socket) the net package's
+	raw *rawSocket
 	gso atomic.Bool // cleared at run time if the kernel or device refuses GSO
 	gro bool
 
@@ -128,6 +129,12 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 		pc.Close()
 		return nil, err
 	}
+	raw, err := newRawSocket(pc)
+	if err != nil {
+		return nil, err
+	}
+	s.pc = nil
+	s.sys.rc, s.sys.raw = raw, raw
 	s.sys.gso.Store(kgso && !cfg.DisableGSO)
 	s.slotSz = MaxDatagramSize
 	if s.sys.gro {
@@ -142,6 +149,13 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 		"rcvbuf", rbuf, "sndbuf", sbuf, "kernel_gso", kgso, "kernel_gro", kgro)
 	return s, nil
 }
+
+// cover and uncover are PollLent's and Uncover's (see rawSocket).
+func (y *sockSys) cover()   { y.raw.cover() }
+func (y *sockSys) uncover() { y.raw.Uncover() }
+
+// close closes the socket.
+func (s *udpSocket) close() error { return s.sys.raw.Close() }
 
 func sockaddrToAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
 	switch sa.Family {

@@ -43,6 +43,13 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 	}, nil
 }
 
+// cover and uncover: nothing to do, a net.UDPConn cannot be polled.
+func (y *sockSys) cover()   {}
+func (y *sockSys) uncover() {}
+
+// close closes the socket.
+func (s *udpSocket) close() error { return s.pc.Close() }
+
 func newRxBatch(s *udpSocket, _ int) *rxBatch {
 	// One byte more than the largest datagram detects oversize ones.
 	return &rxBatch{sock: s, msgs: make([]rxMsg, 1), sys: rxBatchSys{buf: make([]byte, s.slotSz+1)}}

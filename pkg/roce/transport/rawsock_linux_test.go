@@ -1,0 +1,194 @@
+//go:build linux
+
+package transport
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// openRawTest returns a rawSocket bound to 127.0.0.1 and a function that
+// sends it a datagram from another socket.
+func openRawTest(t *testing.T) (*rawSocket, func(string)) {
+	t.Helper()
+	pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	dst := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	r, err := newRawSocket(pc)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
+	src, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	t.Cleanup(func() { src.Close() })
+	return r, func(s string) {
+		_, err := src.WriteToUDPAddrPort([]byte(s), dst)
+		require.NoError(t, err)
+	}
+}
+
+// recvOnce is an attempt of a receive on fd: false when nothing is
+// queued.
+func recvOnce(fd uintptr, out *string) bool {
+	buf := make([]byte, 64)
+	n, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+	if errors.Is(err, unix.EAGAIN) {
+		return false
+	}
+	if err != nil {
+		*out = "error: " + err.Error()
+		return true
+	}
+	*out = string(buf[:n])
+	return true
+}
+
+// startReader runs a blocking Read in a goroutine; its datagram (or
+// error) arrives on the channel.
+func startReader(r *rawSocket) <-chan string {
+	got := make(chan string, 1)
+	go func() {
+		var s string
+		if err := r.Read(func(fd uintptr) bool { return recvOnce(fd, &s) }); err != nil {
+			s = "error: " + err.Error()
+		}
+		got <- s
+	}()
+	return got
+}
+
+func recvWithin(t *testing.T, got <-chan string) string {
+	t.Helper()
+	select {
+	case s := <-got:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader did not return")
+		return ""
+	}
+}
+
+// setCoverSpan makes a cover last d for the test.
+func setCoverSpan(t *testing.T, d time.Duration) {
+	old := coverSpan
+	coverSpan = d
+	t.Cleanup(func() { coverSpan = old })
+}
+
+// A covered socket's blocked reader does not take what arrives (it is
+// not even woken: its watch is off), so the poller finds it; Uncover
+// puts the reader back on the socket.
+func TestRawSocketCoveredReaderLeavesArrivalsToThePoller(t *testing.T) {
+	setCoverSpan(t, time.Hour)
+	r, send := openRawTest(t)
+	slept := make(chan struct{}, 8)
+	r.onCoveredSleep = func() { slept <- struct{}{} }
+	r.cover()
+	got := startReader(r)
+	<-slept // it found nothing and saw the cover
+
+	send("first")
+	var polled string
+	deadline := time.Now().Add(10 * time.Second)
+	for polled == "" {
+		require.NoError(t, r.Control(func(fd uintptr) { recvOnce(fd, &polled) }))
+		if polled == "" {
+			require.True(t, time.Now().Before(deadline), "the poller never found the datagram: the covered reader took it")
+			runtime.Gosched()
+		}
+	}
+	require.Equal(t, "first", polled)
+	select {
+	case s := <-got:
+		t.Fatalf("the covered reader returned %q", s)
+	default:
+	}
+	require.False(t, r.rdArmed, "a covered reader switches its watch off")
+
+	r.Uncover()
+	send("second")
+	require.Equal(t, "second", recvWithin(t, got))
+}
+
+// A cover lapses by itself: a spinner that stops without Uncover delays
+// the reader by at most coverSpan.
+func TestRawSocketCoverLapses(t *testing.T) {
+	setCoverSpan(t, time.Millisecond)
+	r, send := openRawTest(t)
+	slept := make(chan struct{}, 8)
+	r.onCoveredSleep = func() { slept <- struct{}{} }
+	r.cover()
+	got := startReader(r)
+	<-slept
+	send("late")
+	require.Equal(t, "late", recvWithin(t, got))
+}
+
+func TestRawSocketCloseWakesACoveredReader(t *testing.T) {
+	setCoverSpan(t, time.Hour)
+	r, _ := openRawTest(t)
+	slept := make(chan struct{}, 8)
+	r.onCoveredSleep = func() { slept <- struct{}{} }
+	r.cover()
+	got := startReader(r)
+	<-slept
+	require.NoError(t, r.Close())
+	require.Equal(t, "error: "+net.ErrClosed.Error(), recvWithin(t, got))
+}
+
+func TestRawSocketCloseWakesAWaitingReader(t *testing.T) {
+	r, _ := openRawTest(t)
+	got := startReader(r)
+	require.NoError(t, r.Close())
+	require.Equal(t, "error: "+net.ErrClosed.Error(), recvWithin(t, got))
+	require.ErrorIs(t, r.Close(), net.ErrClosed, "twice")
+	require.ErrorIs(t, r.Control(func(uintptr) {}), net.ErrClosed)
+}
+
+// A write that would block waits for EPOLLOUT on wr and tries again.
+func TestRawSocketWriteWaitsForBufferSpace(t *testing.T) {
+	r, _ := openRawTest(t)
+	calls := 0
+	require.NoError(t, r.Write(func(uintptr) bool { calls++; return calls > 1 }))
+	require.Equal(t, 2, calls)
+}
+
+// Close never waits for a system call in progress (its caller may hold
+// the locks that call waits for) and never closes the descriptor under
+// it: the last use closes it.
+func TestRawSocketCloseDuringAUse(t *testing.T) {
+	r, _ := openRawTest(t)
+	require.True(t, r.acquire())
+	require.NoError(t, r.Close())
+	_, err := unix.FcntlInt(uintptr(r.fd), unix.F_GETFD, 0)
+	require.NoError(t, err, "the descriptor stays open while in use")
+	require.False(t, r.acquire(), "no new use after Close")
+	r.release()
+	require.Equal(t, int64(fdClosing), r.refs.Load())
+	require.ErrorIs(t, r.Control(func(uintptr) {}), net.ErrClosed)
+}
+
+// The socket keeps its binding and options when it leaves the
+// netpoller.
+func TestNewRawSocketKeepsTheBinding(t *testing.T) {
+	pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	want := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	r, err := newRawSocket(pc)
+	require.NoError(t, err)
+	defer r.Close()
+	var sa unix.Sockaddr
+	require.NoError(t, r.Control(func(fd uintptr) { sa, err = unix.Getsockname(int(fd)) }))
+	require.NoError(t, err)
+	in4 := sa.(*unix.SockaddrInet4)
+	require.Equal(t, want, netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)))
+	fl, err := unix.FcntlInt(uintptr(r.fd), unix.F_GETFL, 0)
+	require.NoError(t, err)
+	require.NotZero(t, fl&unix.O_NONBLOCK, "non-blocking")
+}
