@@ -81,17 +81,25 @@ func setCoverSpan(t *testing.T, d time.Duration) {
 	t.Cleanup(func() { coverSpan = old })
 }
 
-// A covered socket's blocked reader does not take what arrives (it is
-// not even woken: its watch is off), so the poller finds it; Uncover
-// puts the reader back on the socket.
-func TestRawSocketCoveredReaderLeavesArrivalsToThePoller(t *testing.T) {
-	setCoverSpan(t, time.Hour)
+// coveredReader returns a socket covered for span and its reader, once
+// the reader has found nothing, seen the cover and gone to sleep.
+func coveredReader(t *testing.T, span time.Duration) (*rawSocket, func(string), <-chan string) {
+	t.Helper()
+	setCoverSpan(t, span)
 	r, send := openRawTest(t)
 	slept := make(chan struct{}, 8)
 	r.onCoveredSleep = func() { slept <- struct{}{} }
 	r.cover()
 	got := startReader(r)
-	<-slept // it found nothing and saw the cover
+	<-slept
+	return r, send, got
+}
+
+// A covered socket's blocked reader does not take what arrives (it is
+// not even woken: its watch is off), so the poller finds it; Uncover
+// puts the reader back on the socket.
+func TestRawSocketCoveredReaderLeavesArrivalsToThePoller(t *testing.T) {
+	r, send, got := coveredReader(t, time.Hour)
 
 	send("first")
 	var polled string
@@ -119,25 +127,13 @@ func TestRawSocketCoveredReaderLeavesArrivalsToThePoller(t *testing.T) {
 // A cover lapses by itself: a spinner that stops without Uncover delays
 // the reader by at most coverSpan.
 func TestRawSocketCoverLapses(t *testing.T) {
-	setCoverSpan(t, time.Millisecond)
-	r, send := openRawTest(t)
-	slept := make(chan struct{}, 8)
-	r.onCoveredSleep = func() { slept <- struct{}{} }
-	r.cover()
-	got := startReader(r)
-	<-slept
+	_, send, got := coveredReader(t, time.Millisecond)
 	send("late")
 	require.Equal(t, "late", recvWithin(t, got))
 }
 
 func TestRawSocketCloseWakesACoveredReader(t *testing.T) {
-	setCoverSpan(t, time.Hour)
-	r, _ := openRawTest(t)
-	slept := make(chan struct{}, 8)
-	r.onCoveredSleep = func() { slept <- struct{}{} }
-	r.cover()
-	got := startReader(r)
-	<-slept
+	r, _, got := coveredReader(t, time.Hour)
 	require.NoError(t, r.Close())
 	require.Equal(t, "error: "+net.ErrClosed.Error(), recvWithin(t, got))
 }
