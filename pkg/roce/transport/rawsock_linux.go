@@ -30,9 +30,9 @@ import (
 // EPOLLOUT nobody waits for. A wake-up costs 18-19 us of the idle CPU's
 // time on this 2-core VM, and while the woken goroutine runs it contends
 // with the spinner for the socket: an 8-byte WRITE round trip in poll
-// mode had 0.23-0.30 context switches per round trip and a p99 of
-// 3.1-3.5x TCP's (BenchmarkWriteLatency8/poll; 0.06-0.07 and 1.6-1.9x
-// with this type, docs/performance.md, session H).
+// mode had 0.25 context switches per round trip and a p99 of 2.8-3.3x
+// TCP's (BenchmarkWriteLatency8/poll; 0.07 and 1.7-1.9x with this type,
+// docs/performance.md, session H).
 //
 // So the socket sits in two epoll instances of its own, and only they are
 // in the netpoller:
@@ -48,10 +48,11 @@ import (
 //
 // The price, measured: an application that sleeps (WaitPoll) no longer
 // profits from the spurious EPOLLOUT wake-up that kept a thread warm
-// just before its answer arrived, and its round trip's median is 1-3 us
-// longer. Watching EPOLLOUT on rd too (a send wakes the receive goroutine
-// once) gives that back for WRITE and READ and costs SEND 5 us; neither
-// was worth keeping an accidental wake-up.
+// just before its answer arrived; on a busy machine its round trip's
+// median was 1.6-3.5 us longer, on a quiet one the same. Watching
+// EPOLLOUT on rd too (a send wakes the receive goroutine once) gave that
+// back for WRITE and READ and cost SEND 5 us: not worth keeping an
+// accidental wake-up.
 //
 // Goroutines: one reader at a time (Read), one writer at a time (Write,
 // under sockSys.txMu), any number of Control calls (pollers, options).
