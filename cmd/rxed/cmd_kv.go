@@ -429,15 +429,6 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// processCPU is this process's user+system CPU time.
-func processCPU() (time.Duration, error) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, err
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
-}
-
 // kvChild is `rxed kv serve` run by the benchmark.
 type kvChild struct {
 	cmd *exec.Cmd
