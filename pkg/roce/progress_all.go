@@ -60,21 +60,8 @@ func unregisterPollable(e *Engine) {
 // for every queue it polls: 50-54 us (poll) and 41-58 us (hybrid) in the
 // same session (BenchmarkReadLatency4K, load 3-5).
 func ProgressOthers(self *Engine) int {
-	p := pollables.Load()
-	if p == nil || len(*p) < 2 {
-		return 0
-	}
 	n := 0
-	now := nanotime()
-	for _, e := range *p {
-		// An engine its own application polled within ownPollRecent has
-		// a spinner of its own: polling it from here too only makes two
-		// spinners contend for its socket (measured: an 8-byte SEND
-		// ping-pong, both ends spinning, went from 13-19 us to 30 us).
-		if e != self && !ownPollerActive(now, e.polledAt.Load()) {
-			n += e.progressCovering()
-		}
-	}
+	forOthersWithoutSpinner(self, func(e *Engine) { n += e.progressCovering() })
 	return n
 }
 
@@ -91,14 +78,24 @@ func (e *Engine) StopPolling() {
 		e.polledAt.Store(0)
 	}
 	e.poller.Uncover()
+	forOthersWithoutSpinner(e, func(o *Engine) { o.poller.Uncover() })
+}
+
+// forOthersWithoutSpinner calls f for every pollable engine of the
+// process other than self whose own application is not spinning: an
+// engine its own application polled within ownPollRecent has a spinner
+// of its own, and polling it from here too only makes two spinners
+// contend for its socket (measured: an 8-byte SEND ping-pong, both ends
+// spinning, went from 13-19 us to 30 us).
+func forOthersWithoutSpinner(self *Engine, f func(*Engine)) {
 	p := pollables.Load()
 	if p == nil || len(*p) < 2 {
 		return
 	}
 	now := nanotime()
-	for _, o := range *p {
-		if o != e && !ownPollerActive(now, o.polledAt.Load()) {
-			o.poller.Uncover()
+	for _, e := range *p {
+		if e != self && !ownPollerActive(now, e.polledAt.Load()) {
+			f(e)
 		}
 	}
 }

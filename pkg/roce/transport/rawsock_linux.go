@@ -225,7 +225,7 @@ func (r *rawSocket) Read(f func(uintptr) bool) error {
 	rs.f = f
 	defer func() { rs.f = nil }()
 	for {
-		if rs.try(0); rs.done || rs.err != nil {
+		if rs.tryFn(0); rs.done || rs.err != nil {
 			return rs.err
 		}
 		if r.covered() {
@@ -258,7 +258,7 @@ func (r *rawSocket) Write(f func(uintptr) bool) error {
 	ws := &r.wrState
 	ws.f = f
 	defer func() { ws.f = nil }()
-	if ws.try(0) {
+	if ws.tryFn(0) { // the usual case, without the netpoller's wait set-up
 		return ws.err
 	}
 	if err := r.wr.rc.Read(ws.tryFn); err != nil {
@@ -298,8 +298,6 @@ func (a *attempt) writeTry(uintptr) bool {
 	}
 	return false
 }
-
-func (a *attempt) try(fd uintptr) bool { return a.tryFn(fd) }
 
 // cover records that a poller is taking datagrams.
 func (r *rawSocket) cover() { r.coverAt.Store(nanotime()) }
