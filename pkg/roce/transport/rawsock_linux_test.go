@@ -132,6 +132,46 @@ func TestRawSocketCoverLapses(t *testing.T) {
 	require.Equal(t, "late", recvWithin(t, got))
 }
 
+// A reader whose cover ends takes what came meanwhile before it switches
+// its watch back on: arming the watch with a datagram queued makes rd
+// readable and wakes a thread parked in the netpoller for nothing
+// (measured: 0.06 -> 0.11-0.15 context switches per 8-byte WRITE round
+// trip in poll mode, docs/performance.md session I).
+func TestRawSocketUncoveredReaderTakesWhatCameBeforeArming(t *testing.T) {
+	r, send, got := coveredReader(t, time.Hour)
+	send("meanwhile")
+	deadline := time.Now().Add(10 * time.Second)
+	for queued := 0; queued == 0; {
+		require.NoError(t, r.Control(func(fd uintptr) { queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }))
+		require.True(t, time.Now().Before(deadline), "the datagram never reached the socket")
+		runtime.Gosched()
+	}
+	r.Uncover()
+	require.Equal(t, "meanwhile", recvWithin(t, got))
+	require.False(t, r.rdArmed, "the watch stays off: the reader took the datagram before arming it")
+
+	// The next Read finds nothing, arms the watch and waits.
+	empty := make(chan struct{}, 4)
+	later := make(chan string, 1)
+	go func() {
+		var s string
+		if err := r.Read(func(fd uintptr) bool {
+			if recvOnce(fd, &s) {
+				return true
+			}
+			empty <- struct{}{}
+			return false
+		}); err != nil {
+			s = "error: " + err.Error()
+		}
+		later <- s
+	}()
+	<-empty
+	send("later")
+	require.Equal(t, "later", recvWithin(t, later))
+	require.True(t, r.rdArmed, "a reader that found nothing waits with its watch on")
+}
+
 func TestRawSocketCloseWakesACoveredReader(t *testing.T) {
 	r, _, got := coveredReader(t, time.Hour)
 	require.NoError(t, r.Close())
