@@ -63,6 +63,50 @@ func startReader(r *rawSocket) <-chan string {
 	return got
 }
 
+// waitQueued returns once r's socket has a datagram queued (a loopback
+// send normally delivers before it returns, but the kernel may defer
+// that to ksoftirqd).
+func waitQueued(t *testing.T, r *rawSocket) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for queued := 0; queued == 0; {
+		require.NoError(t, r.Control(func(fd uintptr) { queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }))
+		if queued == 0 {
+			require.True(t, time.Now().Before(deadline), "the datagram never reached the socket")
+			runtime.Gosched()
+		}
+	}
+}
+
+// countingReader is a blocking Read in a goroutine that counts its
+// attempts (attempts may be read once got delivered) and signals each
+// one that found nothing on empty.
+type countingReader struct {
+	got      chan string
+	empty    chan struct{}
+	attempts int
+}
+
+func startCountingReader(r *rawSocket) *countingReader {
+	c := &countingReader{got: make(chan string, 1), empty: make(chan struct{}, 4)}
+	go func() {
+		var s string
+		err := r.Read(func(fd uintptr) bool {
+			c.attempts++
+			if recvOnce(fd, &s) {
+				return true
+			}
+			c.empty <- struct{}{}
+			return false
+		})
+		if err != nil {
+			s = "error: " + err.Error()
+		}
+		c.got <- s
+	}()
+	return c
+}
+
 func recvWithin(t *testing.T, got <-chan string) string {
 	t.Helper()
 	select {
@@ -140,35 +184,16 @@ func TestRawSocketCoverLapses(t *testing.T) {
 func TestRawSocketUncoveredReaderTakesWhatCameBeforeArming(t *testing.T) {
 	r, send, got := coveredReader(t, time.Hour)
 	send("meanwhile")
-	deadline := time.Now().Add(10 * time.Second)
-	for queued := 0; queued == 0; {
-		require.NoError(t, r.Control(func(fd uintptr) { queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }))
-		require.True(t, time.Now().Before(deadline), "the datagram never reached the socket")
-		runtime.Gosched()
-	}
+	waitQueued(t, r)
 	r.Uncover()
 	require.Equal(t, "meanwhile", recvWithin(t, got))
 	require.False(t, r.rdArmed, "the watch stays off: the reader took the datagram before arming it")
 
 	// The next Read finds nothing, arms the watch and waits.
-	empty := make(chan struct{}, 4)
-	later := make(chan string, 1)
-	go func() {
-		var s string
-		if err := r.Read(func(fd uintptr) bool {
-			if recvOnce(fd, &s) {
-				return true
-			}
-			empty <- struct{}{}
-			return false
-		}); err != nil {
-			s = "error: " + err.Error()
-		}
-		later <- s
-	}()
-	<-empty
+	c := startCountingReader(r)
+	<-c.empty
 	send("later")
-	require.Equal(t, "later", recvWithin(t, later))
+	require.Equal(t, "later", recvWithin(t, c.got))
 	require.True(t, r.rdArmed, "a reader that found nothing waits with its watch on")
 }
 
@@ -194,33 +219,17 @@ func TestRawSocketCloseWakesAWaitingReader(t *testing.T) {
 // session I).
 func TestRawSocketWaitingReaderTriesOnceBeforeItWaits(t *testing.T) {
 	r, send := openRawTest(t)
-	empty := make(chan struct{}, 4)
-	got := make(chan string, 1)
-	attempts := 0
-	go func() {
-		var s string
-		err := r.Read(func(fd uintptr) bool {
-			attempts++
-			if recvOnce(fd, &s) {
-				return true
-			}
-			empty <- struct{}{}
-			return false
-		})
-		if err != nil {
-			s = "error: " + err.Error()
-		}
-		got <- s
-	}()
-	<-empty // the reader found nothing and waits (or is about to)
+	c := startCountingReader(r)
+	<-c.empty // the reader found nothing and waits (or is about to)
 	send("after the wait")
-	require.Equal(t, "after the wait", recvWithin(t, got))
-	require.Equal(t, 2, attempts, "one empty attempt, one that took the datagram")
-	require.Len(t, empty, 0, "no second empty attempt")
+	require.Equal(t, "after the wait", recvWithin(t, c.got))
+	require.Equal(t, 2, c.attempts, "one empty attempt, one that took the datagram")
+	require.Len(t, c.empty, 0, "no second empty attempt")
 
 	// A datagram already queued is taken by the first attempt.
 	send("queued")
-	attempts = 0
+	waitQueued(t, r)
+	attempts := 0
 	var s string
 	require.NoError(t, r.Read(func(fd uintptr) bool { attempts++; return recvOnce(fd, &s) }))
 	require.Equal(t, "queued", s)
