@@ -243,12 +243,13 @@ func (r *rawSocket) Read(f func(uintptr) bool) error {
 	rs.f = f
 	defer func() { rs.f = nil }()
 	for {
-		if r.covered() || !r.rdArmed {
+		covered := r.covered() // one clock reading for the whole step
+		if covered || !r.rdArmed {
 			if rs.tryFn(0); rs.done || rs.err != nil {
 				return rs.err
 			}
 		}
-		if r.covered() {
+		if covered {
 			// A poller takes what comes: sleep until the cover ends.
 			if err := r.sleepCovered(); err != nil {
 				return err
