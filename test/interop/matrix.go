@@ -95,8 +95,12 @@ type Cell struct {
 	MTU     int     // 1024 or 4096; 4096 raises the link MTU to 9000
 	IPv6    bool    // RoCEv2 over IPv6 GIDs instead of IPv4
 	LossPct float64 // tc netem loss on every bridge port, in percent
-	Args    string  // extra flags given to both sides
-	RxeArgs string  // extra flags given to the rxe tool only ({rxeargs})
+	// Baseline names a loss cell's clean twin: the same tool and parameters without loss, run
+	// just before it, whose bandwidth in the same direction and run the report divides the
+	// lossy one by (LossRatios). Selecting a loss cell selects its twin too.
+	Baseline string
+	Args     string // extra flags given to both sides
+	RxeArgs  string // extra flags given to the rxe tool only ({rxeargs})
 	// Serve runs rxed as the daemon (ServeRxed, exporting a pre-filled file) instead of the
 	// tool's Rxed column; the rxe tool is its client ServeClients times in a row. rxed is
 	// the server only, so the cell has no rxed-client direction and no rxe-mode run.
@@ -164,6 +168,15 @@ func Matrix() []Cell {
 		}
 		cells = append(cells, c)
 	}
+	// lossy adds a loss cell after its clean twin (Baseline)
+	lossy := func(c Cell) {
+		clean := c
+		clean.Name = strings.Replace(c.Name, fmt.Sprintf("loss%g%%", c.LossPct), "clean", 1)
+		clean.LossPct, clean.Timeout = 0, 0
+		c.Baseline = clean.Name
+		add(clean)
+		add(c)
+	}
 	for _, mtu := range []int{1024, 4096} {
 		for _, t := range []string{"rc", "uc"} {
 			for _, size := range []int{1, 1500, 8192} {
@@ -202,7 +215,7 @@ func Matrix() []Cell {
 	}
 	add(Cell{Name: "rc_pingpong/ipv6/4096B", Tool: "rc_pingpong", Size: 4096, Iters: 20, MTU: 1024, IPv6: true})
 	add(Cell{Name: "write_bw/ipv6/65536B", Tool: "write_bw", Size: 65536, Iters: 50, MTU: 1024, IPv6: true, Args: "-c RC"})
-	add(Cell{Name: "write_bw/loss2%/65536B", Tool: "write_bw", Size: 65536, Iters: 50, MTU: 1024, LossPct: 2, Args: "-c RC", Timeout: 180 * time.Second})
+	lossy(Cell{Name: "write_bw/loss2%/65536B", Tool: "write_bw", Size: 65536, Iters: 50, MTU: 1024, LossPct: 2, Args: "-c RC", Timeout: 180 * time.Second})
 	// rxed serve against unmodified perftest clients (rxed server only): two clients in a row
 	// per cell, then SIGTERM; the harness checks the exported file afterwards.
 	add(Cell{Name: "serve/write_bw/65536B", Tool: "write_bw", Size: 65536, Iters: 30, MTU: 1024, Args: "-c RC", Serve: true})
@@ -210,7 +223,7 @@ func Matrix() []Cell {
 	for _, op := range []string{"CMP_AND_SWAP", "FETCH_AND_ADD"} {
 		add(Cell{Name: "serve/atomic_bw/" + op, Tool: "atomic_bw", Size: 8, Iters: 200, MTU: 1024, Args: "-A " + op + " -o 4", Serve: true})
 	}
-	add(Cell{Name: "read_bw/loss2%/65536B", Tool: "read_bw", Size: 65536, Iters: 50, MTU: 1024, LossPct: 2, Args: "-o 8", Timeout: 180 * time.Second})
+	lossy(Cell{Name: "read_bw/loss2%/65536B", Tool: "read_bw", Size: 65536, Iters: 50, MTU: 1024, LossPct: 2, Args: "-o 8", Timeout: 180 * time.Second})
 	for _, c := range rdmacmCells() {
 		add(c)
 	}
@@ -255,19 +268,29 @@ func Render(tmpl string, c Cell, v Vars) string {
 	return strings.Join(strings.Fields(r.Replace(tmpl)), " ")
 }
 
-// Select returns the cells whose name matches any of the comma-separated substrings in filter
-// (all cells when filter is empty).
+// Select returns the cells whose name matches any of the comma-separated substrings in filter,
+// and the clean twins of the loss cells among them, in matrix order (all cells when filter is
+// empty).
 func Select(cells []Cell, filter string) []Cell {
 	if filter == "" {
 		return cells
 	}
-	var out []Cell
+	picked := map[string]bool{}
 	for _, c := range cells {
 		for _, f := range strings.Split(filter, ",") {
 			if f != "" && strings.Contains(c.Name, f) {
-				out = append(out, c)
+				picked[c.Name] = true
+				if c.Baseline != "" {
+					picked[c.Baseline] = true
+				}
 				break
 			}
+		}
+	}
+	var out []Cell
+	for _, c := range cells {
+		if picked[c.Name] {
+			out = append(out, c)
 		}
 	}
 	return out

@@ -90,6 +90,20 @@ func TestMatrixCoversTheIssue(t *testing.T) {
 	for _, lossy := range []string{"write_bw", "read_bw"} {
 		require.True(t, has(func(c Cell) bool { return c.Tool == lossy && c.LossPct == 2 }), lossy)
 	}
+	// every loss cell runs right after its clean twin, which differs in nothing but the loss
+	for i, c := range cells {
+		if c.LossPct == 0 {
+			require.Empty(t, c.Baseline, c.Name)
+			continue
+		}
+		require.NotEmpty(t, c.Baseline, c.Name)
+		require.Positive(t, i, c.Name)
+		twin := cells[i-1]
+		require.Equal(t, c.Baseline, twin.Name, c.Name)
+		require.NotEqual(t, c.Name, twin.Name)
+		twin.Name, twin.LossPct, twin.Baseline, twin.Timeout = c.Name, c.LossPct, c.Baseline, c.Timeout
+		require.Equal(t, c, twin, "the clean twin of %s", c.Name)
+	}
 }
 
 func TestRender(t *testing.T) {
@@ -104,10 +118,16 @@ func TestSelect(t *testing.T) {
 	cells := Matrix()
 	require.Len(t, Select(cells, ""), len(cells))
 	got := Select(cells, "loss,ipv6")
-	require.Len(t, got, 5) // 2 loss, 3 IPv6 (rc_pingpong, write_bw, rdmacm/rping)
+	// 2 loss cells and their clean twins, 3 IPv6 (rc_pingpong, write_bw, rdmacm/rping)
+	var names []string
 	for _, c := range got {
-		require.True(t, c.IPv6 || c.LossPct > 0, c.Name)
+		names = append(names, c.Name)
+		require.True(t, c.IPv6 || c.LossPct > 0 || strings.Contains(c.Name, "/clean/"), c.Name)
 	}
+	require.Len(t, got, 7, names)
+	require.Equal(t, []string{"write_bw/clean/65536B", "write_bw/loss2%/65536B"},
+		[]string{Select(cells, "write_bw/loss")[0].Name, Select(cells, "write_bw/loss")[1].Name})
+	require.Len(t, Select(cells, "write_bw/clean"), 1) // a twin alone brings no loss cell
 	require.Empty(t, Select(cells, "no-such-cell"))
 }
 
@@ -168,4 +188,29 @@ func TestWriteReport(t *testing.T) {
 	WriteReport(&b, RunInfo{Subject: SubjectRxe}, []Result{ok})
 	require.NotContains(t, b.String(), "## Failures")
 	require.Contains(t, b.String(), "vm1→vm2 (vm2 server)")
+}
+
+func TestLossRatios(t *testing.T) {
+	twin := Cell{Name: "write_bw/clean/65536B", Tool: "write_bw"}
+	lossy := Cell{Name: "write_bw/loss2%/65536B", Tool: "write_bw", LossPct: 2, Baseline: twin.Name}
+	rs := []Result{
+		{Cell: twin, Dir: SubjectServer, Pass: true, BW: 16, Metric: "16.00 MiB/s"},
+		{Cell: lossy, Dir: SubjectServer, Pass: true, BW: 4, Metric: "4.00 MiB/s"},
+		{Cell: twin, Dir: SubjectClient, Pass: false, BW: 30, Metric: "30.00 MiB/s"}, // a failed twin is no baseline
+		{Cell: lossy, Dir: SubjectClient, Pass: true, BW: 12, Metric: "12.00 MiB/s"},
+		{Cell: twin, Dir: SubjectServer, Pass: true, BW: 16, Metric: "16.00 MiB/s"}, // the twin itself gets no ratio
+	}
+	LossRatios(rs)
+	require.Equal(t, "16.00 MiB/s", rs[0].Metric)
+	require.Equal(t, "4.00 MiB/s, 0.25x clean", rs[1].Metric) // the same direction's twin, not the other's
+	require.Equal(t, "12.00 MiB/s", rs[3].Metric)
+	require.Equal(t, "16.00 MiB/s", rs[4].Metric)
+
+	// a failed loss cell, or one whose twin did not run (or printed no bandwidth), gets none
+	failed := []Result{{Cell: twin, Pass: true, BW: 16, Metric: "a"}, {Cell: lossy, Pass: false, BW: 4, Metric: "b"}}
+	LossRatios(failed)
+	require.Equal(t, "b", failed[1].Metric)
+	alone := []Result{{Cell: twin, Pass: true, Metric: "a"}, {Cell: lossy, Pass: true, BW: 4, Metric: "b"}}
+	LossRatios(alone)
+	require.Equal(t, "b", alone[1].Metric)
 }

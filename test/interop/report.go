@@ -35,6 +35,30 @@ func Summary(rs []Result) (pass, fail int) {
 	return pass, fail
 }
 
+// LossRatios appends to each loss cell's metric its bandwidth as a fraction of its clean twin's
+// (Cell.Baseline) in the same direction and run: what loss costs each implementation's
+// recovery against a real peer (issue 14, goal 7). A cell without a passing twin gets none.
+func LossRatios(rs []Result) {
+	type run struct {
+		cell string
+		dir  Direction
+	}
+	clean := map[run]float64{}
+	for _, r := range rs {
+		if r.Pass && r.BW > 0 && r.Cell.LossPct == 0 {
+			clean[run{r.Cell.Name, r.Dir}] = r.BW
+		}
+	}
+	for i := range rs {
+		r := &rs[i]
+		base := clean[run{r.Cell.Baseline, r.Dir}]
+		if r.Cell.Baseline == "" || base == 0 || !r.Pass {
+			continue
+		}
+		r.Metric += fmt.Sprintf(", %.2fx clean", r.BW/base)
+	}
+}
+
 // dirLabel names a direction for the subject in the table.
 func dirLabel(s Subject, d Direction) string {
 	if s == SubjectRxe {

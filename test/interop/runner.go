@@ -35,6 +35,7 @@ type Result struct {
 	Dir       Direction
 	Pass      bool
 	Metric    string
+	BW        float64 // a bandwidth cell's average in MiB/s (perftest's MB/sec), 0 otherwise
 	Problems  []string
 	Notes     []string // recovery counters that moved (see CheckRxeCounters), not failures
 	Elapsed   time.Duration
@@ -283,6 +284,9 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 
 	r.judgeCounters(ctx, &res, before, hostBefore, subj.counters, fail)
 	res.Metric = r.judgeOutput(&res, tool, srv, cli, fail)
+	if row, ok := ParsePerf(res.ClientOut); ok && tool.Kind == PerfBW {
+		res.BW = row["BW average[MB/sec]"]
+	}
 	return res
 }
 

@@ -381,6 +381,7 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell, conf []inte
 		}
 		return 0
 	}
+	interop.LossRatios(results)
 	var buf bytes.Buffer
 	interop.WriteReport(&buf, info, results)
 	if err := os.WriteFile(o.results, buf.Bytes(), 0o644); err != nil {
