@@ -118,8 +118,14 @@ type Faulty struct {
 	clock Clock
 	tx    *faultDir // nil when sends pass untouched
 	rx    *faultDir // nil when receives pass untouched
-	rxq   *pktQueue
-	rxOut counters // drops of the receive queue
+	rxq   *pktQueue // nil when receives pass untouched or faults are inline
+	rxOut counters  // drops of the receive queue
+
+	// Receiving without copies (faulty_inline.go): the inner Conn's
+	// lending and polling, filtered by the injector when its receive
+	// faults are inline, or a copying lender over Receive.
+	lend   Lender
+	poller Poller // nil unless the inner Conn can be polled through f
 
 	once     sync.Once
 	pumpDone chan struct{}
@@ -129,9 +135,10 @@ type Faulty struct {
 // from users go through ParseFaultSpec, which reports errors.
 //
 // Send-side faults act on copies: the caller's buffers are never modified.
-// Receive-side faults need a goroutine that keeps receiving from inner (so a
-// delayed datagram can be delivered while nothing else arrives); it stops at
-// Close.
+// Receive-side faults that hold datagrams back or add some need a goroutine
+// that keeps receiving from inner (so a delayed datagram can be delivered
+// while nothing else arrives); it stops at Close. Loss and corruption alone
+// are decided as each datagram is received (faulty_inline.go).
 func NewFaulty(inner Conn, cfg FaultConfig) *Faulty {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
@@ -154,10 +161,13 @@ func NewFaulty(inner Conn, cfg FaultConfig) *Faulty {
 	}
 	if cfg.Direction != DirSend {
 		f.rx = newFaultDir(f, rand.NewPCG(uint64(cfg.Seed), 0x72656376), f.flushRecv) // "recv"
-		f.rxq = newPktQueue(cfg.QueueLen)
-		f.pumpDone = make(chan struct{})
-		go f.pump()
+		if !cfg.inline() {
+			f.rxq = newPktQueue(cfg.QueueLen)
+			f.pumpDone = make(chan struct{})
+			go f.pump()
+		}
 	}
+	f.initLending()
 	return f
 }
 
@@ -218,6 +228,9 @@ func (f *Faulty) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error
 	if err := checkRecvArgs(bufs, sizes, eps); err != nil {
 		return 0, err
 	}
+	if f.rxq == nil {
+		return f.receiveInline(bufs, sizes, eps)
+	}
 	n, _, over, err := f.rxq.pop(bufs, sizes, eps)
 	f.rxOut.dropOversize.Add(over)
 	return n, err
@@ -258,7 +271,7 @@ func (f *Faulty) Close() error {
 			}
 		}
 		err = f.inner.Close()
-		if f.rx != nil {
+		if f.rxq != nil {
 			f.rxq.shutdown(errClosed, true)
 			<-f.pumpDone
 		}
@@ -378,14 +391,7 @@ func (d *faultDir) recycle(p *fpkt) {
 // outcome, so the decisions for datagram n depend only on the seed and n.
 func (d *faultDir) process(data []byte, ep Endpoint) {
 	cfg := &d.f.cfg
-	rLoss, rCorrupt, rDup, rReorder := d.rng.Float64(), d.rng.Float64(), d.rng.Float64(), d.rng.Float64()
-	bit := d.rng.Uint64()
-	delay := cfg.Delay
-	if cfg.DelayFunc != nil {
-		delay = cfg.DelayFunc(d.rng)
-	} else if cfg.Jitter > 0 {
-		delay += time.Duration(d.rng.Int64N(int64(cfg.Jitter)))
-	}
+	rLoss, rCorrupt, rDup, rReorder, bit, delay := d.draw()
 	d.counts.Seen++
 	if rLoss < cfg.Loss {
 		d.counts.Lost++
@@ -394,8 +400,7 @@ func (d *faultDir) process(data []byte, ep Endpoint) {
 	p := d.get(data, ep)
 	if rCorrupt < cfg.Corrupt && len(data) > 0 {
 		p.own()
-		i := bit % uint64(len(p.buf)*8)
-		p.buf[i/8] ^= 1 << (i % 8)
+		flipBit(p.buf, bit)
 		d.counts.Corrupted++
 	}
 	var dup *fpkt
@@ -429,6 +434,27 @@ func (d *faultDir) process(data []byte, ep Endpoint) {
 			d.emit(dup)
 		}
 	}
+}
+
+// draw makes the random draws for one datagram, always the same ones in
+// the same order, whatever the outcome; d.mu is held.
+func (d *faultDir) draw() (rLoss, rCorrupt, rDup, rReorder float64, bit uint64, delay time.Duration) {
+	cfg := &d.f.cfg
+	rLoss, rCorrupt, rDup, rReorder = d.rng.Float64(), d.rng.Float64(), d.rng.Float64(), d.rng.Float64()
+	bit = d.rng.Uint64()
+	delay = cfg.Delay
+	if cfg.DelayFunc != nil {
+		delay = cfg.DelayFunc(d.rng)
+	} else if cfg.Jitter > 0 {
+		delay += time.Duration(d.rng.Int64N(int64(cfg.Jitter)))
+	}
+	return rLoss, rCorrupt, rDup, rReorder, bit, delay
+}
+
+// flipBit flips bit bit (modulo its length in bits) of b.
+func flipBit(b []byte, bit uint64) {
+	i := bit % uint64(len(b)*8)
+	b[i/8] ^= 1 << (i % 8)
 }
 
 // emit stages p for delivery and lets held datagrams count it as one that

@@ -71,12 +71,16 @@ func Lend(c Conn) Lender {
 	if l, ok := c.(Lender); ok {
 		return l
 	}
+	return newCopyLender(c)
+}
+
+// newCopyLender lends buffers filled by c's Receive.
+func newCopyLender(c Conn) *copyLender {
 	bs := c.BatchSize()
 	if bs <= 0 {
 		bs = DefaultBatchSize
 	}
-	l := &copyLender{c: c, cur: make([]*copyBuf, bs), bufs: make([][]byte, bs), sizes: make([]int, bs)}
-	return l
+	return &copyLender{c: c, cur: make([]*copyBuf, bs), bufs: make([][]byte, bs), sizes: make([]int, bs)}
 }
 
 // copyLender lends single-datagram buffers it filled with Conn.Receive.

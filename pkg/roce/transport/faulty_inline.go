@@ -1,0 +1,185 @@
+package transport
+
+import (
+	"net/netip"
+	"sync"
+)
+
+// Receiving through a Faulty conn without copies.
+//
+// Faults that only lose or corrupt a datagram need no queue and no clock:
+// the injector can decide as each datagram is received, in the receiving
+// goroutine, and drop or damage it where it lies. Those that hold one back
+// (delay, jitter, reorder) or add one (dup) need the pump goroutine and its
+// queue. The queued path copied every datagram twice (into the pump's
+// buffers, then into a lender's) and hid the inner Conn's lending and
+// polling from the engine, so `rxed perf read --fault loss=0.01` measured
+// the injector's path as much as the protocol's recovery: at loss 1e-7 it
+// moved 0.61-0.85x of a run without the wrapper, and a CPU profile of the
+// client at 1% loss spent 22% in the injector's copies (issue 14, goal 7:
+// docs/performance.md session K). Inline faults now filter the inner
+// Conn's lent datagrams (a lost one's lease is released at once, a
+// corrupted one is damaged in place: the memory is the receiver's) and
+// its polls, so with loss alone the engine keeps the data path it has
+// without faults. The decisions are the same draws in the same order
+// (faultDir.draw), so a seed picks the same datagrams on either path.
+
+// inline reports whether the faults can be decided as each datagram
+// passes: nothing is held back or added.
+func (c *FaultConfig) inline() bool {
+	return c.Dup == 0 && c.Reorder == 0 && c.Delay == 0 && c.Jitter == 0 && c.DelayFunc == nil
+}
+
+// initLending picks how f lends received datagrams, and whether it can be
+// polled.
+func (f *Faulty) initLending() {
+	il, innerLends := f.inner.(Lender)
+	ip, innerPolls := f.inner.(Poller)
+	switch {
+	case f.rx != nil && f.rxq != nil:
+		f.lend = newCopyLender(queueReceiver{f}) // the pump's queue
+	case innerLends:
+		f.lend = il
+	default:
+		f.lend = newCopyLender(queueReceiver{f}) // Receive, filtered inline
+	}
+	if innerPolls && (f.rx == nil || f.rxq == nil) {
+		f.poller = ip
+	}
+}
+
+// queueReceiver is f seen only as its Receive, for a copying lender (f
+// itself is a Lender, and Lend would hand f back).
+type queueReceiver struct{ f *Faulty }
+
+func (q queueReceiver) Send(bufs [][]byte, ep Endpoint) error { return q.f.Send(bufs, ep) }
+func (q queueReceiver) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
+	return q.f.Receive(bufs, sizes, eps)
+}
+func (q queueReceiver) Close() error                 { return q.f.Close() }
+func (q queueReceiver) BatchSize() int               { return q.f.BatchSize() }
+func (q queueReceiver) LocalAddrs() []netip.AddrPort { return q.f.LocalAddrs() }
+
+// keep runs one received datagram through the inline injector: false if
+// it is lost; a corrupted one has a bit flipped in place.
+func (d *faultDir) keep(data []byte) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rLoss, rCorrupt, _, _, bit, _ := d.draw()
+	d.counts.Seen++
+	if rLoss < d.f.cfg.Loss {
+		d.counts.Lost++
+		return false
+	}
+	if rCorrupt < d.f.cfg.Corrupt && len(data) > 0 {
+		flipBit(data, bit)
+		d.counts.Corrupted++
+	}
+	return true
+}
+
+// receiveInline is Receive with inline faults: the survivors of each batch
+// move down over the lost ones (a copy only behind a loss).
+func (f *Faulty) receiveInline(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
+	for {
+		n, err := f.inner.Receive(bufs, sizes, eps)
+		k := 0
+		for i := range n {
+			if !f.rx.keep(bufs[i][:sizes[i]]) {
+				continue
+			}
+			if k != i {
+				sizes[k] = copy(bufs[k], bufs[i][:sizes[i]])
+				eps[k] = eps[i]
+			}
+			k++
+		}
+		if k > 0 || err != nil {
+			return k, err
+		}
+	}
+}
+
+// filterLent drops the lost datagrams of a lent batch (releasing them)
+// and returns how many are left, moved to the front.
+func (f *Faulty) filterLent(pkts [][]byte, eps []Endpoint, leases []*Lease) int {
+	if f.rx == nil {
+		return len(pkts)
+	}
+	k := 0
+	for i, p := range pkts {
+		if !f.rx.keep(p) {
+			leases[i].Release()
+			continue
+		}
+		pkts[k], eps[k], leases[k] = p, eps[i], leases[i]
+		k++
+	}
+	for i := k; i < len(pkts); i++ {
+		pkts[i], leases[i] = nil, nil
+	}
+	return k
+}
+
+// ReceiveLent implements Lender: the inner Conn's lent datagrams, filtered,
+// when the faults are inline; otherwise copies.
+func (f *Faulty) ReceiveLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int, error) {
+	if _, copies := f.lend.(*copyLender); copies {
+		return f.lend.ReceiveLent(pkts, eps, leases)
+	}
+	for {
+		n, err := f.lend.ReceiveLent(pkts, eps, leases)
+		if n = f.filterLent(pkts[:n], eps, leases); n > 0 || err != nil {
+			return n, err
+		}
+	}
+}
+
+// CanPoll implements Poller: the inner Conn can be polled and the faults,
+// if any, are inline.
+func (f *Faulty) CanPoll() bool { return f.poller != nil && f.poller.CanPoll() }
+
+// PollLent implements Poller.
+func (f *Faulty) PollLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int, error) {
+	if f.poller == nil {
+		return 0, nil
+	}
+	n, err := f.poller.PollLent(pkts, eps, leases)
+	return f.filterLent(pkts[:n], eps, leases), err
+}
+
+// ReceiveLentLocked implements Poller. A batch that was all lost lets go
+// of mu and waits again.
+func (f *Faulty) ReceiveLentLocked(pkts [][]byte, eps []Endpoint, leases []*Lease, mu sync.Locker) (int, error) {
+	if f.poller == nil {
+		n, err := f.ReceiveLent(pkts, eps, leases)
+		if n > 0 {
+			mu.Lock()
+		}
+		return n, err
+	}
+	for {
+		n, err := f.poller.ReceiveLentLocked(pkts, eps, leases, mu)
+		if err != nil {
+			return n, err
+		}
+		if n = f.filterLent(pkts[:n], eps, leases); n > 0 {
+			return n, nil
+		}
+		mu.Unlock()
+	}
+}
+
+// Cover implements Poller.
+func (f *Faulty) Cover() {
+	if f.poller != nil {
+		f.poller.Cover()
+	}
+}
+
+// Uncover implements Poller.
+func (f *Faulty) Uncover() {
+	if f.poller != nil {
+		f.poller.Uncover()
+	}
+}
