@@ -127,6 +127,12 @@ type Faulty struct {
 	lend   Lender
 	poller Poller // nil unless the inner Conn can be polled through f
 
+	// SendGather's flat copies when the faults are not inline or the
+	// inner Conn cannot gather (faulty_gather.go).
+	flatMu   sync.Mutex
+	flatBufs [][]byte
+	flatSend [][]byte
+
 	once     sync.Once
 	pumpDone chan struct{}
 }
@@ -343,6 +349,8 @@ type faultDir struct {
 	pool    []*fpkt
 	out     []*fpkt
 	outBufs [][]byte
+	gathers []Gather  // SendGather's survivors (faulty_gather.go)
+	flat    [1][]byte // a corrupted Gather's copy
 	seq     uint64
 	timer   Timer
 	timerAt time.Time

@@ -1,0 +1,95 @@
+package transport
+
+// Sending pieces through a Faulty conn.
+//
+// The engine sends a RoCE packet as a Gather (headers, the payload where it
+// lies in registered memory, the ICRC) when its Conn is a GatherSender, and
+// otherwise copies the payload next to its headers first. A Faulty that hid
+// the inner Conn's SendGather cost every packet of a lossy run that copy.
+// With inline faults (loss, corruption) the surviving datagrams go out in
+// pieces as they would without the wrapper; a corrupted one goes out as a
+// flat copy with its bit flipped (the caller's memory is never modified).
+// Faults that hold datagrams back or add some, and an inner Conn without
+// SendGather, get flat copies through Send. The draws are Send's, in the
+// same order, so a seed picks the same datagrams either way.
+
+// SendGather implements GatherSender.
+func (f *Faulty) SendGather(dgrams []Gather, ep Endpoint) error {
+	gs, innerGathers := f.inner.(GatherSender)
+	if f.tx == nil && innerGathers {
+		return gs.SendGather(dgrams, ep)
+	}
+	for i := range dgrams {
+		if dgrams[i].Len() > MaxDatagramSize {
+			return ErrTooLarge
+		}
+	}
+	if f.tx == nil || !f.cfg.inline() || !innerGathers {
+		return f.sendFlat(dgrams, ep)
+	}
+	d := f.tx
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.down {
+		return errClosed
+	}
+	var first error
+	note := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	kept := d.gathers[:0]
+	for i := range dgrams {
+		rLoss, rCorrupt, _, _, bit, _ := d.draw()
+		d.counts.Seen++
+		if rLoss < f.cfg.Loss {
+			d.counts.Lost++
+			continue
+		}
+		if rCorrupt < f.cfg.Corrupt && dgrams[i].Len() > 0 {
+			d.counts.Corrupted++
+			if len(kept) > 0 {
+				note(gs.SendGather(kept, ep))
+				kept = kept[:0]
+			}
+			d.flat[0] = flatten(d.flat[0][:0], &dgrams[i])
+			flipBit(d.flat[0], bit)
+			note(f.inner.Send(d.flat[:], ep))
+			continue
+		}
+		kept = append(kept, dgrams[i])
+	}
+	if len(kept) > 0 {
+		note(gs.SendGather(kept, ep))
+	}
+	clear(kept)
+	d.gathers = kept[:0]
+	return first
+}
+
+// sendFlat sends dgrams through Send as flat copies.
+func (f *Faulty) sendFlat(dgrams []Gather, ep Endpoint) error {
+	f.flatMu.Lock()
+	defer f.flatMu.Unlock()
+	for len(f.flatBufs) < len(dgrams) {
+		f.flatBufs = append(f.flatBufs, make([]byte, 0, MaxDatagramSize))
+	}
+	bufs := f.flatSend[:0]
+	for i := range dgrams {
+		f.flatBufs[i] = flatten(f.flatBufs[i][:0], &dgrams[i])
+		bufs = append(bufs, f.flatBufs[i])
+	}
+	err := f.Send(bufs, ep) // copies what it keeps past the call
+	clear(bufs)
+	f.flatSend = bufs[:0]
+	return err
+}
+
+// flatten appends g's pieces to b.
+func flatten(b []byte, g *Gather) []byte {
+	for _, p := range g {
+		b = append(b, p...)
+	}
+	return b
+}
