@@ -37,28 +37,28 @@ func (f *Faulty) initLending() {
 	ip, innerPolls := f.inner.(Poller)
 	switch {
 	case f.rx != nil && f.rxq != nil:
-		f.lend = newCopyLender(queueReceiver{f}) // the pump's queue
+		f.lend = newCopyLender(receiveOnly{f}) // the pump's queue
 	case innerLends:
 		f.lend = il
 	default:
-		f.lend = newCopyLender(queueReceiver{f}) // Receive, filtered inline
+		f.lend = newCopyLender(receiveOnly{f}) // Receive, filtered inline
 	}
 	if innerPolls && (f.rx == nil || f.rxq == nil) {
 		f.poller = ip
 	}
 }
 
-// queueReceiver is f seen only as its Receive, for a copying lender (f
-// itself is a Lender, and Lend would hand f back).
-type queueReceiver struct{ f *Faulty }
+// receiveOnly is f seen only as a Conn, for a copying lender over its
+// Receive (f itself is a Lender, and Lend would hand f back).
+type receiveOnly struct{ f *Faulty }
 
-func (q queueReceiver) Send(bufs [][]byte, ep Endpoint) error { return q.f.Send(bufs, ep) }
-func (q queueReceiver) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
+func (q receiveOnly) Send(bufs [][]byte, ep Endpoint) error { return q.f.Send(bufs, ep) }
+func (q receiveOnly) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
 	return q.f.Receive(bufs, sizes, eps)
 }
-func (q queueReceiver) Close() error                 { return q.f.Close() }
-func (q queueReceiver) BatchSize() int               { return q.f.BatchSize() }
-func (q queueReceiver) LocalAddrs() []netip.AddrPort { return q.f.LocalAddrs() }
+func (q receiveOnly) Close() error                 { return q.f.Close() }
+func (q receiveOnly) BatchSize() int               { return q.f.BatchSize() }
+func (q receiveOnly) LocalAddrs() []netip.AddrPort { return q.f.LocalAddrs() }
 
 // keep runs one received datagram through the inline injector: false if
 // it is lost; a corrupted one has a bit flipped in place.
