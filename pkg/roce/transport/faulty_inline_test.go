@@ -78,6 +78,7 @@ type fakeLender struct {
 	Conn
 	mu      sync.Mutex
 	batches [][][]byte
+	from    Endpoint
 	lease   Lease
 	covered int
 }
@@ -97,7 +98,7 @@ func (l *fakeLender) PollLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (i
 	b := l.batches[0]
 	l.batches = l.batches[1:]
 	for i, p := range b {
-		pkts[i], eps[i], leases[i] = p, Endpoint{Remote: ap("10.0.0.9:1")}, &l.lease
+		pkts[i], eps[i], leases[i] = p, l.from, &l.lease
 	}
 	l.lease.refs.Add(int32(len(b)))
 	return len(b), nil
@@ -119,7 +120,7 @@ func newFakeLender(t *testing.T, batches ...[][]byte) *fakeLender {
 	mn := NewMemNetwork()
 	c, err := mn.Listen(ap("10.0.0.3:1"))
 	require.NoError(t, err)
-	l := &fakeLender{Conn: c, batches: batches}
+	l := &fakeLender{Conn: c, batches: batches, from: Endpoint{Remote: ap("10.0.0.9:1")}}
 	l.lease.home = l
 	l.lease.open()
 	return l
@@ -224,4 +225,57 @@ func TestFaultyLendsCopiesWhenFaultsQueue(t *testing.T) {
 	require.True(t, h.CanPoll(), "receives untouched: polled through")
 	_, copies = h.lend.(*copyLender)
 	require.False(t, copies)
+}
+
+// gatherCounter counts the datagrams sent, allocating nothing.
+type gatherCounter struct {
+	Conn
+	n int
+}
+
+func (g *gatherCounter) Send(bufs [][]byte, ep Endpoint) error { g.n += len(bufs); return nil }
+func (g *gatherCounter) SendGather(d []Gather, ep Endpoint) error {
+	g.n += len(d)
+	return nil
+}
+
+// The inline paths allocate nothing per datagram: a lent batch filtered,
+// a gather sent in pieces (a corrupted one copied into reused memory).
+func TestFaultyInlineSteadyStateAllocs(t *testing.T) {
+	batch := [1][][]byte{numbered(0, 32)}
+	inner := newFakeLender(t)
+	f := NewFaulty(inner, FaultConfig{Loss: 0.2, Corrupt: 0.05, Seed: 4})
+	defer f.Close()
+	out := &gatherCounter{Conn: inner}
+	g := NewFaulty(out, FaultConfig{Direction: DirSend, Loss: 0.2, Corrupt: 0.05, Seed: 4})
+	defer g.Close()
+	dgrams := make([]Gather, 32)
+	for i := range dgrams {
+		dgrams[i] = pieces(i)
+	}
+	pkts, eps, leases := make([][]byte, 32), make([]Endpoint, 32), make([]*Lease, 32)
+	received := 0
+	round := func() {
+		inner.batches = batch[:]
+		n, err := f.ReceiveLent(pkts, eps, leases)
+		if err != nil {
+			t.Fatal(err)
+		}
+		received += n
+		for _, l := range leases[:n] {
+			l.Release()
+		}
+		if err := g.SendGather(dgrams, Endpoint{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 50 {
+		round()
+	}
+	require.Zero(t, testing.AllocsPerRun(100, round))
+	require.Positive(t, received)
+	require.Positive(t, out.n)
+	_, r := f.FaultStats()
+	s, _ := g.FaultStats()
+	require.Positive(t, r.Corrupted+s.Corrupted, "the corrupted copies were exercised")
 }
