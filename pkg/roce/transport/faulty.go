@@ -399,18 +399,16 @@ func (d *faultDir) recycle(p *fpkt) {
 // outcome, so the decisions for datagram n depend only on the seed and n.
 func (d *faultDir) process(data []byte, ep Endpoint) {
 	cfg := &d.f.cfg
-	rLoss, rCorrupt, rDup, rReorder, bit, delay := d.draw()
-	d.counts.Seen++
-	if rLoss < cfg.Loss {
-		d.counts.Lost++
+	v := d.decide(len(data))
+	if v.lost {
 		return
 	}
 	p := d.get(data, ep)
-	if rCorrupt < cfg.Corrupt && len(data) > 0 {
+	if v.corrupt {
 		p.own()
-		flipBit(p.buf, bit)
-		d.counts.Corrupted++
+		flipBit(p.buf, v.bit)
 	}
+	rDup, rReorder, delay := v.rDup, v.rReorder, v.delay
 	var dup *fpkt
 	if rDup < cfg.Dup {
 		d.counts.Duplicated++
@@ -444,19 +442,39 @@ func (d *faultDir) process(data []byte, ep Endpoint) {
 	}
 }
 
-// draw makes the random draws for one datagram, always the same ones in
-// the same order, whatever the outcome; d.mu is held.
-func (d *faultDir) draw() (rLoss, rCorrupt, rDup, rReorder float64, bit uint64, delay time.Duration) {
+// verdict is what the injector decided for one datagram: lost, or
+// corrupted at bit (modulo its length), and the draws for dup, reorder and
+// delay, which only the queued path uses.
+type verdict struct {
+	lost, corrupt  bool
+	bit            uint64
+	rDup, rReorder float64
+	delay          time.Duration
+}
+
+// decide makes the random draws for one datagram of n bytes, always the
+// same ones in the same order whatever the outcome (so the decisions for
+// datagram k depend only on the seed and k, on every path), and counts
+// the loss and corruption they decide; d.mu is held.
+func (d *faultDir) decide(n int) verdict {
 	cfg := &d.f.cfg
-	rLoss, rCorrupt, rDup, rReorder = d.rng.Float64(), d.rng.Float64(), d.rng.Float64(), d.rng.Float64()
-	bit = d.rng.Uint64()
-	delay = cfg.Delay
+	rLoss, rCorrupt := d.rng.Float64(), d.rng.Float64()
+	v := verdict{rDup: d.rng.Float64(), rReorder: d.rng.Float64(), bit: d.rng.Uint64(), delay: cfg.Delay}
 	if cfg.DelayFunc != nil {
-		delay = cfg.DelayFunc(d.rng)
+		v.delay = cfg.DelayFunc(d.rng)
 	} else if cfg.Jitter > 0 {
-		delay += time.Duration(d.rng.Int64N(int64(cfg.Jitter)))
+		v.delay += time.Duration(d.rng.Int64N(int64(cfg.Jitter)))
 	}
-	return rLoss, rCorrupt, rDup, rReorder, bit, delay
+	d.counts.Seen++
+	switch {
+	case rLoss < cfg.Loss:
+		v.lost = true
+		d.counts.Lost++
+	case rCorrupt < cfg.Corrupt && n > 0:
+		v.corrupt = true
+		d.counts.Corrupted++
+	}
+	return v
 }
 
 // flipBit flips bit bit (modulo its length in bits) of b.

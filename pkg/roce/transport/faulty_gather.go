@@ -41,24 +41,20 @@ func (f *Faulty) SendGather(dgrams []Gather, ep Endpoint) error {
 	}
 	kept := d.gathers[:0]
 	for i := range dgrams {
-		rLoss, rCorrupt, _, _, bit, _ := d.draw()
-		d.counts.Seen++
-		if rLoss < f.cfg.Loss {
-			d.counts.Lost++
-			continue
-		}
-		if rCorrupt < f.cfg.Corrupt && dgrams[i].Len() > 0 {
-			d.counts.Corrupted++
+		v := d.decide(dgrams[i].Len())
+		switch {
+		case v.lost:
+		case v.corrupt:
 			if len(kept) > 0 {
 				note(gs.SendGather(kept, ep))
 				kept = kept[:0]
 			}
-			d.flat[0] = flatten(d.flat[0][:0], &dgrams[i])
-			flipBit(d.flat[0], bit)
+			d.flat[0] = dgrams[i].AppendTo(d.flat[0][:0])
+			flipBit(d.flat[0], v.bit)
 			note(f.inner.Send(d.flat[:], ep))
-			continue
+		default:
+			kept = append(kept, dgrams[i])
 		}
-		kept = append(kept, dgrams[i])
 	}
 	if len(kept) > 0 {
 		note(gs.SendGather(kept, ep))
@@ -77,19 +73,11 @@ func (f *Faulty) sendFlat(dgrams []Gather, ep Endpoint) error {
 	}
 	bufs := f.flatSend[:0]
 	for i := range dgrams {
-		f.flatBufs[i] = flatten(f.flatBufs[i][:0], &dgrams[i])
+		f.flatBufs[i] = dgrams[i].AppendTo(f.flatBufs[i][:0])
 		bufs = append(bufs, f.flatBufs[i])
 	}
 	err := f.Send(bufs, ep) // copies what it keeps past the call
 	clear(bufs)
 	f.flatSend = bufs[:0]
 	return err
-}
-
-// flatten appends g's pieces to b.
-func flatten(b []byte, g *Gather) []byte {
-	for _, p := range g {
-		b = append(b, p...)
-	}
-	return b
 }

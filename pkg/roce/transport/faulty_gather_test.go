@@ -26,7 +26,7 @@ func (g *gatherRecorder) Send(bufs [][]byte, ep Endpoint) error {
 
 func (g *gatherRecorder) SendGather(dgrams []Gather, ep Endpoint) error {
 	for i := range dgrams {
-		g.sent, g.gathered = append(g.sent, flatten(nil, &dgrams[i])), append(g.gathered, true)
+		g.sent, g.gathered = append(g.sent, dgrams[i].AppendTo(nil)), append(g.gathered, true)
 	}
 	return nil
 }
@@ -78,7 +78,7 @@ func TestFaultyInlineSendGather(t *testing.T) {
 		require.Equal(t, want, got)
 	}
 	for i := range dgrams {
-		require.Equal(t, idPayload(i, 40), flatten(nil, &dgrams[i]), "the caller's pieces are untouched")
+		require.Equal(t, idPayload(i, 40), dgrams[i].AppendTo(nil), "the caller's pieces are untouched")
 	}
 	s, _ := f.FaultStats()
 	require.Equal(t, counts, s)

@@ -22,7 +22,7 @@ import (
 // corrupted one is damaged in place: the memory is the receiver's) and
 // its polls, so with loss alone the engine keeps the data path it has
 // without faults. The decisions are the same draws in the same order
-// (faultDir.draw), so a seed picks the same datagrams on either path.
+// (faultDir.decide), so a seed picks the same datagrams on either path.
 
 // inline reports whether the faults can be decided as each datagram
 // passes: nothing is held back or added.
@@ -31,19 +31,21 @@ func (c *FaultConfig) inline() bool {
 }
 
 // initLending picks how f lends received datagrams, and whether it can be
-// polled.
+// polled: through the inner Conn's lending and polling when nothing is
+// queued (no receive faults, or inline ones), otherwise copies of what
+// Receive returns.
 func (f *Faulty) initLending() {
 	il, innerLends := f.inner.(Lender)
 	ip, innerPolls := f.inner.(Poller)
 	switch {
-	case f.rx != nil && f.rxq != nil:
-		f.lend = newCopyLender(receiveOnly{f}) // the pump's queue
-	case innerLends:
+	case f.rxq == nil && innerLends && f.rx == nil:
 		f.lend = il
+	case f.rxq == nil && innerLends:
+		f.lend = inlineLender{f, il}
 	default:
-		f.lend = newCopyLender(receiveOnly{f}) // Receive, filtered inline
+		f.lend = newCopyLender(receiveOnly{f})
 	}
-	if innerPolls && (f.rx == nil || f.rxq == nil) {
+	if f.rxq == nil && innerPolls {
 		f.poller = ip
 	}
 }
@@ -60,32 +62,42 @@ func (q receiveOnly) Close() error                 { return q.f.Close() }
 func (q receiveOnly) BatchSize() int               { return q.f.BatchSize() }
 func (q receiveOnly) LocalAddrs() []netip.AddrPort { return q.f.LocalAddrs() }
 
-// keep runs one received datagram through the inline injector: false if
-// it is lost; a corrupted one has a bit flipped in place.
-func (d *faultDir) keep(data []byte) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	rLoss, rCorrupt, _, _, bit, _ := d.draw()
-	d.counts.Seen++
-	if rLoss < d.f.cfg.Loss {
-		d.counts.Lost++
-		return false
+// inlineLender is the inner Conn's lending, filtered by inline faults.
+type inlineLender struct {
+	f     *Faulty
+	inner Lender
+}
+
+func (l inlineLender) ReceiveLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int, error) {
+	for {
+		n, err := l.inner.ReceiveLent(pkts, eps, leases)
+		if n = l.f.filterLent(pkts[:n], eps, leases); n > 0 || err != nil {
+			return n, err
+		}
 	}
-	if rCorrupt < d.f.cfg.Corrupt && len(data) > 0 {
-		flipBit(data, bit)
-		d.counts.Corrupted++
+}
+
+// keepLocked runs one received datagram through the inline injector:
+// false if it is lost; a corrupted one has a bit flipped in place. d.mu
+// is held (once per batch).
+func (d *faultDir) keepLocked(data []byte) bool {
+	v := d.decide(len(data))
+	if v.corrupt {
+		flipBit(data, v.bit)
 	}
-	return true
+	return !v.lost
 }
 
 // receiveInline is Receive with inline faults: the survivors of each batch
 // move down over the lost ones (a copy only behind a loss).
 func (f *Faulty) receiveInline(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
+	d := f.rx
 	for {
 		n, err := f.inner.Receive(bufs, sizes, eps)
 		k := 0
+		d.mu.Lock()
 		for i := range n {
-			if !f.rx.keep(bufs[i][:sizes[i]]) {
+			if !d.keepLocked(bufs[i][:sizes[i]]) {
 				continue
 			}
 			if k != i {
@@ -94,45 +106,45 @@ func (f *Faulty) receiveInline(bufs [][]byte, sizes []int, eps []Endpoint) (int,
 			}
 			k++
 		}
+		d.mu.Unlock()
 		if k > 0 || err != nil {
 			return k, err
 		}
 	}
 }
 
-// filterLent drops the lost datagrams of a lent batch (releasing them)
-// and returns how many are left, moved to the front.
+// filterLent drops the lost datagrams of a lent batch and returns how many
+// are left, moved to the front in order. The batch is judged under one
+// lock; the lost ones, swapped behind the survivors, have their leases
+// released after it (a release may take the lender's own lock).
 func (f *Faulty) filterLent(pkts [][]byte, eps []Endpoint, leases []*Lease) int {
-	if f.rx == nil {
+	d := f.rx
+	if d == nil {
 		return len(pkts)
 	}
 	k := 0
-	for i, p := range pkts {
-		if !f.rx.keep(p) {
-			leases[i].Release()
+	d.mu.Lock()
+	for i := range pkts {
+		if !d.keepLocked(pkts[i]) {
 			continue
 		}
-		pkts[k], eps[k], leases[k] = p, eps[i], leases[i]
+		pkts[k], pkts[i] = pkts[i], pkts[k]
+		eps[k], eps[i] = eps[i], eps[k]
+		leases[k], leases[i] = leases[i], leases[k]
 		k++
 	}
+	d.mu.Unlock()
 	for i := k; i < len(pkts); i++ {
+		leases[i].Release()
 		pkts[i], leases[i] = nil, nil
 	}
 	return k
 }
 
-// ReceiveLent implements Lender: the inner Conn's lent datagrams, filtered,
-// when the faults are inline; otherwise copies.
+// ReceiveLent implements Lender: the inner Conn's lent datagrams, filtered
+// by inline faults, or copies (initLending).
 func (f *Faulty) ReceiveLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int, error) {
-	if _, copies := f.lend.(*copyLender); copies {
-		return f.lend.ReceiveLent(pkts, eps, leases)
-	}
-	for {
-		n, err := f.lend.ReceiveLent(pkts, eps, leases)
-		if n = f.filterLent(pkts[:n], eps, leases); n > 0 || err != nil {
-			return n, err
-		}
-	}
+	return f.lend.ReceiveLent(pkts, eps, leases)
 }
 
 // CanPoll implements Poller: the inner Conn can be polled and the faults,

@@ -9,6 +9,11 @@ type Gather [3][]byte
 // Len is the datagram's length.
 func (g *Gather) Len() int { return len(g[0]) + len(g[1]) + len(g[2]) }
 
+// AppendTo appends the datagram, its pieces joined, to b.
+func (g *Gather) AppendTo(b []byte) []byte {
+	return append(append(append(b, g[0]...), g[1]...), g[2]...)
+}
+
 // GatherSender is implemented by Conns that send Gather datagrams with
 // scatter/gather I/O (UDP: one iovec per piece), so the kernel copies the
 // payload straight from where it lies.

@@ -97,10 +97,7 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 		}
 	}
 	for i := range dgrams {
-		b := s.sys.scratch[:0]
-		for _, p := range dgrams[i] {
-			b = append(b, p...)
-		}
+		b := dgrams[i].AppendTo(s.sys.scratch[:0])
 		s.sys.scratch = b
 		if _, err := s.pc.WriteToUDPAddrPort(b, to); err != nil {
 			return err
