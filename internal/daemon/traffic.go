@@ -37,14 +37,14 @@ type txKey struct {
 
 // trafficConn is the transport wrapper through which the daemon watches
 // its sessions' RoCE traffic without a hook in the engine. Datagrams of
-// QPs no session owns pass untouched. It keeps the inner Conn's fast
-// paths (lent receive, polling, gather send) by delegating to them.
+// QPs no session owns pass untouched. Its receive side is a
+// transport.RxFilterConn, which keeps the inner Conn's lent receive and
+// polling, with trafficConn as the filter; it sends through the inner
+// Conn's gather send when there is one.
 type trafficConn struct {
-	transport.Conn
-	lender transport.Lender
-	poller transport.Poller // nil when the inner Conn cannot poll
-	gs     transport.GatherSender
-	now    func() time.Time
+	*transport.RxFilterConn
+	gs  transport.GatherSender
+	now func() time.Time
 
 	rx sync.Map // our QPN (uint32) -> *sessionTraffic
 	tx sync.Map // txKey -> *sessionTraffic
@@ -54,10 +54,8 @@ type trafficConn struct {
 }
 
 func newTrafficConn(c transport.Conn, now func() time.Time) *trafficConn {
-	t := &trafficConn{Conn: c, lender: transport.Lend(c), now: now}
-	if p, ok := c.(transport.Poller); ok {
-		t.poller = p
-	}
+	t := &trafficConn{now: now}
+	t.RxFilterConn = transport.NewRxFilterConn(c, t)
 	t.gs, _ = c.(transport.GatherSender)
 	return t
 }
@@ -126,101 +124,11 @@ func (t *trafficConn) allowTx(hdr []byte, n int, to netip.Addr) bool {
 	return true
 }
 
-// Receive implements transport.Conn.
-func (t *trafficConn) Receive(bufs [][]byte, sizes []int, eps []transport.Endpoint) (int, error) {
-	for {
-		n, err := t.Conn.Receive(bufs, sizes, eps)
-		if n == 0 || err != nil {
-			return n, err
-		}
-		now := t.now().UnixNano()
-		k := 0
-		for i := range n {
-			if !t.observeRx(bufs[i][:sizes[i]], now) {
-				continue
-			}
-			if k != i {
-				bufs[k], bufs[i] = bufs[i], bufs[k]
-				sizes[k], eps[k] = sizes[i], eps[i]
-			}
-			k++
-		}
-		if k > 0 {
-			return k, nil
-		}
-	}
-}
-
-// filterLent drops the lent datagrams observeRx refuses, releasing them.
-func (t *trafficConn) filterLent(n int, pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) int {
+// FilterRx implements transport.RxFilter: one reading of the clock per
+// received batch.
+func (t *trafficConn) FilterRx(b transport.RxBatch) int {
 	now := t.now().UnixNano()
-	k := 0
-	for i := range n {
-		if !t.observeRx(pkts[i], now) {
-			leases[i].Release()
-			continue
-		}
-		pkts[k], eps[k], leases[k] = pkts[i], eps[i], leases[i]
-		k++
-	}
-	return k
-}
-
-// ReceiveLent implements transport.Lender.
-func (t *trafficConn) ReceiveLent(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) (int, error) {
-	for {
-		n, err := t.lender.ReceiveLent(pkts, eps, leases)
-		if n == 0 || err != nil {
-			return n, err
-		}
-		if k := t.filterLent(n, pkts, eps, leases); k > 0 {
-			return k, nil
-		}
-	}
-}
-
-// CanPoll implements transport.Poller.
-func (t *trafficConn) CanPoll() bool { return t.poller != nil && t.poller.CanPoll() }
-
-// PollLent implements transport.Poller.
-func (t *trafficConn) PollLent(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) (int, error) {
-	if t.poller == nil {
-		return 0, nil
-	}
-	n, err := t.poller.PollLent(pkts, eps, leases)
-	if n == 0 || err != nil {
-		return n, err
-	}
-	return t.filterLent(n, pkts, eps, leases), nil
-}
-
-// Cover implements transport.Poller.
-func (t *trafficConn) Cover() {
-	if t.poller != nil {
-		t.poller.Cover()
-	}
-}
-
-// Uncover implements transport.Poller.
-func (t *trafficConn) Uncover() {
-	if t.poller != nil {
-		t.poller.Uncover()
-	}
-}
-
-// ReceiveLentLocked implements transport.Poller. When every datagram of
-// a batch is refused the lock is released and the wait goes on.
-func (t *trafficConn) ReceiveLentLocked(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease, mu sync.Locker) (int, error) {
-	for {
-		n, err := t.poller.ReceiveLentLocked(pkts, eps, leases, mu)
-		if n == 0 || err != nil {
-			return n, err
-		}
-		if k := t.filterLent(n, pkts, eps, leases); k > 0 {
-			return k, nil
-		}
-		mu.Unlock()
-	}
+	return b.Partition(func(d []byte) bool { return t.observeRx(d, now) })
 }
 
 // Send implements transport.Conn.
@@ -270,8 +178,7 @@ func (t *trafficConn) sendGather(dgrams []transport.Gather, ep transport.Endpoin
 	}
 	bufs := make([][]byte, len(dgrams))
 	for i := range dgrams {
-		g := &dgrams[i]
-		bufs[i] = append(append(append([]byte(nil), g[0]...), g[1]...), g[2]...)
+		bufs[i] = dgrams[i].AppendTo(nil)
 	}
 	return t.Conn.Send(bufs, ep)
 }

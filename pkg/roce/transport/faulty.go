@@ -123,9 +123,9 @@ type Faulty struct {
 
 	// Receiving without copies (faulty_inline.go): the inner Conn's
 	// lending and polling, filtered by the injector when its receive
-	// faults are inline, or a copying lender over Receive.
-	lend   Lender
-	poller Poller // nil unless the inner Conn can be polled through f
+	// faults are inline, or a copying lender over Receive when they are
+	// queued. It is f's Lender and Poller.
+	*RxFilterConn
 
 	// SendGather's flat copies when the faults are not inline or the
 	// inner Conn cannot gather (faulty_gather.go).
@@ -173,7 +173,7 @@ func NewFaulty(inner Conn, cfg FaultConfig) *Faulty {
 			go f.pump()
 		}
 	}
-	f.initLending()
+	f.initReceive()
 	return f
 }
 
@@ -235,7 +235,7 @@ func (f *Faulty) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error
 		return 0, err
 	}
 	if f.rxq == nil {
-		return f.receiveInline(bufs, sizes, eps)
+		return f.RxFilterConn.Receive(bufs, sizes, eps)
 	}
 	n, _, over, err := f.rxq.pop(bufs, sizes, eps)
 	f.rxOut.dropOversize.Add(over)

@@ -1,9 +1,6 @@
 package transport
 
-import (
-	"net/netip"
-	"sync"
-)
+import "net/netip"
 
 // Receiving through a Faulty conn without copies.
 //
@@ -23,6 +20,9 @@ import (
 // its polls, so with loss alone the engine keeps the data path it has
 // without faults. The decisions are the same draws in the same order
 // (faultDir.decide), so a seed picks the same datagrams on either path.
+// The receive paths themselves are RxFilterConn's (rxfilter.go), which
+// the daemon's traffic accounting shares; the receive-side faultDir is
+// its filter.
 
 // inline reports whether the faults can be decided as each datagram
 // passes: nothing is held back or added.
@@ -30,23 +30,18 @@ func (c *FaultConfig) inline() bool {
 	return c.Dup == 0 && c.Reorder == 0 && c.Delay == 0 && c.Jitter == 0 && c.DelayFunc == nil
 }
 
-// initLending picks how f lends received datagrams, and whether it can be
-// polled: through the inner Conn's lending and polling when nothing is
-// queued (no receive faults, or inline ones), otherwise copies of what
-// Receive returns.
-func (f *Faulty) initLending() {
-	il, innerLends := f.inner.(Lender)
-	ip, innerPolls := f.inner.(Poller)
+// initReceive picks how f receives: through the inner Conn's lending and
+// polling, filtered by the injector when its receive faults are inline
+// (or untouched when there are none), or, when they are queued, copies of
+// what Receive pops from the queue, with nothing to poll.
+func (f *Faulty) initReceive() {
 	switch {
-	case f.rxq == nil && innerLends && f.rx == nil:
-		f.lend = il
-	case f.rxq == nil && innerLends:
-		f.lend = inlineLender{f, il}
+	case f.rx == nil:
+		f.RxFilterConn = NewRxFilterConn(f.inner, nil)
+	case f.rxq == nil:
+		f.RxFilterConn = NewRxFilterConn(f.inner, f.rx)
 	default:
-		f.lend = newCopyLender(receiveOnly{f})
-	}
-	if f.rxq == nil && innerPolls {
-		f.poller = ip
+		f.RxFilterConn = NewRxFilterConn(receiveOnly{f}, nil)
 	}
 }
 
@@ -62,136 +57,22 @@ func (q receiveOnly) Close() error                 { return q.f.Close() }
 func (q receiveOnly) BatchSize() int               { return q.f.BatchSize() }
 func (q receiveOnly) LocalAddrs() []netip.AddrPort { return q.f.LocalAddrs() }
 
-// inlineLender is the inner Conn's lending, filtered by inline faults.
-type inlineLender struct {
-	f     *Faulty
-	inner Lender
-}
-
-func (l inlineLender) ReceiveLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int, error) {
-	for {
-		n, err := l.inner.ReceiveLent(pkts, eps, leases)
-		if n = l.f.filterLent(pkts[:n], eps, leases); n > 0 || err != nil {
-			return n, err
-		}
-	}
+// FilterRx implements RxFilter for the receive direction's inline faults:
+// the batch is judged under one lock; a lost datagram is dropped, a
+// corrupted one has a bit flipped in place.
+func (d *faultDir) FilterRx(b RxBatch) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return b.Partition(d.keepLocked)
 }
 
 // keepLocked runs one received datagram through the inline injector:
 // false if it is lost; a corrupted one has a bit flipped in place. d.mu
-// is held (once per batch).
+// is held.
 func (d *faultDir) keepLocked(data []byte) bool {
 	v := d.decide(len(data))
 	if v.corrupt {
 		flipBit(data, v.bit)
 	}
 	return !v.lost
-}
-
-// receiveInline is Receive with inline faults: the survivors of each batch
-// move down over the lost ones (a copy only behind a loss).
-func (f *Faulty) receiveInline(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
-	d := f.rx
-	for {
-		n, err := f.inner.Receive(bufs, sizes, eps)
-		k := 0
-		d.mu.Lock()
-		for i := range n {
-			if !d.keepLocked(bufs[i][:sizes[i]]) {
-				continue
-			}
-			if k != i {
-				sizes[k] = copy(bufs[k], bufs[i][:sizes[i]])
-				eps[k] = eps[i]
-			}
-			k++
-		}
-		d.mu.Unlock()
-		if k > 0 || err != nil {
-			return k, err
-		}
-	}
-}
-
-// filterLent drops the lost datagrams of a lent batch and returns how many
-// are left, moved to the front in order. The batch is judged under one
-// lock; the lost ones, swapped behind the survivors, have their leases
-// released after it (a release may take the lender's own lock).
-func (f *Faulty) filterLent(pkts [][]byte, eps []Endpoint, leases []*Lease) int {
-	d := f.rx
-	if d == nil {
-		return len(pkts)
-	}
-	k := 0
-	d.mu.Lock()
-	for i := range pkts {
-		if !d.keepLocked(pkts[i]) {
-			continue
-		}
-		pkts[k], pkts[i] = pkts[i], pkts[k]
-		eps[k], eps[i] = eps[i], eps[k]
-		leases[k], leases[i] = leases[i], leases[k]
-		k++
-	}
-	d.mu.Unlock()
-	for i := k; i < len(pkts); i++ {
-		leases[i].Release()
-		pkts[i], leases[i] = nil, nil
-	}
-	return k
-}
-
-// ReceiveLent implements Lender: the inner Conn's lent datagrams, filtered
-// by inline faults, or copies (initLending).
-func (f *Faulty) ReceiveLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int, error) {
-	return f.lend.ReceiveLent(pkts, eps, leases)
-}
-
-// CanPoll implements Poller: the inner Conn can be polled and the faults,
-// if any, are inline.
-func (f *Faulty) CanPoll() bool { return f.poller != nil && f.poller.CanPoll() }
-
-// PollLent implements Poller.
-func (f *Faulty) PollLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int, error) {
-	if f.poller == nil {
-		return 0, nil
-	}
-	n, err := f.poller.PollLent(pkts, eps, leases)
-	return f.filterLent(pkts[:n], eps, leases), err
-}
-
-// ReceiveLentLocked implements Poller. A batch that was all lost lets go
-// of mu and waits again.
-func (f *Faulty) ReceiveLentLocked(pkts [][]byte, eps []Endpoint, leases []*Lease, mu sync.Locker) (int, error) {
-	if f.poller == nil {
-		n, err := f.ReceiveLent(pkts, eps, leases)
-		if n > 0 {
-			mu.Lock()
-		}
-		return n, err
-	}
-	for {
-		n, err := f.poller.ReceiveLentLocked(pkts, eps, leases, mu)
-		if err != nil {
-			return n, err
-		}
-		if n = f.filterLent(pkts[:n], eps, leases); n > 0 {
-			return n, nil
-		}
-		mu.Unlock()
-	}
-}
-
-// Cover implements Poller.
-func (f *Faulty) Cover() {
-	if f.poller != nil {
-		f.poller.Cover()
-	}
-}
-
-// Uncover implements Poller.
-func (f *Faulty) Uncover() {
-	if f.poller != nil {
-		f.poller.Uncover()
-	}
 }

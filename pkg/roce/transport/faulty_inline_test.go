@@ -195,7 +195,7 @@ func TestFaultyLendsCopiesWhenFaultsQueue(t *testing.T) {
 	f := NewFaulty(inner, FaultConfig{Direction: DirReceive, Dup: 1, Seed: 1})
 	require.False(t, f.CanPoll())
 	require.NotNil(t, f.rxq)
-	_, copies := f.lend.(*copyLender)
+	_, copies := f.lender.(*copyLender)
 	require.True(t, copies)
 	f.Close()
 
@@ -223,7 +223,7 @@ func TestFaultyLendsCopiesWhenFaultsQueue(t *testing.T) {
 	h := NewFaulty(newFakeLender(t), FaultConfig{Direction: DirSend, Loss: 0.5})
 	defer h.Close()
 	require.True(t, h.CanPoll(), "receives untouched: polled through")
-	_, copies = h.lend.(*copyLender)
+	_, copies = h.lender.(*copyLender)
 	require.False(t, copies)
 }
 
