@@ -465,14 +465,24 @@ func (q *QP) errorRetry(w *wqe, now time.Time) {
 	if q.comp.startedRetry && !timeout {
 		return // one retry per loss until progress or a timeout
 	}
+	if q.req.psn.Diff(q.comp.psn) <= 0 && w.state != wqePending {
+		// Nothing to retry (rxe_comp.c: "there is nothing to retry in
+		// this case"): the requester has gone back to the oldest
+		// unacknowledged PSN and not sent again yet. A response behind
+		// a gap that is handled before the QP runs again (the engine
+		// runs a QP once per received batch) asks for the go-back under
+		// way; it must not spend retry_cnt, or a batch with a few such
+		// responses fails a live READ with RETRY_EXC_ERR
+		// (TestRetryCountNotSpentWithoutARetry).
+		q.rearm(now)
+		return
+	}
 	if q.comp.retryCnt > 0 {
 		q.comp.retryCnt--
-		if q.req.psn.Diff(q.comp.psn) > 0 || w.state == wqePending {
-			q.ctr.CompleterRetryErr.Add(1)
-			q.noteLoss()
-			q.goBackN()
-			q.comp.startedRetry = true
-		}
+		q.ctr.CompleterRetryErr.Add(1)
+		q.noteLoss()
+		q.goBackN()
+		q.comp.startedRetry = true
 		q.rearm(now)
 		return
 	}
