@@ -40,9 +40,10 @@ type event struct {
 
 // qpEntry is a worker's bookkeeping for one QP (under the worker's own).
 type qpEntry struct {
-	q     *qp.QP
-	ready bool       // on the run queue
-	tm    timerState // place in the worker's timer heap (timerheap.go)
+	q       *qp.QP
+	ready   bool       // on the run queue
+	afterRx bool       // on afterRx: runs when the received batch is handled
+	tm      timerState // place in the worker's timer heap (timerheap.go)
 }
 
 // worker owns a shard of QPs (those whose number maps to idx) and does
@@ -106,6 +107,10 @@ type worker struct {
 
 	qps   map[uint32]*qpEntry
 	ready []*qpEntry
+	// afterRx holds the QPs the packets of the batch being handled were
+	// for: each one runs once the whole batch is in (runAfterRx), not
+	// after each packet.
+	afterRx []*qpEntry
 	// spare is the other half of ready's double buffer: runReady swaps
 	// them so a round of the run queue does not allocate.
 	spare []*qpEntry
@@ -295,8 +300,10 @@ func (w *worker) answerWindow() {
 	w.drain()
 }
 
-// drain handles up to 256 events that are already queued.
+// drain handles up to 256 events that are already queued, and runs the
+// QPs their packets were for.
 func (w *worker) drain() {
+	defer w.runAfterRx()
 	for i := 1; i <= 256; i++ {
 		select {
 		case ev := <-w.events:
@@ -307,6 +314,7 @@ func (w *worker) drain() {
 		if i%flushEvery == 0 {
 			// Under a stream, an ACK must not wait for the whole backlog:
 			// the peer's window (MaxUnackedPSNs) stalls on it.
+			w.runAfterRx()
 			w.flush()
 		}
 	}
@@ -335,6 +343,24 @@ func (w *worker) handle(ev event) {
 			close(ev.done)
 		}
 	}
+}
+
+// runAfterRx runs, once each, the QPs that packets of the batch just
+// handled were for. Running a QP after each packet sent what an ACK let
+// into the window before the next packet of the same batch was looked
+// at: under a stream whose sender is short of CPU, ACKs queue up, and in
+// a batch [ACK, ACK, NAK] each ACK sent a message of new PSNs that the
+// NAK then threw away (go-back-N: the responder drops everything after
+// the gap). TestQPRunsAfterItsWholeBatch.
+func (w *worker) runAfterRx() {
+	for i, ent := range w.afterRx {
+		ent.afterRx = false
+		w.afterRx[i] = nil
+		if w.qps[ent.q.Num()] == ent {
+			w.runQP(ent)
+		}
+	}
+	w.afterRx = w.afterRx[:0]
 }
 
 // runQP lets ent's requester send one budget and queues it if it wants

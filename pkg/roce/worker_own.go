@@ -54,6 +54,7 @@ func (w *worker) releaseInline() { w.release(false) }
 // next owner sends it, and the worker goroutine is woken to be that owner
 // if nobody else is first.
 func (w *worker) release(polled bool) {
+	w.runAfterRx()
 	keepBatch := polled && w.txN > 0 && w.received()
 	if !polled {
 		w.answerWindow()

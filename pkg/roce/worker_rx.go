@@ -72,7 +72,10 @@ func (w *worker) handlePacket(pkt []byte, ep *transport.Endpoint) {
 		return
 	}
 	q.Receive(w, p, &w.ri, w.clockNow())
-	w.runQP(ent)
+	if !ent.afterRx {
+		ent.afterRx = true
+		w.afterRx = append(w.afterRx, ent)
+	}
 }
 
 // checkICRC verifies the ICRC of a received packet and, over IPv4, that
