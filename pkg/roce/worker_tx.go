@@ -93,15 +93,24 @@ func (w *worker) route(av *qp.AddrVector) (transport.Endpoint, error) {
 	return ep, nil
 }
 
-// added counts the packet just put in the batch, sending a full batch.
+// added counts the packet just put in the batch, sending a full batch,
+// or a batch that ends in a NAK.
+//
+// A NAK leaves at once, not when the received batch that provoked it has
+// been handled: the requester goes on sending until it hears of the gap,
+// and a go-back-N responder drops all of that (IBA 9.7.5.1.1), so every
+// microsecond the NAK waits behind the rest of a received batch (up to
+// 64 datagrams, each checked and dropped) is more data sent again.
 func (w *worker) added() {
-	if wire.Opcode(w.txBufs[w.txN][0]).Info().Flags.Has(wire.FlagResponse) {
+	pkt := w.txBufs[w.txN]
+	op := wire.Opcode(pkt[0])
+	if op.Info().Flags.Has(wire.FlagResponse) {
 		w.txResp = true
 	} else if w.txResp {
 		w.txMixed = true
 	}
 	w.txN++
-	if w.txN == w.txSize {
+	if w.txN == w.txSize || op == wire.RCAck && wire.AETH(pkt[wire.BTHLen:]).Syndrome().Kind() == wire.SynNAK {
 		w.flush()
 	}
 }
