@@ -163,27 +163,30 @@ func TestQPRunsAfterItsWholeBatch(t *testing.T) {
 	_, err = e.PostSend(q, wrs)
 	require.NoError(t, err)
 
-	// The window is sent (the third WRITE's first packet lost on the way)
-	// and the responder has answered: two ACKs (or one coalesced) and the
-	// NAK of the gap, all held.
+	// The whole window is sent (the third WRITE's first packet lost on
+	// the way): the requester stops once it is more than MaxUnackedPSNs
+	// ahead (rxe's check), so after MaxUnackedPSNs + 1 packets, which may
+	// take several sends; waiting for fewer would let the last of them
+	// race the batch. And the responder has answered: two ACKs (or one
+	// coalesced) and the NAK of the gap, all held.
+	const window = qp.MaxUnackedPSNs + 1
 	gate.mu.Lock()
-	gate.waitLocked(t, func() bool { return len(gate.sent) >= qp.MaxUnackedPSNs && gate.heldNAK() })
-	window, held := slices.Clone(gate.sent), len(gate.held)
+	gate.waitLocked(t, func() bool { return len(gate.sent) >= window && gate.heldNAK() })
+	sent, held := len(gate.sent), len(gate.held)
 	gate.open = true
 	gate.cond.Broadcast()
-	gate.waitLocked(t, func() bool { return len(gate.sent) > len(window) })
-	after := slices.Clone(gate.sent[len(window):])
+	gate.waitLocked(t, func() bool { return len(gate.sent) > sent })
+	after := slices.Clone(gate.sent[sent:])
 	gate.mu.Unlock()
 
-	require.GreaterOrEqual(t, len(window), qp.MaxUnackedPSNs, "the initial window")
-	require.Less(t, len(window), msgs*msgPSNs, "the window, not every WRITE")
+	require.Equal(t, window, sent, "the initial window, no more")
 	require.LessOrEqual(t, held, 3, "two ACKs (or one coalesced) and the NAK")
-	used := first + uint32(len(window)) // one past the last PSN sent
+	const used = first + window // one past the last PSN sent
 	// Whatever the batch provoked left in one flush: the first request
 	// after it is the resend at the NAK's PSN, and nothing past the PSNs
 	// already used went out before it.
 	require.Equal(t, uint32(lost), after[0], "the resend comes first: %v", after)
 	for _, psn := range after {
-		require.Less(t, psn, used, "no new PSN sent on an ACK the batch's NAK overtakes: %v", after)
+		require.Less(t, psn, uint32(used), "no new PSN sent on an ACK the batch's NAK overtakes: %v", after)
 	}
 }
