@@ -27,12 +27,10 @@ func readRetrySetup(t *testing.T) (l *link, resp [][]byte, retry []byte) {
 	rs := l.a.env.take()
 	require.Len(t, rs, 1, "one re-request for the gap, none for the rest of the reply")
 	require.Equal(t, uint64(1), l.a.q.ctr.ReadResponseGaps.Load())
-	var p wire.Packet
-	require.NoError(t, p.Parse(rs[0]))
-	require.Equal(t, wire.RCReadRequest, p.Opcode)
-	require.Equal(t, PSN(wire.BTH(resp[1]).PSN()), PSN(p.BTH.PSN()))
-	require.Equal(t, l.b.m.IOVA()+256, p.RETH.VA())
-	require.Equal(t, uint32(744), p.RETH.DMALen())
+	psn, va, n := parseReadRequest(t, rs[0])
+	require.Equal(t, PSN(wire.BTH(resp[1]).PSN()), psn)
+	require.Equal(t, l.b.m.IOVA()+256, va)
+	require.Equal(t, uint32(744), n)
 	return l, resp, rs[0]
 }
 
@@ -95,16 +93,24 @@ func TestReadLostTailRetriedByTimer(t *testing.T) {
 	l.a.q.OnTimer(l.a.env, l.now, 100)
 	rs := l.a.env.take()
 	require.Len(t, rs, 1)
-	var p wire.Packet
-	require.NoError(t, p.Parse(rs[0]))
-	require.Equal(t, wire.RCReadRequest, p.Opcode)
-	require.Equal(t, PSN(wire.BTH(resp[3]).PSN()), PSN(p.BTH.PSN()))
-	require.Equal(t, l.b.m.IOVA()+768, p.RETH.VA())
-	require.Equal(t, uint32(232), p.RETH.DMALen())
+	psn, va, n := parseReadRequest(t, rs[0])
+	require.Equal(t, PSN(wire.BTH(resp[3]).PSN()), psn)
+	require.Equal(t, l.b.m.IOVA()+768, va)
+	require.Equal(t, uint32(232), n)
 	l.deliver(l.b, l.a, rs...)
 	l.deliver(l.a, l.b, l.b.env.take()...)
 	wcs := poll(t, l.a.scq)
 	require.Len(t, wcs, 1)
 	require.Equal(t, WCSuccess, wcs[0].Status)
 	require.Equal(t, l.b.buf[:1000], l.a.buf[:1000])
+}
+
+// parseReadRequest parses raw, which must be a READ request, and returns its
+// PSN and the address and length it asks for.
+func parseReadRequest(t *testing.T, raw []byte) (psn PSN, va uint64, dmaLen uint32) {
+	t.Helper()
+	var p wire.Packet
+	require.NoError(t, p.Parse(raw))
+	require.Equal(t, wire.RCReadRequest, p.Opcode)
+	return PSN(p.BTH.PSN()), p.RETH.VA(), p.RETH.DMALen()
 }

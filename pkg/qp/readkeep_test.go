@@ -98,11 +98,9 @@ func TestReadReplyBrokenBehindAGapIsAskedForAgain(t *testing.T) {
 
 	again := l.a.env.take()
 	require.Len(t, again, 1, "READ 2 again, READ 3 not")
-	var p wire.Packet
-	require.NoError(t, p.Parse(again[0]))
-	require.Equal(t, wire.RCReadRequest, p.Opcode)
-	require.Equal(t, PSN(wire.BTH(req[1]).PSN()), PSN(p.BTH.PSN()), "at its own PSN")
-	require.Equal(t, uint32(1000), p.RETH.DMALen(), "in full")
+	psn, _, n := parseReadRequest(t, again[0])
+	require.Equal(t, PSN(wire.BTH(req[1]).PSN()), psn, "at its own PSN")
+	require.Equal(t, uint32(1000), n, "in full")
 	require.Equal(t, PSN(wire.BTH(req[2]).PSN()).Add(4), l.a.q.req.psn, "READ 3's PSNs stepped over")
 	l.deliver(l.b, l.a, again...)
 	l.deliver(l.a, l.b, l.b.env.take()...)
