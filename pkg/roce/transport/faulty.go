@@ -127,8 +127,10 @@ type Faulty struct {
 	// queued. It is f's Lender and Poller.
 	*RxFilterConn
 
-	// SendGather's flat copies when the faults are not inline or the
+	// gs is the inner Conn's SendGather (nil when it has none);
+	// SendGather's flat copies serve when the faults are not inline or the
 	// inner Conn cannot gather (faulty_gather.go).
+	gs       GatherSender
 	flatMu   sync.Mutex
 	flatBufs [][]byte
 	flatSend [][]byte
@@ -159,6 +161,7 @@ func NewFaulty(inner Conn, cfg FaultConfig) *Faulty {
 		cfg.QueueLen = DefaultMemQueueLen
 	}
 	f := &Faulty{inner: inner, cfg: cfg, clock: cfg.Clock}
+	f.gs, _ = inner.(GatherSender)
 	if f.clock == nil {
 		f.clock = realClock{}
 	}
@@ -228,14 +231,12 @@ func (f *Faulty) Send(bufs [][]byte, ep Endpoint) error {
 }
 
 func (f *Faulty) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
-	if f.rx == nil {
-		return f.inner.Receive(bufs, sizes, eps)
+	if f.rxq == nil {
+		// Untouched, or inline faults: the inner Conn's Receive, filtered.
+		return f.RxFilterConn.Receive(bufs, sizes, eps)
 	}
 	if err := checkRecvArgs(bufs, sizes, eps); err != nil {
 		return 0, err
-	}
-	if f.rxq == nil {
-		return f.RxFilterConn.Receive(bufs, sizes, eps)
 	}
 	n, _, over, err := f.rxq.pop(bufs, sizes, eps)
 	f.rxOut.dropOversize.Add(over)

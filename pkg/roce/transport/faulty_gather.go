@@ -15,8 +15,8 @@ package transport
 
 // SendGather implements GatherSender.
 func (f *Faulty) SendGather(dgrams []Gather, ep Endpoint) error {
-	gs, innerGathers := f.inner.(GatherSender)
-	if f.tx == nil && innerGathers {
+	gs := f.gs
+	if f.tx == nil && gs != nil {
 		return gs.SendGather(dgrams, ep)
 	}
 	for i := range dgrams {
@@ -24,7 +24,7 @@ func (f *Faulty) SendGather(dgrams []Gather, ep Endpoint) error {
 			return ErrTooLarge
 		}
 	}
-	if f.tx == nil || !f.cfg.inline() || !innerGathers {
+	if f.tx == nil || !f.cfg.inline() || gs == nil {
 		return f.sendFlat(dgrams, ep)
 	}
 	d := f.tx

@@ -71,11 +71,6 @@ func Lend(c Conn) Lender {
 	if l, ok := c.(Lender); ok {
 		return l
 	}
-	return newCopyLender(c)
-}
-
-// newCopyLender lends buffers filled by c's Receive.
-func newCopyLender(c Conn) *copyLender {
 	bs := c.BatchSize()
 	if bs <= 0 {
 		bs = DefaultBatchSize

@@ -102,11 +102,8 @@ func NewRxFilterConn(inner Conn, filter RxFilter) *RxFilterConn {
 func (c *RxFilterConn) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
 	for {
 		n, err := c.Conn.Receive(bufs, sizes, eps)
-		if n == 0 || err != nil || c.filter == nil {
-			return c.filterCopied(n, bufs, sizes, eps), err
-		}
-		if n = c.filterCopied(n, bufs, sizes, eps); n > 0 {
-			return n, nil
+		if k := c.filterCopied(n, bufs, sizes, eps); k > 0 || n == 0 || err != nil {
+			return k, err
 		}
 	}
 }
@@ -137,11 +134,8 @@ func (c *RxFilterConn) filterLent(n int, pkts [][]byte, eps []Endpoint, leases [
 func (c *RxFilterConn) ReceiveLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int, error) {
 	for {
 		n, err := c.lender.ReceiveLent(pkts, eps, leases)
-		if n == 0 || err != nil {
-			return c.filterLent(n, pkts, eps, leases), err
-		}
-		if n = c.filterLent(n, pkts, eps, leases); n > 0 {
-			return n, nil
+		if k := c.filterLent(n, pkts, eps, leases); k > 0 || n == 0 || err != nil {
+			return k, err
 		}
 	}
 }
