@@ -45,10 +45,7 @@ func TestReadRetryAcceptsRxeMiddleReplay(t *testing.T) {
 	l, resp, _ := readRetrySetup(t)
 	// rxe's replay is exactly the original responses from the retried PSN.
 	l.deliver(l.a, l.b, resp[1], resp[2], resp[3])
-	wcs := poll(t, l.a.scq)
-	require.Len(t, wcs, 1)
-	require.Equal(t, WCSuccess, wcs[0].Status)
-	require.Equal(t, l.b.buf[:1000], l.a.buf[:1000])
+	requireOneRead(t, l, 1000)
 	require.True(t, l.a.q.Deadline().IsZero())
 }
 
@@ -65,10 +62,7 @@ func TestReadReplayOpcodesAsRxe(t *testing.T) {
 	require.Equal(t, []wire.Opcode{wire.RCReadResponseMiddle, wire.RCReadResponseMiddle, wire.RCReadResponseLast},
 		opcodes(replay))
 	l.deliver(l.a, l.b, replay...)
-	wcs := poll(t, l.a.scq)
-	require.Len(t, wcs, 1)
-	require.Equal(t, WCSuccess, wcs[0].Status)
-	require.Equal(t, l.b.buf[:1000], l.a.buf[:1000])
+	requireOneRead(t, l, 1000)
 }
 
 // A READ whose last response is lost shows no gap: nothing after it
@@ -99,10 +93,7 @@ func TestReadLostTailRetriedByTimer(t *testing.T) {
 	require.Equal(t, uint32(232), n)
 	l.deliver(l.b, l.a, rs...)
 	l.deliver(l.a, l.b, l.b.env.take()...)
-	wcs := poll(t, l.a.scq)
-	require.Len(t, wcs, 1)
-	require.Equal(t, WCSuccess, wcs[0].Status)
-	require.Equal(t, l.b.buf[:1000], l.a.buf[:1000])
+	requireOneRead(t, l, 1000)
 }
 
 // parseReadRequest parses raw, which must be a READ request, and returns its
@@ -113,4 +104,14 @@ func parseReadRequest(t *testing.T, raw []byte) (psn PSN, va uint64, dmaLen uint
 	require.NoError(t, p.Parse(raw))
 	require.Equal(t, wire.RCReadRequest, p.Opcode)
 	return PSN(p.BTH.PSN()), p.RETH.VA(), p.RETH.DMALen()
+}
+
+// requireOneRead checks that one READ completed, successfully, and that
+// the first n bytes of the requester's buffer are the responder's.
+func requireOneRead(t *testing.T, l *link, n int) {
+	t.Helper()
+	wcs := poll(t, l.a.scq)
+	require.Len(t, wcs, 1)
+	require.Equal(t, WCSuccess, wcs[0].Status)
+	require.Equal(t, l.b.buf[:n], l.a.buf[:n])
 }

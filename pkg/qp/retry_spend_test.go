@@ -47,8 +47,5 @@ func TestRetryCountNotSpentWithoutARetry(t *testing.T) {
 	require.Equal(t, l.b.m.IOVA()+512, va)
 	l.deliver(l.b, l.a, again...)
 	l.deliver(l.a, l.b, l.b.env.take()...)
-	wcs := poll(t, l.a.scq)
-	require.Len(t, wcs, 1)
-	require.Equal(t, WCSuccess, wcs[0].Status)
-	require.Equal(t, l.b.buf[:2048], l.a.buf[:2048])
+	requireOneRead(t, l, 2048)
 }
