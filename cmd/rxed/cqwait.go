@@ -32,11 +32,14 @@ import (
 // (~50-60 us on the loaded VM against ~16 us for two spinners) locks
 // both ends of a ping-pong into sleeping (measured: send_lat typical
 // 67 us one way with 50 us fixed, 6.7 us with 200 us); the adaptive one
-// leaves that state after a wait or two. A bandwidth run with completion
-// moderation (~100 messages, milliseconds, between completions) ends up
-// at the base budget, spinning at most a quarter of each wait, and a
-// stream of fast completions keeps spinning, as long as the peer is not
-// starved by it (then waits get long and the budget shrinks). --spin -1
+// leaves that state after a wait or two. A stream of fast completions
+// keeps spinning, as long as the peer is not starved by it (then waits
+// get long and the budget shrinks). A bandwidth run with completion
+// moderation (~100 messages, milliseconds, between completions) spins as
+// long as its device keeps receiving, doing the engine's receive work
+// itself, and sleeps once the device has been silent for 4 budgets
+// (ib.HybridWaiter): sleeping at the base budget instead handed every
+// gap of a lossy stream to the receive goroutine's wake-ups. --spin -1
 // is perftest's pure busy poll, --spin 0 (or -e) sleeps at once.
 
 // defaultSpin is the tools' base spin budget before a wait sleeps.

@@ -110,9 +110,11 @@ type Engine struct {
 	// whose own application polls it needs no other spinner's help
 	// (ProgressOthers).
 	polledAt atomic.Int64
-	log      *slog.Logger
-	mem      *mr.Table
-	onEvent  func(Event)
+	// rxBatches counts the receive batches dispatched (ReceivedBatches).
+	rxBatches atomic.Uint64
+	log       *slog.Logger
+	mem       *mr.Table
+	onEvent   func(Event)
 
 	drops [qp.NumDropReasons]atomic.Uint64
 
@@ -628,6 +630,7 @@ func (e *Engine) progress() int {
 // gains nothing by waking a worker.
 func (e *Engine) dispatch(n int, polled bool) (anyHeld, ok bool) {
 	rx := e.rx
+	e.rxBatches.Add(1)
 	inline := n <= inlineBatch || e.inlineAll || polled
 	for i := 0; i < n; i++ {
 		pkt, lease := rx.pkts[i], rx.leases[i]
@@ -691,6 +694,11 @@ func (e *Engine) releaseHeld(polled bool) {
 		}
 	}
 }
+
+// ReceivedBatches counts the batches of datagrams the engine has received
+// so far, by any goroutine: a waiter that sees it move knows the device is
+// busy receiving (ib.HybridWaiter keeps spinning while it does).
+func (e *Engine) ReceivedBatches() uint64 { return e.rxBatches.Load() }
 
 // String describes the engine for logs.
 func (e *Engine) String() string {
