@@ -59,8 +59,7 @@ type HybridWaiter struct {
 // the device is busy or for the current budget, then waiting in
 // WaitPoll. Its errors are WaitPoll's: ctx's error when ctx ends while
 // it sleeps, ErrCQOverflow, ErrDestroyed or ErrDeviceClosed once the CQ
-// is empty (a spinning Wait notices them when it goes to sleep, at most
-// MaxSpin after the device last received).
+// is empty (a spinning Wait notices them at its next empty Poll).
 func (h *HybridWaiter) Wait(ctx context.Context, cq *CQ, wcs []WC) (int, error) {
 	if n := cq.Poll(wcs); n > 0 {
 		return n, nil
@@ -72,7 +71,11 @@ func (h *HybridWaiter) Wait(ctx context.Context, cq *CQ, wcs []WC) (int, error) 
 	quiet := time.Now()
 	if base > 0 {
 		var n int
-		n, quiet = spinWhileBusy(func() int { return cq.Poll(wcs) }, cq.d.eng.ReceivedBatches, time.Now, quiet, h.budget, top)
+		poll := func() int { return cq.Poll(wcs) }
+		// A busy device no longer ends the spin by itself: WaitPoll
+		// reports these.
+		stop := func() bool { return ctx.Err() != nil || cq.pollErr() != nil }
+		n, quiet = spinWhileBusy(poll, cq.d.eng.ReceivedBatches, time.Now, stop, quiet, h.budget, top)
 		if n > 0 {
 			return n, nil
 		}
@@ -84,7 +87,8 @@ func (h *HybridWaiter) Wait(ctx context.Context, cq *CQ, wcs []WC) (int, error) 
 	return n, err
 }
 
-// spinWhileBusy polls until poll returns completions or the device has
+// spinWhileBusy polls until poll returns completions, stop reports that
+// the wait is over (the context ended, the CQ failed), or the device has
 // been silent long enough to sleep: budget while it has received nothing
 // since start, top (MaxSpin) after each batch it receives. It returns
 // poll's count and when the device was last heard (start if never).
@@ -103,11 +107,14 @@ func (h *HybridWaiter) Wait(ctx context.Context, cq *CQ, wcs []WC) (int, error) 
 // longer than MaxSpin (200 us by default) still ends the spin, so a
 // device that goes quiet costs at most that, as a silent one costs the
 // budget.
-func spinWhileBusy(poll func() int, received func() uint64, now func() time.Time, start time.Time, budget, top time.Duration) (n int, quiet time.Time) {
+func spinWhileBusy(poll func() int, received func() uint64, now func() time.Time, stop func() bool, start time.Time, budget, top time.Duration) (n int, quiet time.Time) {
 	seen, limit, quiet := received(), budget, start
 	for {
 		if n := poll(); n > 0 {
 			return n, quiet
+		}
+		if stop() {
+			return 0, quiet
 		}
 		// An empty Poll is a non-blocking receive (a system call) and
 		// a yield: reading the clock each time costs little beside it.

@@ -68,6 +68,7 @@ func TestSpinWhileBusy(t *testing.T) {
 		budget, top time.Duration
 		rxAt        []int // polls after which the device has received one more batch
 		doneAt      int   // the poll that returns a completion (0: none)
+		stopAt      int   // the poll after which stop reports the wait over (0: never)
 		polls       int   // polls made
 		n           int   // completions returned
 		quiet       int   // us after start the device was last heard
@@ -82,6 +83,10 @@ func TestSpinWhileBusy(t *testing.T) {
 		{name: "a batch after the budget ran out is too late", budget: 10 * us, top: 40 * us, rxAt: []int{11}, polls: 10},
 		{name: "the completion ends it", budget: 10 * us, top: 40 * us, rxAt: []int{5, 30}, doneAt: 50, polls: 50, n: 3, quiet: 30},
 		{name: "a completion within the budget", budget: 10 * us, top: 40 * us, doneAt: 7, polls: 7, n: 3},
+		// A context that ends, or a CQ destroyed, while the device keeps
+		// receiving for other QPs: the spin ends at the next empty poll.
+		{name: "stop ends a busy spin", budget: 10 * us, top: 40 * us, rxAt: []int{5, 30, 60, 90}, stopAt: 70, polls: 70, quiet: 60},
+		{name: "stop ends a silent spin", budget: 10 * us, top: 40 * us, stopAt: 3, polls: 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			polls, rx := 0, uint64(7) // batches received before the wait do not count
@@ -100,7 +105,8 @@ func TestSpinWhileBusy(t *testing.T) {
 				require.Less(t, polls, 10000, "never stopped")
 				return 0
 			}
-			n, quiet := spinWhileBusy(poll, func() uint64 { return rx }, func() time.Time { return clock }, start, c.budget, c.top)
+			stop := func() bool { return c.stopAt > 0 && polls >= c.stopAt }
+			n, quiet := spinWhileBusy(poll, func() uint64 { return rx }, func() time.Time { return clock }, stop, start, c.budget, c.top)
 			require.Equal(t, c.n, n)
 			require.Equal(t, c.polls, polls)
 			require.Equal(t, time.Duration(c.quiet)*us, quiet.Sub(start))

@@ -81,3 +81,74 @@ func TestHybridWaiterErrors(t *testing.T) {
 	_, err = h.Wait(context.Background(), a.cq, wcs)
 	require.True(t, errors.Is(err, ib.ErrDeviceClosed), "got %v", err)
 }
+
+// TestHybridWaiterStopsOnABusyDevice: a wait whose device keeps
+// receiving (a stream of WRITEs for another QP, which completes nothing on
+// the CQ waited on) spins on, but a context that has ended or a destroyed
+// CQ still ends it: the spin no longer ends by the device's silence alone.
+func TestHybridWaiterStopsOnABusyDevice(t *testing.T) {
+	a, b := peerPair(t, "10.9.2.1", "10.9.2.2")
+	qa, qb := a.createQP(ib.RC), b.createQP(ib.RC)
+	connectRC(a, qa, b, qb)
+	connectRC(b, qb, a, qa)
+
+	quit := make(chan struct{})
+	started := make(chan struct{})
+	streamed := make(chan error, 1)
+	go func() { // b WRITEs into a's buffer until the test is done
+		var wc [1]ib.WC
+		for i := 0; ; i++ {
+			err := qb.PostSend(ib.SendWR{ID: uint64(i), Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+				SGL: []ib.SGE{b.sge(0, 1024)}, RemoteAddr: a.mr.IOVA(), RKey: a.mr.RKey()})
+			if err == nil {
+				_, err = b.cq.WaitPoll(context.Background(), wc[:])
+			}
+			if err == nil && wc[0].Status != ib.WCSuccess {
+				err = errors.New(wc[0].Status.String())
+			}
+			if i == 0 {
+				close(started)
+			}
+			select {
+			case <-quit:
+				streamed <- err
+				return
+			default:
+			}
+			if err != nil {
+				streamed <- err
+				return
+			}
+		}
+	}()
+	<-started
+
+	wait := func(ctx context.Context, cq *ib.CQ) error {
+		done := make(chan error, 1)
+		go func() {
+			// Budgets far longer than the stream's gaps: only stop
+			// can end the spin.
+			h := ib.HybridWaiter{Spin: 10 * time.Millisecond}
+			_, err := h.Wait(ctx, cq, make([]ib.WC, 1))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatal("Wait kept spinning on a busy device after its context ended or its CQ was destroyed")
+			return nil
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, wait(ctx, a.cq), context.Canceled)
+
+	cq, err := a.dev.CreateCQ(8)
+	require.NoError(t, err)
+	require.NoError(t, cq.Destroy())
+	require.ErrorIs(t, wait(context.Background(), cq), ib.ErrDestroyed)
+
+	close(quit)
+	require.NoError(t, <-streamed, "the stream that kept the device busy")
+}
