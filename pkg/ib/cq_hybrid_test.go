@@ -25,16 +25,25 @@ func TestHybridWaiterReturnsCompletions(t *testing.T) {
 		require.Equal(t, 1, n)
 		require.Equal(t, uint64(1), wcs[0].ID)
 
+		// The pusher keeps at most half the CQ (64) outstanding: a credit
+		// per completion, returned when the waiter takes it. Pacing it by
+		// time alone overflowed the CQ whenever a loaded machine (CI,
+		// -race) held the waiter back for 400 us.
 		const k = 200
+		credits := make(chan struct{}, 32)
+		pushed := make(chan error, 1)
 		go func() {
 			for i := 2; i < 2+k; i++ {
+				credits <- struct{}{}
 				if err := ib.Push(a.cq, ib.WC{ID: uint64(i)}); err != nil {
-					panic(err)
+					pushed <- err
+					return
 				}
 				if i%16 == 0 {
 					time.Sleep(100 * time.Microsecond) // let the waiter sleep now and then
 				}
 			}
+			pushed <- nil
 		}()
 		want := uint64(2)
 		for want < 2+k {
@@ -44,8 +53,10 @@ func TestHybridWaiterReturnsCompletions(t *testing.T) {
 			for _, wc := range wcs[:n] {
 				require.Equal(t, want, wc.ID, "spin %v", spin)
 				want++
+				<-credits
 			}
 		}
+		require.NoError(t, <-pushed)
 		if spin < 0 {
 			require.Zero(t, h.Budget())
 		} else {
