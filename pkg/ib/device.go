@@ -29,6 +29,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/qp"
@@ -77,6 +78,14 @@ type Config struct {
 	// ActiveMTU is the port's active MTU; 0 means MTU4096 (rxe on a
 	// loopback or jumbo-frame link).
 	ActiveMTU MTU
+	// BusyPoll, when positive, keeps the engine's receive goroutine
+	// polling the socket after each batch until the device has been
+	// silent that long (roce.Config.BusyPoll, like SO_BUSY_POLL): a CPU
+	// spent while traffic flows, for no thread wake-up at each of its
+	// gaps. For an application that idles while the device serves
+	// one-sided operations; one that waits for completions spins itself
+	// (HybridWaiter). 0: off.
+	BusyPoll time.Duration
 }
 
 // Device is an opened RoCE device (struct ibv_context).
@@ -163,7 +172,7 @@ func OpenDevice(cfg Config) (*Device, error) {
 		d.port = las[0].Port()
 	}
 	d.eng, err = roce.New(roce.Config{Conn: conn, GIDs: d.gids, Workers: cfg.Workers, Clock: cfg.Clock, IBATimerOnly: cfg.IBATimerOnly,
-		Logger: cfg.Logger, Mem: mr.NewTable(nil), OnEvent: d.engineEvent})
+		Logger: cfg.Logger, Mem: mr.NewTable(nil), OnEvent: d.engineEvent, BusyPoll: cfg.BusyPoll})
 	if err != nil {
 		conn.Close()
 		return nil, wrap("OpenDevice", err)

@@ -47,6 +47,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/qp"
@@ -82,6 +83,14 @@ type Config struct {
 	// it. nil is crypto/rand; tests inject a seeded source (e.g.
 	// math/rand/v2's ChaCha8) for reproducible numbers.
 	Rand io.Reader
+	// BusyPoll, when positive, keeps the receive goroutine polling the
+	// socket after each batch until the device has been silent that long,
+	// before it blocks in a receive again, like Linux's SO_BUSY_POLL
+	// (busypoll.go). It spends a CPU to save a thread wake-up per gap in
+	// the traffic; for a process whose application idles while the engine
+	// serves (rxed perf's WRITE and READ servers). 0: block at once. Only
+	// a Conn that can be polled (transport.Poller) busy-polls.
+	BusyPoll time.Duration
 }
 
 // EventType is the kind of an asynchronous event.
@@ -136,6 +145,7 @@ type Engine struct {
 	rx        *rxBatch               // under rxMu
 	gs        transport.GatherSender // nil: the Conn sends whole datagrams only
 	inlineAll bool                   // see inlineProcs
+	busyPoll  time.Duration          // Config.BusyPoll (0 without a poller)
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -209,6 +219,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.gs, _ = cfg.Conn.(transport.GatherSender)
 	e.inlineAll = runtime.GOMAXPROCS(0) <= inlineProcs
+	if e.poller != nil {
+		e.busyPoll = max(cfg.BusyPoll, 0)
+	}
 	for i := 0; i < n; i++ {
 		w := newWorker(e, i)
 		e.workers = append(e.workers, w)
@@ -540,6 +553,9 @@ func (e *Engine) receiveLoop() {
 			// nothing: the answer then leaves a system call earlier.
 			runtime.Gosched()
 		}
+		if e.busyPoll > 0 {
+			e.pollWhileBusy()
+		}
 	}
 }
 
@@ -601,7 +617,12 @@ func (e *Engine) ProgressBeforeSleep() int {
 
 // progress is Progress without marking the engine as polled by its own
 // application (ProgressOthers).
-func (e *Engine) progress() int {
+func (e *Engine) progress() int { return e.pollOnce(true) }
+
+// pollOnce takes what the Conn has queued now, if no other goroutine is
+// receiving, and dispatches it; polled says the caller is a poller (an
+// application), not the receive loop (see dispatch).
+func (e *Engine) pollOnce(polled bool) int {
 	if !e.rxMu.TryLock() {
 		return 0
 	}
@@ -611,7 +632,7 @@ func (e *Engine) progress() int {
 	if n == 0 || err != nil {
 		return 0 // errors are the receive loop's to report
 	}
-	e.dispatch(n, true)
+	e.dispatch(n, polled)
 	return n
 }
 

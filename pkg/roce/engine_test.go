@@ -42,7 +42,13 @@ func sideOn(t *testing.T, c transport.Conn, a netip.Addr, typ qp.Type, capacity 
 	// answer only while the test polls them, which the requester's own
 	// round-trip timer (pkg/qp recovery.go, tested there) would take for
 	// loss.
-	e, err := New(Config{Conn: c, Workers: 2, IBATimerOnly: true})
+	return sideWith(t, Config{Conn: c, Workers: 2, IBATimerOnly: true}, a, typ, capacity)
+}
+
+// sideWith is sideOn with the engine's whole configuration.
+func sideWith(t *testing.T, cfg Config, a netip.Addr, typ qp.Type, capacity qp.Cap) *side {
+	t.Helper()
+	e, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
 	pd, err := e.Memory().AllocPD()
