@@ -359,6 +359,9 @@ func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error
 	if o.mtu != 0 {
 		o.ef.activeMTU = ib.MTU(oob.MTUEnum(o.mtu)) // -m lowers the port MTU (UD uses it)
 	}
+	if o.server == "" && o.test.ServerIdles() {
+		o.ef.busyPoll = idleServerBusyPoll(o.events, o.ef.spin)
+	}
 	en, err := o.ef.open(log)
 	if err != nil {
 		return err

@@ -63,3 +63,23 @@ func TestCQWaiterModes(t *testing.T) {
 		require.NoError(t, cq.Destroy())
 	}
 }
+
+// TestIdleServerBusyPoll: an idle perf server busy-polls for the base
+// spin budget (the default's 50 us, or --spin's), never with -e or
+// --spin 0, and --spin -1 polls like the default.
+func TestIdleServerBusyPoll(t *testing.T) {
+	for _, c := range []struct {
+		events bool
+		spin   time.Duration
+		want   time.Duration
+	}{
+		{false, defaultSpin, defaultSpin},
+		{false, 80 * time.Microsecond, 80 * time.Microsecond},
+		{false, -1, defaultSpin},
+		{false, 0, 0},
+		{true, defaultSpin, 0},
+		{true, -1, 0},
+	} {
+		require.Equal(t, c.want, idleServerBusyPoll(c.events, c.spin), "events %v spin %v", c.events, c.spin)
+	}
+}
