@@ -23,7 +23,7 @@ const DefaultHybridSpin = 50 * time.Microsecond
 // While the device keeps receiving, the spinner keeps spinning: its Poll
 // is then the engine's receive path, doing work the receive goroutine
 // would otherwise be woken for, and it sleeps once the device has been
-// silent for MaxSpin (spinWhileBusy).
+// silent for MaxSpin (roce.Engine.SpinWhileBusy).
 //
 // The budget adapts between Spin and MaxSpin: a wait that slept but
 // ended within four budgets would have been caught by spinning somewhat
@@ -68,14 +68,29 @@ func (h *HybridWaiter) Wait(ctx context.Context, cq *CQ, wcs []WC) (int, error) 
 	if h.budget == 0 || h.budget < base || h.budget > top { // first wait, or Spin changed
 		h.budget = base
 	}
-	quiet := time.Now()
+	var quiet time.Time
 	if base > 0 {
 		var n int
 		poll := func() int { return cq.Poll(wcs) }
 		// A busy device no longer ends the spin by itself: WaitPoll
 		// reports these.
 		stop := func() bool { return ctx.Err() != nil || cq.pollErr() != nil }
-		n, quiet = spinWhileBusy(poll, cq.d.eng.ReceivedBatches, time.Now, stop, quiet, h.budget, top)
+		// Why a busy device keeps the spinner: when the spinner sleeps,
+		// the engine's receive goroutine takes over its packets and is
+		// itself woken (18-19 us here, and the CPU of a context switch)
+		// after every silence, until the next completion wakes the
+		// application, which with the tools' completion moderation is
+		// ~100 messages later. A stream with loss has such silences at
+		// every gap (the requester waits for the NAK, or for its
+		// retransmit timer): `rxed perf write -s 65536 --fault
+		// loss=0.01` spent 10,000 context switches where a clean run
+		// spends 2,200, and its spinner slept after 50 us of each wait:
+		// busy polling (`--spin -1`) made 24-34% more of the same runs.
+		// Silences between the batches of a live stream measured 10 us
+		// to 640 us, nearly all under 320 us; one longer than MaxSpin
+		// (200 us by default) still ends the spin, so a device that goes
+		// quiet costs at most that, as a silent one costs the budget.
+		n, quiet = cq.d.eng.SpinWhileBusy(poll, stop, h.budget, top)
 		if n > 0 {
 			return n, nil
 		}
@@ -85,47 +100,6 @@ func (h *HybridWaiter) Wait(ctx context.Context, cq *CQ, wcs []WC) (int, error) 
 		h.adapt(time.Since(quiet), base, top)
 	}
 	return n, err
-}
-
-// spinWhileBusy polls until poll returns completions, stop reports that
-// the wait is over (the context ended, the CQ failed), or the device has
-// been silent long enough to sleep: budget while it has received nothing
-// since start, top (MaxSpin) after each batch it receives. It returns
-// poll's count and when the device was last heard (start if never).
-//
-// Why a busy device keeps the spinner: when the spinner sleeps, the
-// engine's receive goroutine takes over its packets and is itself woken
-// (18-19 us here, and the CPU of a context switch) after every silence,
-// until the next completion wakes the application, which with the tools'
-// completion moderation is ~100 messages later. A stream with loss has
-// such silences at every gap (the requester waits for the NAK, or for
-// its retransmit timer): `rxed perf write -s 65536 --fault loss=0.01`
-// spent 10,000 context switches where a clean run spends 2,200, and its
-// spinner slept after 50 us of each wait: busy polling (`--spin -1`)
-// made 24-34% more of the same runs. Silences between the batches of
-// a live stream measured 10 us to 640 us, nearly all under 320 us; one
-// longer than MaxSpin (200 us by default) still ends the spin, so a
-// device that goes quiet costs at most that, as a silent one costs the
-// budget.
-func spinWhileBusy(poll func() int, received func() uint64, now func() time.Time, stop func() bool, start time.Time, budget, top time.Duration) (n int, quiet time.Time) {
-	seen, limit, quiet := received(), budget, start
-	for {
-		if n := poll(); n > 0 {
-			return n, quiet
-		}
-		if stop() {
-			return 0, quiet
-		}
-		// An empty Poll is a non-blocking receive (a system call) and
-		// a yield: reading the clock each time costs little beside it.
-		t := now()
-		if r := received(); r != seen {
-			seen, quiet, limit = r, t, top
-		}
-		if t.Sub(quiet) >= limit {
-			return 0, quiet
-		}
-	}
 }
 
 // adapt sets the budget after a wait that spun until the device was

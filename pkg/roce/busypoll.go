@@ -33,24 +33,55 @@ import (
 // pollWhileBusy is the receive loop's busy poll after a batch. Called
 // without rxMu.
 func (e *Engine) pollWhileBusy() {
-	seen := e.rxBatches.Load()
-	quiet := nanotime()
-	for {
-		select {
-		case <-e.closed:
-			return
-		default:
-		}
+	poll := func() int {
 		if e.pollOnce(false) == 0 {
 			// A worker, or the application, may have work on this CPU.
 			runtime.Gosched()
 		}
-		now := nanotime()
-		if r := e.rxBatches.Load(); r != seen {
-			seen, quiet = r, now
+		return 0 // only silence (or Close) ends a busy poll
+	}
+	closed := func() bool {
+		select {
+		case <-e.closed:
+			return true
+		default:
+			return false
 		}
-		if time.Duration(now-quiet) >= e.busyPoll {
-			return
+	}
+	e.SpinWhileBusy(poll, closed, e.busyPoll, e.busyPoll)
+}
+
+// SpinWhileBusy calls poll until it returns more than 0, stop reports
+// that the spin is over, or the engine has received nothing for long
+// enough: budget while it has received nothing since the call, top after
+// each batch it receives (by any goroutine: ReceivedBatches). It returns
+// poll's last count and when the engine was last heard (the call's start
+// if never). It is the one busy-spin of the engine's users: the receive
+// loop's busy poll (budget and top both BusyPoll) and ib.HybridWaiter's
+// (its budget, then MaxSpin after each batch). poll is typically a
+// non-blocking receive, a system call, so a clock read per round costs
+// little beside it.
+func (e *Engine) SpinWhileBusy(poll func() int, stop func() bool, budget, top time.Duration) (n int, quiet time.Time) {
+	return spinWhileBusy(poll, e.ReceivedBatches, time.Now, stop, time.Now(), budget, top)
+}
+
+// spinWhileBusy is SpinWhileBusy with the engine's counter and the clock
+// injected (TestSpinWhileBusy).
+func spinWhileBusy(poll func() int, received func() uint64, now func() time.Time, stop func() bool, start time.Time, budget, top time.Duration) (n int, quiet time.Time) {
+	seen, limit, quiet := received(), budget, start
+	for {
+		if n := poll(); n > 0 {
+			return n, quiet
+		}
+		if stop() {
+			return 0, quiet
+		}
+		t := now()
+		if r := received(); r != seen {
+			seen, quiet, limit = r, t, top
+		}
+		if t.Sub(quiet) >= limit {
+			return 0, quiet
 		}
 	}
 }
