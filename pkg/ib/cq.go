@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/rxed/rxed/pkg/qp"
-	"github.com/rxed/rxed/pkg/roce"
 )
 
 // CQ is a completion queue (struct ibv_cq), from Device.CreateCQ or
@@ -109,7 +108,8 @@ func (s cqSink) Push(wc qp.WC) error {
 
 // Poll takes up to len(wcs) completions off the queue (ibv_poll_cq) and
 // returns how many it took. When there are none it first receives and
-// handles what the device's socket has queued (Device.Progress) and
+// handles what the device's socket has queued (Device.Progress, after
+// the same for the process's other devices: roce.ProgressWithOthers) and
 // looks again: an application that spins on Poll, as a busy-polling
 // RDMA application does, receives its own packets instead of waiting for
 // the engine's receive goroutine to be woken.
@@ -123,7 +123,7 @@ func (cq *CQ) Poll(wcs []WC) int {
 	if cq.d.down.Load() {
 		return 0
 	}
-	if cq.d.eng.Progress() == 0 && roce.ProgressOthers(cq.d.eng) == 0 {
+	if cq.d.eng.ProgressWithOthers() == 0 {
 		// A goroutine spinning on Poll must not keep a worker or timer
 		// goroutine of the engine from running on a machine with few
 		// CPUs: that work is what the completion it waits for needs.

@@ -1,11 +1,17 @@
 package roce
 
 import (
+	"fmt"
+	"net/netip"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/internal/polltest"
 	"github.com/rxed/rxed/pkg/qp"
+	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -58,5 +64,176 @@ func TestOwnPollerActive(t *testing.T) {
 		{now - int64(time.Second), false},       // long ago
 	} {
 		require.Equal(t, c.want, ownPollerActive(now, c.polledAt), "polled at %d", c.polledAt)
+	}
+}
+
+// pollLog records, across engines, every poll a spinner made (the engine
+// and the packets it took) and every cover decision.
+type pollLog struct {
+	mu sync.Mutex
+	ev []string
+}
+
+func (l *pollLog) add(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ev = append(l.ev, fmt.Sprintf(format, args...))
+}
+
+func (l *pollLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ev := l.ev
+	l.ev = nil
+	return ev
+}
+
+// loggedPoller is a poll-only Conn (polltest.Only) that logs its polls
+// and cover decisions in log under name.
+type loggedPoller struct {
+	transport.Conn
+	p    transport.Poller
+	name string
+	log  *pollLog
+}
+
+func newLoggedSide(t *testing.T, addr, name string, log *pollLog) *side {
+	t.Helper()
+	a := netip.MustParseAddr(addr)
+	uc, err := transport.OpenUDP(transport.UDPConfig{Addrs: []netip.Addr{a}})
+	require.NoError(t, err)
+	c, err := polltest.Only(uc)
+	require.NoError(t, err)
+	return sideOn(t, &loggedPoller{Conn: c, p: c.(transport.Poller), name: name, log: log}, a, qp.RC, sideCap)
+}
+
+func (c *loggedPoller) ReceiveLent(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) (int, error) {
+	return c.p.ReceiveLent(pkts, eps, leases)
+}
+
+func (c *loggedPoller) ReceiveLentLocked(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease, mu sync.Locker) (int, error) {
+	return c.p.ReceiveLentLocked(pkts, eps, leases, mu)
+}
+
+func (c *loggedPoller) PollLent(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) (int, error) {
+	n, err := c.p.PollLent(pkts, eps, leases)
+	c.log.add("%s poll %d", c.name, n)
+	return n, err
+}
+
+func (c *loggedPoller) Cover()        { c.log.add("%s cover", c.name); c.p.Cover() }
+func (c *loggedPoller) Uncover()      { c.log.add("%s uncover", c.name); c.p.Uncover() }
+func (c *loggedPoller) CanPoll() bool { return true }
+
+// waitSent waits until e has sent n packets in all.
+func waitSent(t *testing.T, e *Engine, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Counters()["sent_pkts"] < n {
+		require.False(t, time.Now().After(deadline), "sent %d packets, want %d", e.Counters()["sent_pkts"], n)
+		runtime.Gosched()
+	}
+}
+
+// A spinner with its peer in the same process polls the peer before
+// itself (ProgressWithOthers): the request it just posted waits in the
+// peer's socket, and the peer's answer comes into its own socket during
+// the peer's send, so one call can take both; polling itself first
+// found its socket empty on every round trip (session N). Both engines
+// receive only when polled, so the log is the spinner's doing.
+func TestProgressWithOthersPollsThePeerFirst(t *testing.T) {
+	log := &pollLog{}
+	a := newLoggedSide(t, "127.0.0.1", "a", log)
+	b := newLoggedSide(t, "127.0.0.1", "b", log)
+	connectUDP(t, a, b)
+	amr, abuf := regMR(t, a, 4096)
+	bmr, bbuf := regMR(t, b, 4096)
+	_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: 7, SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 64, LKey: bmr.LKey()}}}})
+	require.NoError(t, err)
+	copy(abuf, "request")
+	_, err = a.e.PostSend(a.q, []qp.SendWR{{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled,
+		SGL: []qp.SGE{{Addr: amr.IOVA(), Length: 7, LKey: amr.LKey()}}}})
+	require.NoError(t, err)
+	waitSent(t, a.e, 1)
+	log.take()
+
+	// Every call polls b, then a; spinning on until a's SEND (b's ACK)
+	// completes, b's poll takes the request.
+	deadline := time.Now().Add(10 * time.Second)
+	var wc [1]qp.WC
+	took, request := 0, false
+	for a.scq.Poll(wc[:]) == 0 {
+		took += a.e.ProgressWithOthers()
+		var polls []string
+		for _, ev := range log.take() {
+			if strings.Contains(ev, " poll ") {
+				polls = append(polls, ev)
+			}
+		}
+		require.Len(t, polls, 2, "one poll of each engine: %v", polls)
+		require.True(t, strings.HasPrefix(polls[0], "b poll "), "the peer first: %v", polls)
+		require.True(t, strings.HasPrefix(polls[1], "a poll "), "then the spinner's own: %v", polls)
+		request = request || polls[0] == "b poll 1"
+		require.False(t, time.Now().After(deadline), "a's SEND did not complete (took %d packets)", took)
+		runtime.Gosched()
+	}
+	require.True(t, request, "b's poll took the request")
+	require.Equal(t, qp.WCSuccess, wc[0].Status)
+	require.EqualValues(t, 1, wc[0].ID)
+	require.Equal(t, 2, took, "the SEND at b and its ACK at a")
+	require.Equal(t, 1, b.rcq.Poll(wc[:]))
+	require.EqualValues(t, 7, wc[0].ID)
+	require.Equal(t, "request", string(bbuf[:7]))
+}
+
+// A spinner's poll covers the socket when it took nothing or a short
+// batch and ends the cover when it took more (progressCovering): a
+// spinner whose every poll takes an answer keeps its socket covered, or
+// each answer would wake the receive goroutine (session N).
+func TestProgressCoversWhileItKeepsUp(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		want bool
+	}{{0, true}, {1, true}, {inlineBatch, true}, {inlineBatch + 1, false}, {64, false}} {
+		require.Equal(t, c.want, keepsUp(c.n), "%d packets", c.n)
+	}
+
+	log := &pollLog{}
+	a := newUDPSide(t, "127.0.0.1", false)
+	b := newLoggedSide(t, "127.0.0.1", "b", log)
+	connectUDP(t, a, b)
+	bmr, _ := regMR(t, b, 4096)
+	for i := range 32 {
+		_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: uint64(i), SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 64, LKey: bmr.LKey()}}}})
+		require.NoError(t, err)
+	}
+	send := func(k int) {
+		for range k {
+			_, err := a.e.PostSend(a.q, []qp.SendWR{{Opcode: qp.WRSend, Flags: qp.Inline, Inline: []byte("x")}})
+			require.NoError(t, err)
+		}
+	}
+	sent := a.e.Counters()["sent_pkts"]
+	for _, k := range []int{0, 1, 16} {
+		send(k)
+		sent += uint64(k)
+		waitSent(t, a.e, sent)
+		got := 0
+		for got < k || k == 0 {
+			got += b.e.Progress()
+			ev := log.take()
+			require.Len(t, ev, 2, "a poll and its cover decision: %v", ev)
+			var n int
+			_, err := fmt.Sscanf(ev[0], "b poll %d", &n)
+			require.NoError(t, err, ev[0])
+			want := "b uncover"
+			if keepsUp(n) {
+				want = "b cover"
+			}
+			require.Equal(t, want, ev[1], "after %q", ev[0])
+			if k == 0 {
+				break
+			}
+		}
 	}
 }
