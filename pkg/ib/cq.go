@@ -30,6 +30,8 @@ type CQ struct {
 	destroyed atomic.Bool
 	notify    cqNotifier    // SetNotifyHandler's state and Notify's channel
 	notifyCh  chan struct{} // Notify; closed (under notify.mu) by Destroy and Device.Close
+
+	spin spinYield // Poll's own yields (cq_spin.go)
 }
 
 // CreateCQ creates a completion queue of at least cqe entries
@@ -117,6 +119,7 @@ func (s cqSink) Push(wc qp.WC) error {
 // Poll has no error: a spinner that must notice the device closing (or
 // the CQ failing) uses PollCQ, which is Poll with one.
 func (cq *CQ) Poll(wcs []WC) int {
+	cq.spin.maybeYield()
 	if n := cq.c.Poll(wcs); n > 0 || len(wcs) == 0 {
 		return n
 	}
