@@ -178,15 +178,23 @@ func (y *sockSys) recv(fd uintptr) bool {
 	return done
 }
 
-// mmsgCall is one recvmmsg or sendmmsg on hdrs, retried on EINTR. done is
-// false when the socket would block (the caller waits), else n or err
-// is the call's outcome (no headers: n 0).
+// mmsgCall is one recvmmsg or sendmmsg on hdrs (sockCall). No headers:
+// n 0.
 func mmsgCall(trap uintptr, fd uintptr, hdrs []mmsghdr, flags int) (n int, done bool, err error) {
 	if len(hdrs) == 0 {
 		return 0, true, nil
 	}
+	return sockCall(trap, fd, unsafe.Pointer(&hdrs[0]), uintptr(len(hdrs)), uintptr(flags), nil, 0)
+}
+
+// sockCall is one non-blocking socket system call on fd, retried on
+// EINTR; p2 and p5 are its pointer arguments (the second and fifth),
+// converted in the call itself as unsafe.Pointer's rules ask. done is
+// false when the socket would block (the caller waits), else n or err
+// is the call's outcome.
+func sockCall(trap, fd uintptr, p2 unsafe.Pointer, a3, a4 uintptr, p5 unsafe.Pointer, a6 uintptr) (n int, done bool, err error) {
 	for {
-		r, _, e := unix.Syscall6(trap, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), uintptr(flags), 0, 0)
+		r, _, e := unix.Syscall6(trap, fd, uintptr(p2), a3, a4, uintptr(p5), a6)
 		switch e {
 		case 0:
 			return int(r), true, nil
@@ -387,25 +395,19 @@ const canPollSockets = true
 // 14.8-15.5 (Go's net.UDPConn 11.6), and an 8-byte WRITE round trip 0.3-
 // 0.4 us less at the median (docs/performance.md, session N).
 func (y *sockSys) sendOne(fd uintptr, h *unix.Msghdr) bool {
-	var e unix.Errno
-	for {
-		if h.Iovlen == 1 && h.Controllen == 0 {
-			_, _, e = unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(h.Iov.Base)), uintptr(h.Iov.Len), 0,
-				uintptr(unsafe.Pointer(h.Name)), uintptr(h.Namelen))
-		} else {
-			_, _, e = unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(h)), 0)
-		}
-		if e != unix.EINTR {
-			break
+	var done bool
+	var err error
+	if h.Iovlen == 1 && h.Controllen == 0 {
+		_, done, err = sockCall(unix.SYS_SENDTO, fd, unsafe.Pointer(h.Iov.Base), uintptr(h.Iov.Len), 0,
+			unsafe.Pointer(h.Name), uintptr(h.Namelen))
+	} else {
+		_, done, err = sockCall(unix.SYS_SENDMSG, fd, unsafe.Pointer(h), 0, 0, nil, 0)
+	}
+	if done {
+		y.txN, y.txErr = 1, err
+		if err != nil {
+			y.txN = 0
 		}
 	}
-	switch e {
-	case 0:
-		y.txN, y.txErr = 1, nil
-	case unix.EAGAIN:
-		return false
-	default:
-		y.txN, y.txErr = 0, e
-	}
-	return true
+	return done
 }
