@@ -2,8 +2,6 @@ package roce
 
 import (
 	"net/netip"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,44 +9,6 @@ import (
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
-
-// countingPoller counts the datagrams a pollable Conn hands out by a
-// blocking receive and by a poll.
-type countingPoller struct {
-	transport.Conn
-	p                transport.Poller
-	blocking, polled atomic.Int64
-	blockingBatches  atomic.Int64
-}
-
-func (c *countingPoller) ReceiveLent(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) (int, error) {
-	n, err := c.p.ReceiveLent(pkts, eps, leases)
-	c.noteBlocking(n)
-	return n, err
-}
-
-func (c *countingPoller) ReceiveLentLocked(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease, mu sync.Locker) (int, error) {
-	n, err := c.p.ReceiveLentLocked(pkts, eps, leases, mu)
-	c.noteBlocking(n)
-	return n, err
-}
-
-func (c *countingPoller) noteBlocking(n int) {
-	if n > 0 {
-		c.blocking.Add(int64(n))
-		c.blockingBatches.Add(1)
-	}
-}
-
-func (c *countingPoller) PollLent(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) (int, error) {
-	n, err := c.p.PollLent(pkts, eps, leases)
-	c.polled.Add(int64(n))
-	return n, err
-}
-
-func (c *countingPoller) Cover()        { c.p.Cover() }
-func (c *countingPoller) Uncover()      { c.p.Uncover() }
-func (c *countingPoller) CanPoll() bool { return c.p.CanPoll() }
 
 // TestBusyPollReceivesByPolling: with Config.BusyPoll the receive
 // goroutine polls the socket after a batch instead of blocking at once
@@ -63,7 +23,7 @@ func TestBusyPollReceivesByPolling(t *testing.T) {
 		require.NoError(t, err)
 		p, ok := uc.(transport.Poller)
 		require.True(t, ok && p.CanPoll(), "a one-socket UDP Conn can be polled here")
-		cp := &countingPoller{Conn: uc, p: p}
+		cp := newProbedPoller(uc, "b", nil)
 		b := sideWith(t, Config{Conn: cp, Workers: 2, IBATimerOnly: true, BusyPoll: busy}, netip.MustParseAddr("127.0.0.1"), qp.RC, sideCap)
 		connectUDP(t, a, b)
 		amr, abuf := regMR(t, a, 4096)

@@ -161,13 +161,21 @@ func connectUDP(t *testing.T, a, b *side) {
 // pollWC spins on cq, driving e's progress, as ib.CQ.Poll does.
 func pollWC(t *testing.T, e *Engine, cq *qp.CQ) (qp.WC, int) {
 	t.Helper()
+	return spinForWC(t, cq, e.Progress)
+}
+
+// spinForWC spins on cq, calling progress between empty polls, until a
+// completion comes (failing the test after 10 s); it returns it and the
+// packets progress took.
+func spinForWC(t *testing.T, cq *qp.CQ, progress func() int) (qp.WC, int) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	var wc [1]qp.WC
 	took := 0
 	for cq.Poll(wc[:]) == 0 {
-		took += e.Progress()
+		took += progress()
 		if time.Now().After(deadline) {
-			t.Fatalf("no completion within 10s (Progress took %d packets)", took)
+			t.Fatalf("no completion within 10s (progress took %d packets)", took)
 		}
 		runtime.Gosched()
 	}

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,16 +31,9 @@ func TestProgressOthersReceivesForAnUnpolledEngine(t *testing.T) {
 		SGL: []qp.SGE{{Addr: amr.IOVA(), Length: 5, LKey: amr.LKey()}}}})
 	require.NoError(t, err)
 
-	deadline := time.Now().Add(10 * time.Second)
-	var wc [1]qp.WC
-	took := 0
-	for b.rcq.Poll(wc[:]) == 0 {
-		took += ProgressOthers(a.e)
-		require.False(t, time.Now().After(deadline), "b's receive did not complete (ProgressOthers took %d packets)", took)
-		runtime.Gosched()
-	}
-	require.Equal(t, qp.WCSuccess, wc[0].Status)
-	require.EqualValues(t, 7, wc[0].ID)
+	wc, took := spinForWC(t, b.rcq, func() int { return ProgressOthers(a.e) })
+	require.Equal(t, qp.WCSuccess, wc.Status)
+	require.EqualValues(t, 7, wc.ID)
 	require.Equal(t, "for b", string(bbuf[:5]))
 	require.Positive(t, took)
 	require.Zero(t, b.e.polledAt.Load(), "b was never polled by its own application")
@@ -67,36 +59,8 @@ func TestOwnPollerActive(t *testing.T) {
 	}
 }
 
-// pollLog records, across engines, every poll a spinner made (the engine
-// and the packets it took) and every cover decision.
-type pollLog struct {
-	mu sync.Mutex
-	ev []string
-}
-
-func (l *pollLog) add(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.ev = append(l.ev, fmt.Sprintf(format, args...))
-}
-
-func (l *pollLog) take() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ev := l.ev
-	l.ev = nil
-	return ev
-}
-
-// loggedPoller is a poll-only Conn (polltest.Only) that logs its polls
-// and cover decisions in log under name.
-type loggedPoller struct {
-	transport.Conn
-	p    transport.Poller
-	name string
-	log  *pollLog
-}
-
+// newLoggedSide is a side whose Conn receives only when polled
+// (polltest.Only) and logs its polls and covers in log under name.
 func newLoggedSide(t *testing.T, addr, name string, log *pollLog) *side {
 	t.Helper()
 	a := netip.MustParseAddr(addr)
@@ -104,26 +68,8 @@ func newLoggedSide(t *testing.T, addr, name string, log *pollLog) *side {
 	require.NoError(t, err)
 	c, err := polltest.Only(uc)
 	require.NoError(t, err)
-	return sideOn(t, &loggedPoller{Conn: c, p: c.(transport.Poller), name: name, log: log}, a, qp.RC, sideCap)
+	return sideOn(t, newProbedPoller(c, name, log), a, qp.RC, sideCap)
 }
-
-func (c *loggedPoller) ReceiveLent(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) (int, error) {
-	return c.p.ReceiveLent(pkts, eps, leases)
-}
-
-func (c *loggedPoller) ReceiveLentLocked(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease, mu sync.Locker) (int, error) {
-	return c.p.ReceiveLentLocked(pkts, eps, leases, mu)
-}
-
-func (c *loggedPoller) PollLent(pkts [][]byte, eps []transport.Endpoint, leases []*transport.Lease) (int, error) {
-	n, err := c.p.PollLent(pkts, eps, leases)
-	c.log.add("%s poll %d", c.name, n)
-	return n, err
-}
-
-func (c *loggedPoller) Cover()        { c.log.add("%s cover", c.name); c.p.Cover() }
-func (c *loggedPoller) Uncover()      { c.log.add("%s uncover", c.name); c.p.Uncover() }
-func (c *loggedPoller) CanPoll() bool { return true }
 
 // waitSent waits until e has sent n packets in all.
 func waitSent(t *testing.T, e *Engine, n uint64) {
@@ -159,11 +105,9 @@ func TestProgressWithOthersPollsThePeerFirst(t *testing.T) {
 
 	// Every call polls b, then a; spinning on until a's SEND (b's ACK)
 	// completes, b's poll takes the request.
-	deadline := time.Now().Add(10 * time.Second)
-	var wc [1]qp.WC
-	took, request := 0, false
-	for a.scq.Poll(wc[:]) == 0 {
-		took += a.e.ProgressWithOthers()
+	request := false
+	wc, took := spinForWC(t, a.scq, func() int {
+		n := a.e.ProgressWithOthers()
 		var polls []string
 		for _, ev := range log.take() {
 			if strings.Contains(ev, " poll ") {
@@ -174,15 +118,15 @@ func TestProgressWithOthersPollsThePeerFirst(t *testing.T) {
 		require.True(t, strings.HasPrefix(polls[0], "b poll "), "the peer first: %v", polls)
 		require.True(t, strings.HasPrefix(polls[1], "a poll "), "then the spinner's own: %v", polls)
 		request = request || polls[0] == "b poll 1"
-		require.False(t, time.Now().After(deadline), "a's SEND did not complete (took %d packets)", took)
-		runtime.Gosched()
-	}
+		return n
+	})
 	require.True(t, request, "b's poll took the request")
-	require.Equal(t, qp.WCSuccess, wc[0].Status)
-	require.EqualValues(t, 1, wc[0].ID)
+	require.Equal(t, qp.WCSuccess, wc.Status)
+	require.EqualValues(t, 1, wc.ID)
 	require.Equal(t, 2, took, "the SEND at b and its ACK at a")
-	require.Equal(t, 1, b.rcq.Poll(wc[:]))
-	require.EqualValues(t, 7, wc[0].ID)
+	var recv [1]qp.WC
+	require.Equal(t, 1, b.rcq.Poll(recv[:]))
+	require.EqualValues(t, 7, recv[0].ID)
 	require.Equal(t, "request", string(bbuf[:7]))
 }
 
