@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/oob"
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
@@ -64,22 +65,48 @@ func TestCQWaiterModes(t *testing.T) {
 	}
 }
 
-// TestIdleServerBusyPoll: an idle perf server busy-polls for the base
-// spin budget (the default's 50 us, or --spin's), never with -e or
-// --spin 0, and --spin -1 polls like the default.
-func TestIdleServerBusyPoll(t *testing.T) {
+// TestDeviceBusyPoll: a perf device busy-polls for the base spin budget
+// (the default's 50 us, or --spin's; --spin -1 polls like the default)
+// where no application polls it: an idle server (write, read and atomic
+// bandwidth, read and atomic latency), and both ends of a bandwidth test
+// with -e; never where the application's wait polls it, in a latency
+// test with -e, or with --spin 0.
+func TestDeviceBusyPoll(t *testing.T) {
+	var (
+		writeBW  = oob.Test{Verb: oob.VerbWrite}
+		readBW   = oob.Test{Verb: oob.VerbRead}
+		sendBW   = oob.Test{Verb: oob.VerbSend}
+		readLat  = oob.Test{Verb: oob.VerbRead, Latency: true}
+		sendLat  = oob.Test{Verb: oob.VerbSend, Latency: true}
+		writeLat = oob.Test{Verb: oob.VerbWrite, Latency: true}
+		spin80   = 80 * time.Microsecond
+	)
 	for _, c := range []struct {
+		test   oob.Test
+		server bool
 		events bool
 		spin   time.Duration
 		want   time.Duration
 	}{
-		{false, defaultSpin, defaultSpin},
-		{false, 80 * time.Microsecond, 80 * time.Microsecond},
-		{false, -1, defaultSpin},
-		{false, 0, 0},
-		{true, defaultSpin, 0},
-		{true, -1, 0},
+		// The idle server, waiting hybrid, polling or sleeping at once.
+		{writeBW, true, false, defaultSpin, defaultSpin},
+		{readBW, true, false, spin80, spin80},
+		{readLat, true, false, -1, defaultSpin},
+		{writeBW, true, false, 0, 0},
+		// Ends whose application's wait polls the device.
+		{writeBW, false, false, defaultSpin, 0},
+		{sendBW, true, false, defaultSpin, 0},
+		{sendLat, false, false, -1, 0},
+		{writeLat, true, false, defaultSpin, 0},
+		// -e: bandwidth tests poll on both ends, latency tests on none.
+		{writeBW, false, true, defaultSpin, defaultSpin},
+		{writeBW, true, true, defaultSpin, defaultSpin},
+		{sendBW, true, true, spin80, spin80},
+		{sendBW, false, true, -1, defaultSpin},
+		{sendBW, false, true, 0, 0},
+		{readLat, true, true, defaultSpin, 0},
+		{sendLat, false, true, defaultSpin, 0},
 	} {
-		require.Equal(t, c.want, idleServerBusyPoll(c.events, c.spin), "events %v spin %v", c.events, c.spin)
+		require.Equal(t, c.want, deviceBusyPoll(c.test, c.server, c.events, c.spin), "%+v", c)
 	}
 }
