@@ -210,11 +210,24 @@ func (cq *CQ) Wait(ctx context.Context) error {
 // WaitPoll returns at least one completion, waiting for it if none is
 // queued, like ibv_get_cq_event followed by ibv_poll_cq. Before it
 // sleeps it receives and handles what the device's socket has queued,
-// as Poll does, so the engine makes progress in this goroutine. It
+// and those of the process's other devices that no application is
+// polling or waiting on, as Poll does, so the engines make progress in
+// this goroutine (an in-process round trip can then complete without a
+// sleep); when that found nothing it hands the sockets back to their
+// receive goroutines and sleeps (roce.Engine.ProgressBeforeSleep). It
 // returns an error instead when ctx ends (ctx's error), when wcs is
 // empty, and once the CQ is empty after an overflow (ErrCQOverflow),
 // after Destroy (ErrDestroyed) or after Device.Close (ErrDeviceClosed).
 func (cq *CQ) WaitPoll(ctx context.Context, wcs []WC) (int, error) {
+	return cq.waitPoll(ctx, wcs, true)
+}
+
+// waitPoll is WaitPoll; attended says that the caller's sleep counts as
+// an application waiting on the device (roce.Engine.BeginSleep), which
+// keeps other devices' waits from handling its packets for it. The MAD
+// agent's receive loop sleeps unattended: it waits for the occasional MAD
+// whatever the device's applications do.
+func (cq *CQ) waitPoll(ctx context.Context, wcs []WC, attended bool) (int, error) {
 	if len(wcs) == 0 {
 		return 0, errors.New("ib: WaitPoll: no room for a completion in wcs")
 	}
@@ -228,7 +241,14 @@ func (cq *CQ) WaitPoll(ctx context.Context, wcs []WC) (int, error) {
 		if cq.d.eng.ProgressBeforeSleep() > 0 {
 			continue
 		}
-		if err := cq.c.Wait(ctx); err != nil {
+		if attended {
+			cq.d.eng.BeginSleep()
+		}
+		err := cq.c.Wait(ctx)
+		if attended {
+			cq.d.eng.EndSleep()
+		}
+		if err != nil {
 			if n := cq.c.Poll(wcs); n > 0 {
 				return n, nil
 			}

@@ -320,7 +320,7 @@ func (a *MADAgent) receiveLoop() {
 	defer close(a.done)
 	wcs := make([]WC, 32)
 	for {
-		n, err := a.rcq.WaitPoll(a.ctx, wcs)
+		n, err := a.rcq.waitPoll(a.ctx, wcs, false)
 		if err != nil {
 			return // Close
 		}

@@ -119,6 +119,13 @@ type Engine struct {
 	// whose own application polls it needs no other spinner's help
 	// (ProgressOthers).
 	polledAt atomic.Int64
+	// sleepers counts the application goroutines asleep until one of
+	// the engine's completions (BeginSleep, EndSleep).
+	sleepers atomic.Int32
+	// streamingAt is when the engine last received a batch longer than
+	// inlineBatch (nanotime; 0: never): a stream, which its receive
+	// goroutine carries (forOthersWithoutSpinner).
+	streamingAt atomic.Int64
 	// rxBatches counts the receive batches dispatched (ReceivedBatches).
 	rxBatches atomic.Uint64
 	log       *slog.Logger
@@ -601,8 +608,18 @@ func (e *Engine) Progress() int {
 // lapsed and every answer woke the receive goroutine's thread: 0.10
 // context switches per 8-byte WRITE round trip instead of 0.05
 // (docs/performance.md, session N).
+//
+// A poll that could not look, because another goroutine was receiving
+// (the receive goroutine, carrying a stream), leaves the cover as it
+// was: covering then sent that goroutine to sleep at its next wait while
+// the stream still flowed (a 64 KiB WRITE stream on 1 QP in event mode,
+// whose waits poll the in-process peer first: 3.46 GB/s with that cover,
+// 3.77 without, medians of 6 runs, session O).
 func (e *Engine) progressCovering() int {
-	n := e.progress()
+	n, busy := e.tryPoll(true)
+	if busy {
+		return 0
+	}
 	if keepsUp(n) {
 		e.poller.Cover()
 	} else {
@@ -616,15 +633,64 @@ func (e *Engine) progressCovering() int {
 func keepsUp(n int) bool { return n <= inlineBatch }
 
 // ProgressBeforeSleep is Progress for a goroutine about to sleep until a
-// completion (CQ.WaitPoll): it first ends the cover of any spinning it
-// did (StopPolling), then takes and handles what is queued.
+// completion (CQ.WaitPoll). It returns the packets it handled; when that
+// is more than 0 the caller looks at its CQ again instead of sleeping.
+//
+// It takes what is queued as a spinner does (ProgressWithOthers): the
+// other engines of the process first, then e, each poll covering its
+// socket. Others first because an in-process peer's answer to what the
+// caller just posted comes from the peer's socket, and handling it there
+// sends the answer into e's socket during that very send: the whole
+// round trip runs in the caller's goroutine, as a TCP ping-pong does in
+// Go's netpoller, and no thread wakes. Covering because the sockets'
+// receive goroutines otherwise wake at each arrival only to find them
+// empty. Measured (in-process 8-byte WRITE round trip in event mode,
+// 100,000, docs/performance.md session O): 7.3 -> 4.6 us at the median,
+// a p99 of 34 -> 6 us and 0.04 -> 0.015 context switches per round trip;
+// handling only e's socket, it found nothing, slept, and the receive
+// goroutines carried the round trip. Engines that stream are left to
+// their receive goroutines, as by a spinner (forOthersToHelp), and
+// engines with an application asleep on their completions are left out
+// too (forOthersUnattended): handling
+// their packets wakes that application from here, and the ACK of its
+// request leaves alone instead of with its answer (an 8-byte SEND
+// ping-pong, both ends sleeping: 9.1 -> 12.9-14.2 us with them).
+//
+// Only when nothing came does the caller go to sleep: it ends the cover
+// (StopPolling), so the receive goroutines watch their sockets again,
+// and polls once more for what came in between. A caller that found
+// work and returns leaves the sockets covered, as a spinner's poll does:
+// if it does not come back, a datagram waits at most the cover's 200 us
+// for the receive goroutine. With no other engine to help (a process
+// with one device, or peers that are attended) there is no covering
+// pass: the end of the cover and one poll, as before, without an empty
+// poll more per sleep (0.2 us of the SEND ping-pong's).
 func (e *Engine) ProgressBeforeSleep() int {
 	if e.poller == nil {
 		return 0
 	}
+	n, others := 0, false
+	forOthersUnattended(e, func(o *Engine) { n, others = n+o.progressCovering(), true })
+	if others {
+		if n += e.progressCovering(); n > 0 {
+			return n
+		}
+	}
 	e.StopPolling()
-	return e.progress()
+	forOthersUnattended(e, func(o *Engine) { n += o.progress() })
+	return n + e.progress()
 }
+
+// BeginSleep says that an application goroutine goes to sleep until one
+// of e's completions (CQ.WaitPoll), EndSleep that it woke.
+func (e *Engine) BeginSleep() { e.sleepers.Add(1) }
+
+// EndSleep ends a BeginSleep.
+func (e *Engine) EndSleep() { e.sleepers.Add(-1) }
+
+// Sleepers is how many application goroutines are asleep on e's
+// completions now (BeginSleep without its EndSleep).
+func (e *Engine) Sleepers() int { return int(e.sleepers.Load()) }
 
 // progress is Progress without marking the engine as polled by its own
 // application (ProgressOthers).
@@ -634,17 +700,24 @@ func (e *Engine) progress() int { return e.pollOnce(true) }
 // receiving, and dispatches it; polled says the caller is a poller (an
 // application), not the receive loop (see dispatch).
 func (e *Engine) pollOnce(polled bool) int {
+	n, _ := e.tryPoll(polled)
+	return n
+}
+
+// tryPoll is pollOnce that also reports busy when another goroutine was
+// receiving (it polled nothing then).
+func (e *Engine) tryPoll(polled bool) (n int, busy bool) {
 	if !e.rxMu.TryLock() {
-		return 0
+		return 0, true
 	}
 	defer e.rxMu.Unlock()
 	rx := e.rx
 	n, err := e.poller.PollLent(rx.pkts, rx.eps, rx.leases)
 	if n == 0 || err != nil {
-		return 0 // errors are the receive loop's to report
+		return 0, false // errors are the receive loop's to report
 	}
 	e.dispatch(n, polled)
-	return n
+	return n, false
 }
 
 // dispatch hands the n packets in e.rx to their workers, or handles them
@@ -663,6 +736,9 @@ func (e *Engine) pollOnce(polled bool) int {
 func (e *Engine) dispatch(n int, polled bool) (anyHeld, ok bool) {
 	rx := e.rx
 	e.rxBatches.Add(1)
+	if n > inlineBatch {
+		e.streamingAt.Store(nanotime())
+	}
 	inline := n <= inlineBatch || e.inlineAll || polled
 	for i := 0; i < n; i++ {
 		pkt, lease := rx.pkts[i], rx.leases[i]

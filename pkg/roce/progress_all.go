@@ -58,10 +58,12 @@ func unregisterPollable(e *Engine) {
 // from any goroutine and hands each packet to its engine in arrival
 // order) keeps every device of the process moving, as busy polling does
 // for every queue it polls: 50-54 us (poll) and 41-58 us (hybrid) in the
-// same session (BenchmarkReadLatency4K, load 3-5).
+// same session (BenchmarkReadLatency4K, load 3-5). Engines with a spinner
+// of their own, and engines carrying a stream, are left to themselves
+// (forOthersToHelp).
 func ProgressOthers(self *Engine) int {
 	n := 0
-	forOthersWithoutSpinner(self, func(e *Engine) { n += e.progressCovering() })
+	forOthersToHelp(self, func(e *Engine) { n += e.progressCovering() })
 	return n
 }
 
@@ -106,17 +108,54 @@ func (e *Engine) StopPolling() {
 // contend for its socket (measured: an 8-byte SEND ping-pong, both ends
 // spinning, went from 13-19 us to 30 us).
 func forOthersWithoutSpinner(self *Engine, f func(*Engine)) {
+	eachOther(self, func(e *Engine, now int64) {
+		if !ownPollerActive(now, e.polledAt.Load()) {
+			f(e)
+		}
+	})
+}
+
+// forOthersToHelp is forOthersWithoutSpinner without the engines that
+// stream (received a batch longer than inlineBatch within
+// ownPollRecent): a stream's receive goroutine carries it on a CPU of its
+// own, and a spinner or a goroutine about to sleep that takes the
+// stream's packets serialises both ends of it on one CPU.
+func forOthersToHelp(self *Engine, f func(*Engine)) {
+	eachOther(self, func(e *Engine, now int64) {
+		if !ownPollerActive(now, e.polledAt.Load()) && !recent(now, e.streamingAt.Load()) {
+			f(e)
+		}
+	})
+}
+
+// forOthersUnattended is forOthersToHelp without the engines that have
+// an application goroutine asleep until their completions (BeginSleep).
+func forOthersUnattended(self *Engine, f func(*Engine)) {
+	forOthersToHelp(self, func(e *Engine) {
+		if e.sleepers.Load() == 0 {
+			f(e)
+		}
+	})
+}
+
+// eachOther calls f for every pollable engine of the process other than
+// self, with the clock read once.
+func eachOther(self *Engine, f func(e *Engine, now int64)) {
 	p := pollables.Load()
 	if p == nil || len(*p) < 2 {
 		return
 	}
 	now := nanotime()
 	for _, e := range *p {
-		if e != self && !ownPollerActive(now, e.polledAt.Load()) {
-			f(e)
+		if e != self {
+			f(e, now)
 		}
 	}
 }
+
+// recent reports whether at (nanotime, 0: never) lies within
+// ownPollRecent of now.
+func recent(now, at int64) bool { return ownPollerActive(now, at) }
 
 // ownPollerActive reports whether an engine last polled by its own
 // application at polledAt (0: never) still counts as having a spinner at
