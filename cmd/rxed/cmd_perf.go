@@ -108,7 +108,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	o.ef.register(fs, true)
 	o.ef.registerSpin(fs)
 	fs.BoolVar(&o.test.Latency, "lat", false, "latency test (ib_*_lat) instead of bandwidth (ib_*_bw)")
-	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of polling (perftest's -e; polling lets the engine receive in the test's goroutine; a bandwidth test's devices still poll while the stream flows)")
+	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of polling (perftest's -e; polling lets the engine receive in the test's goroutine; the devices still poll while packets flow)")
 	var size sizeFlag
 	sizeVar(fs, &size, "s", 0, "message `size` in bytes, K/M/G suffixes (default 65536 for bandwidth, 2 for latency; atomics are 8)")
 	iters := fs.Uint64("n", 0, "iterations (default 5000 for write bandwidth, 1000 otherwise)")
@@ -359,7 +359,7 @@ func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error
 	if o.mtu != 0 {
 		o.ef.activeMTU = ib.MTU(oob.MTUEnum(o.mtu)) // -m lowers the port MTU (UD uses it)
 	}
-	o.ef.busyPoll = deviceBusyPoll(o.test, o.server == "", o.events, o.ef.spin)
+	o.ef.busyPoll = deviceBusyPoll(o.server == "" && o.test.ServerIdles(), o.events, o.ef.spin)
 	en, err := o.ef.open(log)
 	if err != nil {
 		return err

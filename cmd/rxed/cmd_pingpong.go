@@ -74,7 +74,7 @@ func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
 	fs.UintVar(&o.rx, "r", 500, "receives to post at a time (rx depth)")
 	fs.UintVar(&o.iters, "n", 1000, "number of exchanges")
 	fs.UintVar(&o.sl, "l", 0, "service level")
-	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of busy polling (as the tools' -e)")
+	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of polling (as the tools' -e; the device still polls while packets flow)")
 	fs.IntVar(&o.gidx, "g", 0, "local GID `index` (index into the --addr list)")
 	fs.BoolVar(&o.chk, "c", false, "validate received buffers (as the tools' -c/--chk)")
 	fs.BoolVar(&o.chk, "chk", false, "same as -c")
@@ -205,6 +205,7 @@ type ppSide struct {
 
 func pingpong(ctx context.Context, o *pingpongOpts, stdout, stderr io.Writer) (err error) {
 	log := o.ef.logger(stderr)
+	o.ef.busyPoll = deviceBusyPoll(false, o.events, o.ef.spin)
 	en, err := o.ef.open(log)
 	if err != nil {
 		return err

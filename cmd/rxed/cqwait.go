@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/rxed/rxed/pkg/ib"
-	"github.com/rxed/rxed/pkg/oob"
 )
 
 // How the tools wait for completions (--spin, -e).
@@ -51,33 +50,38 @@ const defaultSpin = ib.DefaultHybridSpin
 // its socket after a batch before it blocks in a receive. A device whose
 // application polls it needs none (a hybrid or busy wait receives for
 // the engine, and two pollers of one socket only contend); a device
-// nobody polls was woken at every gap of the stream, 18-19 us of a
-// thread wake-up here each time. Two such devices:
+// nobody polls was woken at every gap of the traffic, a thread wake-up
+// each time (18-19 us on session G's VM, about 30 on session O's). Two
+// such devices:
 //
 //   - the server of WRITE, READ and atomic bandwidth, and of READ and
 //     atomic latency, which has no completion to wait for: the client
 //     runs the test and the server's engine serves it;
-//   - either end of a bandwidth test with -e, whose application sleeps
-//     on CQ events. -e says how the application waits (perftest's
-//     ibv_get_cq_event); the device keeps the stream flowing as rxe's
+//   - either end of a test with -e, whose application sleeps on CQ
+//     events. -e says how the application waits (perftest's
+//     ibv_get_cq_event); the device keeps the traffic flowing as rxe's
 //     softirq does, polling while packets come and sleeping once they
-//     stop. Measured (`rxed perf write -s 65536 -n 20000 -t 16 -Q 1 -e`,
-//     alternating): 2754-3105 MB/s without, 3760-4233 with 50 us on
+//     stop. Measured, alternating: `rxed perf write -s 65536 -n 20000
+//     -t 16 -Q 1 -e` 2754-3105 MB/s without, 3760-4233 with 50 us on
 //     both ends, and less CPU (0.58-0.59 s per 40,000 messages for the
 //     server against 0.70-0.72: a wake-up costs more than the polls it
-//     replaces); send 2746-3165 -> 3846-4215, read 2920-3336 -> 4241-4414
-//     (the server alone).
+//     replaces); send 2746-3165 -> 3846-4215, read 2920-3336 ->
+//     4241-4414 (the server alone); `rxed perf send --lat -s 8 -n
+//     100000 -e` 33-36 -> 4.8 us typical one way, 70-77 -> 6.5-15 us at
+//     the 99th percentile, read 61-67 -> 7.0-7.2, write 60-61 -> 5.9
+//     (whose 99th percentile was 600 us), and 10 us of CPU per round
+//     trip and process instead of 39 (each completion woke a thread).
 //
-// A latency test with -e keeps sleeping devices: a ping-pong never goes
-// silent for the budget, so its devices would poll all the time, and
-// the event path's latency is what `--lat -e` measures. The budget is
-// the base spin budget (--spin, or the default's 50 us for --spin -1),
-// not the 4 budgets a hybrid wait spins on a busy device: with two busy
+// The budget is the base spin budget (--spin, or the default's 50 us
+// for --spin -1), not the 4 budgets a hybrid wait spins on a busy
+// device: with two busy
 // loops on the 2-core VM, `rxed perf read --fault loss=0.01` made 396
 // MB/s without busy polling, 398 with 50 us and 326 with 200 us (6
 // seeds), where on the idle VM 50 us and 200 us both gained (1484 ->
 // 1838 and 1959). --spin 0 spins nothing, anywhere.
-func deviceBusyPoll(t oob.Test, server, events bool, spin time.Duration) time.Duration {
+// idles says that the application never polls the device (a perf server
+// that idles, oob.Test.ServerIdles).
+func deviceBusyPoll(idles, events bool, spin time.Duration) time.Duration {
 	budget := spin
 	if spin < 0 {
 		budget = defaultSpin
@@ -85,11 +89,7 @@ func deviceBusyPoll(t oob.Test, server, events bool, spin time.Duration) time.Du
 	switch {
 	case spin == 0:
 		return 0
-	case events && !t.Latency:
-		return budget
-	case events:
-		return 0
-	case server && t.ServerIdles():
+	case events, idles:
 		return budget
 	}
 	return 0

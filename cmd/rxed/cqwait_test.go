@@ -68,9 +68,8 @@ func TestCQWaiterModes(t *testing.T) {
 // TestDeviceBusyPoll: a perf device busy-polls for the base spin budget
 // (the default's 50 us, or --spin's; --spin -1 polls like the default)
 // where no application polls it: an idle server (write, read and atomic
-// bandwidth, read and atomic latency), and both ends of a bandwidth test
-// with -e; never where the application's wait polls it, in a latency
-// test with -e, or with --spin 0.
+// bandwidth, read and atomic latency), and both ends of any test with
+// -e; never where the application's wait polls it, or with --spin 0.
 func TestDeviceBusyPoll(t *testing.T) {
 	var (
 		writeBW  = oob.Test{Verb: oob.VerbWrite}
@@ -98,15 +97,17 @@ func TestDeviceBusyPoll(t *testing.T) {
 		{sendBW, true, false, defaultSpin, 0},
 		{sendLat, false, false, -1, 0},
 		{writeLat, true, false, defaultSpin, 0},
-		// -e: bandwidth tests poll on both ends, latency tests on none.
+		// -e: both ends poll, in bandwidth and latency tests.
 		{writeBW, false, true, defaultSpin, defaultSpin},
 		{writeBW, true, true, defaultSpin, defaultSpin},
 		{sendBW, true, true, spin80, spin80},
 		{sendBW, false, true, -1, defaultSpin},
 		{sendBW, false, true, 0, 0},
-		{readLat, true, true, defaultSpin, 0},
-		{sendLat, false, true, defaultSpin, 0},
+		{readLat, true, true, defaultSpin, defaultSpin},
+		{sendLat, false, true, defaultSpin, defaultSpin},
+		{writeLat, true, true, 0, 0},
 	} {
-		require.Equal(t, c.want, deviceBusyPoll(c.test, c.server, c.events, c.spin), "%+v", c)
+		idles := c.server && c.test.ServerIdles()
+		require.Equal(t, c.want, deviceBusyPoll(idles, c.events, c.spin), "%+v", c)
 	}
 }
