@@ -239,6 +239,10 @@ func (cq *CQ) waitPoll(ctx context.Context, wcs []WC, attended bool) (int, error
 			return 0, err
 		}
 		if cq.d.eng.ProgressBeforeSleep() > 0 {
+			// It found work and will not sleep: a caller whose every
+			// wait finds its answer this way never blocks, and must
+			// yield as a spinner on Poll does (cq_spin.go).
+			cq.spin.maybeYield()
 			continue
 		}
 		if attended {
