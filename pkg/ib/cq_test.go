@@ -56,23 +56,7 @@ func TestCQOverflowReportedByPoll(t *testing.T) {
 // (polltest.Only), a SEND already in its socket completes in WaitPoll.
 // (issue 15: WaitPoll only slept, waiting for the receive goroutine.)
 func TestCQWaitPollDrivesEngine(t *testing.T) {
-	open := func(addr string, wrap func(transport.Conn) (transport.Conn, error)) *peer {
-		a := netip.MustParseAddr(addr)
-		dev, err := ib.OpenDevice(ib.Config{Addrs: []netip.Addr{a}, EphemeralPort: true, Workers: 1, Wrap: wrap})
-		if err != nil {
-			t.Skipf("no UDP on loopback: %v", err)
-		}
-		p := &peer{dev: dev, addr: a, buf: make([]byte, 64<<10)}
-		p.pd, err = dev.AllocPD()
-		require.NoError(t, err)
-		p.cq, err = dev.CreateCQ(64)
-		require.NoError(t, err)
-		p.mr, err = p.pd.RegMR(p.buf, ib.AccessLocalWrite)
-		require.NoError(t, err)
-		t.Cleanup(p.close)
-		return p
-	}
-	a, b := open("127.0.6.1", nil), open("127.0.6.2", polltest.Only)
+	a, b := openUDPPeer(t, "127.0.6.1", nil, ib.AccessLocalWrite), openUDPPeer(t, "127.0.6.2", polltest.Only, ib.AccessLocalWrite)
 	qa, qb := a.createQP(ib.RC), b.createQP(ib.RC)
 	connectBoth(a, qa, b, qb)
 	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 7, SGL: []ib.SGE{b.sge(0, 64)}}))
@@ -99,23 +83,7 @@ func TestCQWaitPollDrivesEngine(t *testing.T) {
 // 1.6x TCP's instead of 1.3x (session O). b's receive goroutine never
 // gets a datagram (polltest.Only): only a's waits take b's requests.
 func TestWaitPollYieldsWhileItFindsAnswers(t *testing.T) {
-	open := func(addr string, wrap func(transport.Conn) (transport.Conn, error)) *peer {
-		a := netip.MustParseAddr(addr)
-		dev, err := ib.OpenDevice(ib.Config{Addrs: []netip.Addr{a}, EphemeralPort: true, Workers: 1, Wrap: wrap})
-		if err != nil {
-			t.Skipf("no UDP on loopback: %v", err)
-		}
-		p := &peer{dev: dev, addr: a, buf: make([]byte, 64<<10)}
-		p.pd, err = dev.AllocPD()
-		require.NoError(t, err)
-		p.cq, err = dev.CreateCQ(64)
-		require.NoError(t, err)
-		p.mr, err = p.pd.RegMR(p.buf, ib.AccessLocalWrite|ib.AccessRemoteWrite)
-		require.NoError(t, err)
-		t.Cleanup(p.close)
-		return p
-	}
-	a, b := open("127.0.6.3", nil), open("127.0.6.4", polltest.Only)
+	a, b := openUDPPeer(t, "127.0.6.3", nil, ib.AccessLocalWrite), openUDPPeer(t, "127.0.6.4", polltest.Only, ib.AccessLocalWrite|ib.AccessRemoteWrite)
 	qa, qb := a.createQP(ib.RC), b.createQP(ib.RC)
 	connectBoth(a, qa, b, qb)
 	past := -int64(time.Hour)
@@ -138,4 +106,26 @@ func TestWaitPollYieldsWhileItFindsAnswers(t *testing.T) {
 		require.EqualValues(t, i, wcs[0].ID)
 	}
 	require.Equal(t, "8 bytes!", string(b.buf[:8]))
+}
+
+// openUDPPeer opens a peer on a UDP socket at addr (an ephemeral port),
+// its Conn wrapped by wrap when not nil, with a 64 KiB buffer registered
+// for access; it closes when the test ends, and the test skips when the
+// machine has no UDP on loopback.
+func openUDPPeer(t *testing.T, addr string, wrap func(transport.Conn) (transport.Conn, error), access ib.Access) *peer {
+	t.Helper()
+	a := netip.MustParseAddr(addr)
+	dev, err := ib.OpenDevice(ib.Config{Addrs: []netip.Addr{a}, EphemeralPort: true, Workers: 1, Wrap: wrap})
+	if err != nil {
+		t.Skipf("no UDP on loopback: %v", err)
+	}
+	p := &peer{dev: dev, addr: a, buf: make([]byte, 64<<10)}
+	t.Cleanup(p.close)
+	p.pd, err = dev.AllocPD()
+	require.NoError(t, err)
+	p.cq, err = dev.CreateCQ(64)
+	require.NoError(t, err)
+	p.mr, err = p.pd.RegMR(p.buf, access)
+	require.NoError(t, err)
+	return p
 }

@@ -124,7 +124,8 @@ type Engine struct {
 	sleepers atomic.Int32
 	// streamingAt is when the engine last received a batch longer than
 	// inlineBatch (nanotime; 0: never): a stream, which its receive
-	// goroutine carries (forOthersWithoutSpinner).
+	// goroutine carries and other engines' pollers leave to it
+	// (forOthersToHelp).
 	streamingAt atomic.Int64
 	// rxBatches counts the receive batches dispatched (ReceivedBatches).
 	rxBatches atomic.Uint64

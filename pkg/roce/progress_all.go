@@ -103,13 +103,13 @@ func (e *Engine) StopPolling() {
 
 // forOthersWithoutSpinner calls f for every pollable engine of the
 // process other than self whose own application is not spinning: an
-// engine its own application polled within ownPollRecent has a spinner
+// engine its own application polled within recentSpan has a spinner
 // of its own, and polling it from here too only makes two spinners
 // contend for its socket (measured: an 8-byte SEND ping-pong, both ends
 // spinning, went from 13-19 us to 30 us).
 func forOthersWithoutSpinner(self *Engine, f func(*Engine)) {
 	eachOther(self, func(e *Engine, now int64) {
-		if !ownPollerActive(now, e.polledAt.Load()) {
+		if !recent(now, e.polledAt.Load()) {
 			f(e)
 		}
 	})
@@ -117,12 +117,12 @@ func forOthersWithoutSpinner(self *Engine, f func(*Engine)) {
 
 // forOthersToHelp is forOthersWithoutSpinner without the engines that
 // stream (received a batch longer than inlineBatch within
-// ownPollRecent): a stream's receive goroutine carries it on a CPU of its
+// recentSpan): a stream's receive goroutine carries it on a CPU of its
 // own, and a spinner or a goroutine about to sleep that takes the
 // stream's packets serialises both ends of it on one CPU.
 func forOthersToHelp(self *Engine, f func(*Engine)) {
 	eachOther(self, func(e *Engine, now int64) {
-		if !ownPollerActive(now, e.polledAt.Load()) && !recent(now, e.streamingAt.Load()) {
+		if !recent(now, e.polledAt.Load()) && !recent(now, e.streamingAt.Load()) {
 			f(e)
 		}
 	})
@@ -153,20 +153,15 @@ func eachOther(self *Engine, f func(e *Engine, now int64)) {
 	}
 }
 
-// recent reports whether at (nanotime, 0: never) lies within
-// ownPollRecent of now.
-func recent(now, at int64) bool { return ownPollerActive(now, at) }
-
-// ownPollerActive reports whether an engine last polled by its own
-// application at polledAt (0: never) still counts as having a spinner at
-// now.
-func ownPollerActive(now, polledAt int64) bool {
-	return polledAt != 0 && now-polledAt <= int64(ownPollRecent)
+// recent reports whether a mark at (nanotime; 0: never) still counts at
+// now: an engine's own Progress call (polledAt: its application is
+// spinning) or its last long batch (streamingAt: it carries a stream).
+func recent(now, at int64) bool {
+	return at != 0 && now-at <= int64(recentSpan)
 }
 
-// ownPollRecent: how recently an engine's own Progress call counts as
-// "its application is spinning".
-const ownPollRecent = 200 * time.Microsecond
+// recentSpan is how long a polledAt or streamingAt mark counts.
+const recentSpan = 200 * time.Microsecond
 
 // nanotime is a monotonic clock reading in nanoseconds.
 func nanotime() int64 { return int64(time.Since(processStart)) + 1 } // never 0

@@ -41,21 +41,22 @@ func TestProgressOthersReceivesForAnUnpolledEngine(t *testing.T) {
 	require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status)
 }
 
-// An engine its own application has just polled is left to it; one never
-// polled, or not for a while, is helped.
-func TestOwnPollerActive(t *testing.T) {
+// An engine its own application has just polled (or that has just
+// received a long batch) is left to it; one never polled, or not for a
+// while, is helped.
+func TestRecentMarks(t *testing.T) {
 	const now = int64(10 * time.Second)
 	for _, c := range []struct {
 		polledAt int64
 		want     bool
 	}{
-		{0, false},                              // never polled
-		{now, true},                             // polled just now
-		{now - int64(ownPollRecent), true},      // at the bound
-		{now - int64(ownPollRecent) - 1, false}, // just past it
-		{now - int64(time.Second), false},       // long ago
+		{0, false},                           // never polled
+		{now, true},                          // polled just now
+		{now - int64(recentSpan), true},      // at the bound
+		{now - int64(recentSpan) - 1, false}, // just past it
+		{now - int64(time.Second), false},    // long ago
 	} {
-		require.Equal(t, c.want, ownPollerActive(now, c.polledAt), "polled at %d", c.polledAt)
+		require.Equal(t, c.want, recent(now, c.polledAt), "polled at %d", c.polledAt)
 	}
 }
 
@@ -81,16 +82,15 @@ func waitSent(t *testing.T, e *Engine, n uint64) {
 	}
 }
 
-// A spinner with its peer in the same process polls the peer before
-// itself (ProgressWithOthers): the request it just posted waits in the
-// peer's socket, and the peer's answer comes into its own socket during
-// the peer's send, so one call can take both; polling itself first
-// found its socket empty on every round trip (session N). Both engines
-// receive only when polled, so the log is the spinner's doing.
-func TestProgressWithOthersPollsThePeerFirst(t *testing.T) {
-	log := &pollLog{}
-	a := newLoggedSide(t, "127.0.0.1", "a", log)
-	b := newLoggedSide(t, "127.0.0.1", "b", log)
+// requestAtPeer opens two logged, poll-only sides a and b, connected,
+// with a receive (ID 7, 64 bytes into bbuf) posted at b and a's signaled
+// SEND (ID 1) of "request" sent into b's socket, where nobody has taken
+// it yet; the log is empty.
+func requestAtPeer(t *testing.T) (log *pollLog, a, b *side, bbuf []byte) {
+	t.Helper()
+	log = &pollLog{}
+	a = newLoggedSide(t, "127.0.0.1", "a", log)
+	b = newLoggedSide(t, "127.0.0.1", "b", log)
 	connectUDP(t, a, b)
 	amr, abuf := regMR(t, a, 4096)
 	bmr, bbuf := regMR(t, b, 4096)
@@ -102,6 +102,17 @@ func TestProgressWithOthersPollsThePeerFirst(t *testing.T) {
 	require.NoError(t, err)
 	waitSent(t, a.e, 1)
 	log.take()
+	return log, a, b, bbuf
+}
+
+// A spinner with its peer in the same process polls the peer before
+// itself (ProgressWithOthers): the request it just posted waits in the
+// peer's socket, and the peer's answer comes into its own socket during
+// the peer's send, so one call can take both; polling itself first
+// found its socket empty on every round trip (session N). Both engines
+// receive only when polled, so the log is the spinner's doing.
+func TestProgressWithOthersPollsThePeerFirst(t *testing.T) {
+	log, a, b, bbuf := requestAtPeer(t)
 
 	// Every call polls b, then a; spinning on until a's SEND (b's ACK)
 	// completes, b's poll takes the request.
@@ -204,20 +215,7 @@ func TestProgressCoversWhileItKeepsUp(t *testing.T) {
 // receive goroutines, 7.3 us against 4.6 in the caller's; doing a
 // sleeping SEND peer's work split its ACK from its answer).
 func TestProgressBeforeSleepPollsThePeerFirst(t *testing.T) {
-	log := &pollLog{}
-	a := newLoggedSide(t, "127.0.0.1", "a", log)
-	b := newLoggedSide(t, "127.0.0.1", "b", log)
-	connectUDP(t, a, b)
-	amr, abuf := regMR(t, a, 4096)
-	bmr, bbuf := regMR(t, b, 4096)
-	_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: 7, SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 64, LKey: bmr.LKey()}}}})
-	require.NoError(t, err)
-	copy(abuf, "request")
-	_, err = a.e.PostSend(a.q, []qp.SendWR{{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled,
-		SGL: []qp.SGE{{Addr: amr.IOVA(), Length: 7, LKey: amr.LKey()}}}})
-	require.NoError(t, err)
-	waitSent(t, a.e, 1)
-	log.take()
+	log, a, b, bbuf := requestAtPeer(t)
 
 	// b's application sleeps on b's completions: a leaves b alone.
 	b.e.BeginSleep()
@@ -277,6 +275,6 @@ func TestOthersLeaveAStreamToItsReceiveGoroutine(t *testing.T) {
 	for _, ev := range log.take() {
 		require.False(t, strings.HasPrefix(ev, "b poll"), "a sleeper leaves the stream alone too: %v", ev)
 	}
-	b.e.streamingAt.Store(nanotime() - int64(ownPollRecent) - 1)
+	b.e.streamingAt.Store(nanotime() - int64(recentSpan) - 1)
 	require.True(t, polledB(), "the stream ended a while ago")
 }

@@ -91,7 +91,7 @@ type rawSocket struct {
 // polls again within microseconds, and an application that stops
 // polling without saying so (Uncover) delays the next datagram by at
 // most this much. The same span as the engine's "its own application is
-// spinning" (roce.ownPollRecent).
+// spinning" (roce.recentSpan).
 var coverSpan = 200 * time.Microsecond // a variable for tests
 
 // waitSet is an epoll instance of the socket's, registered in the
