@@ -133,6 +133,21 @@ func (r *rtts) quantiles() (p50, p99, maxNS float64) {
 	return at(0.50), at(0.99), float64(s[len(s)-1])
 }
 
+// slow counts the round trips above slowRTT. Goal 4 asks for none in
+// 100,000; the maximum alone cannot say whether a run had one such round
+// trip or many, nor whether TCP's run beside it had as many (on a VM the
+// kernel sometimes keeps a thread off the CPU for milliseconds, whatever
+// it runs: docs/performance.md, session F).
+func (r *rtts) slow() int {
+	n := 0
+	for _, d := range r.ns {
+		if d > int64(slowRTT) {
+			n++
+		}
+	}
+	return n
+}
+
 // tcpPingPong is n round trips of size bytes each way over TCP; it
 // returns the round-trip times and process CPU ns per round trip.
 func tcpPingPong(b testing.TB, n, size int) (*rtts, float64) {
@@ -189,6 +204,8 @@ func reportLatencyVsTCP(b *testing.B, rdma, tcp *rtts) {
 	b.ReportMetric(t50, "tcp-p50-ns")
 	b.ReportMetric(t99, "tcp-p99-ns")
 	b.ReportMetric(tmx, "tcp-max-ns")
+	b.ReportMetric(float64(rdma.slow()), "over-1ms")
+	b.ReportMetric(float64(tcp.slow()), "tcp-over-1ms")
 	b.ReportMetric(rdma.cs, "cs/rtt")
 	b.ReportMetric(tcp.cs, "tcp-cs/rtt")
 	if t50 > 0 && t99 > 0 {
@@ -217,4 +234,20 @@ func BenchmarkTCPPingPong8(b *testing.B) {
 	b.ReportMetric(p50, "tcp-p50-ns")
 	b.ReportMetric(p99, "tcp-p99-ns")
 	b.ReportMetric(mx, "tcp-max-ns")
+	b.ReportMetric(float64(r.slow()), "tcp-over-1ms")
+}
+
+// TestRTTsSlowCountsAboveTheBound: the over-1ms metric counts round trips
+// strictly above slowRTT, every one of them, and ignores the rest.
+func TestRTTsSlowCountsAboveTheBound(t *testing.T) {
+	r := newRTTs("t", 8)
+	for _, d := range []time.Duration{time.Microsecond, slowRTT, slowRTT + 1, 3 * time.Millisecond, 500 * time.Microsecond, 2 * slowRTT} {
+		r.add(d)
+	}
+	if got := r.slow(); got != 3 {
+		t.Fatalf("slow() = %d, want 3 (slowRTT+1, 3 ms, 2 ms; slowRTT itself is not above)", got)
+	}
+	if got := newRTTs("empty", 0).slow(); got != 0 {
+		t.Fatalf("empty slow() = %d", got)
+	}
 }
