@@ -560,6 +560,7 @@ func (e *Engine) receiveLoop() {
 			// call, which on an idle socket is a system call that finds
 			// nothing: the answer then leaves a system call earlier.
 			runtime.Gosched()
+			e.helpSleepingPeers()
 		}
 		if e.busyPoll > 0 {
 			e.pollWhileBusy()

@@ -278,3 +278,49 @@ func TestOthersLeaveAStreamToItsReceiveGoroutine(t *testing.T) {
 	b.e.streamingAt.Store(nanotime() - int64(recentSpan) - 1)
 	require.True(t, polledB(), "the stream ended a while ago")
 }
+
+// After a short batch a receive goroutine takes what an in-process peer
+// whose application sleeps on its completions has queued
+// (helpSleepingPeers), as the peer's own receive goroutine would: the
+// request reaches the peer's CQ and the peer's ACK leaves before the
+// call returns. A peer nobody sleeps on, or one its own application
+// spins on, is left alone, and the helper never polls its own socket
+// (session P: the SEND ping-pong in event mode then runs in one
+// goroutine instead of waking each side's receive goroutine in turn).
+func TestHelpSleepingPeersTakesOnlyASleepersPackets(t *testing.T) {
+	log, a, b, bbuf := requestAtPeer(t)
+	polls := func() []string {
+		var p []string
+		for _, ev := range log.take() {
+			if strings.Contains(ev, " poll ") {
+				p = append(p, ev)
+			}
+		}
+		return p
+	}
+
+	a.e.helpSleepingPeers()
+	require.Empty(t, polls(), "nobody sleeps on b's completions")
+
+	b.e.BeginSleep()
+	defer b.e.EndSleep()
+	// A mark an hour ahead stays recent however slowly the test runs.
+	b.e.polledAt.Store(nanotime() + int64(time.Hour))
+	a.e.helpSleepingPeers()
+	require.Empty(t, polls(), "b's own application spins as well")
+	b.e.polledAt.Store(0)
+
+	sent := b.e.Counters()["sent_pkts"]
+	a.e.helpSleepingPeers()
+	require.Equal(t, []string{"b poll 1"}, polls(), "b's request taken; a's own socket is its receive loop's")
+	var recv [1]qp.WC
+	require.Equal(t, 1, b.rcq.Poll(recv[:]))
+	require.EqualValues(t, 7, recv[0].ID)
+	require.Equal(t, "request", string(bbuf[:7]))
+	require.Equal(t, sent+1, b.e.Counters()["sent_pkts"], "b's ACK left within the call, as from b's receive goroutine")
+
+	// That ACK completes a's SEND.
+	wc, _ := spinForWC(t, a.scq, a.e.Progress)
+	require.Equal(t, qp.WCSuccess, wc.Status)
+	require.EqualValues(t, 1, wc.ID)
+}
