@@ -292,6 +292,13 @@ func (e *Engine) gid(i uint8) netip.Addr {
 	return netip.Addr{}
 }
 
+// hasSocket reports whether ap is the address of one of the engine's
+// sockets (as a datagram it sent carries it for its source).
+func (e *Engine) hasSocket(ap netip.AddrPort) bool {
+	p, ok := e.ports[ap.Addr().Unmap()]
+	return ok && p == ap.Port()
+}
+
 // isLocal reports whether a is in the GID table (an invalid a, from a
 // transport that does not report destinations, is accepted).
 func (e *Engine) isLocal(a netip.Addr) bool {
@@ -549,6 +556,7 @@ func (e *Engine) receiveLoop() {
 			}
 			return
 		}
+		from := rx.eps[0].Remote // who sent the batch: our answer went there
 		anyHeld, ok := e.dispatch(n, false)
 		e.rxMu.Unlock()
 		if !ok {
@@ -560,7 +568,7 @@ func (e *Engine) receiveLoop() {
 			// call, which on an idle socket is a system call that finds
 			// nothing: the answer then leaves a system call earlier.
 			runtime.Gosched()
-			e.helpSleepingPeers()
+			e.helpSleepingPeers(from)
 		}
 		if e.busyPoll > 0 {
 			e.pollWhileBusy()

@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,10 +151,11 @@ func forOthersAsleep(self *Engine, f func(*Engine)) {
 }
 
 // helpSleepingPeers is what a receive goroutine does after a short batch
-// (the latency path): it takes what the process's other engines whose
-// applications sleep on their completions have queued (forOthersAsleep),
-// as their own receive goroutines would, answer window included (the
-// poll is not a poller's: dispatch with polled false).
+// (the latency path) that came from another engine of the process (from,
+// the batch's source): if that engine's application sleeps on its
+// completions (forOthersAsleep), it takes what that engine has queued,
+// as the engine's own receive goroutine would, answer window included
+// (the poll is not a poller's: dispatch with polled false).
 //
 // Why: the batch just handled usually made this engine answer into an
 // in-process peer's socket (a client and its server in one program, the
@@ -172,13 +174,21 @@ func forOthersAsleep(self *Engine, f func(*Engine)) {
 // process with one engine (the rxed tools and daemon) polls nothing
 // more.
 //
-// Only peers with an application asleep are helped: their receive
-// goroutine is what the round trip would otherwise wait for, while a
-// spinner takes its own packets and a waiter about to sleep polls its
-// peers itself (ProgressBeforeSleep); each engine helped costs a receive
-// call, which finds nothing when the peer's traffic is not ours.
-func (e *Engine) helpSleepingPeers() {
-	forOthersAsleep(e, func(o *Engine) { o.tryPoll(false) })
+// Only the engine the batch came from is helped, and only while an
+// application sleeps on it: that engine's receive goroutine is what the
+// round trip would otherwise wait for, while a spinner takes its own
+// packets and a waiter about to sleep polls its peers itself
+// (ProgressBeforeSleep). Each engine helped costs a receive call, which
+// finds nothing when our answer did not go there: in a process of many
+// engines whose applications sleep (the ranks of an in-process
+// allreduce) polling them all after every batch would cost one such
+// call per engine.
+func (e *Engine) helpSleepingPeers(from netip.AddrPort) {
+	forOthersAsleep(e, func(o *Engine) {
+		if o.hasSocket(from) {
+			o.tryPoll(false)
+		}
+	})
 }
 
 // eachOther calls f for every pollable engine of the process other than

@@ -282,9 +282,10 @@ func TestOthersLeaveAStreamToItsReceiveGoroutine(t *testing.T) {
 // After a short batch a receive goroutine takes what an in-process peer
 // whose application sleeps on its completions has queued
 // (helpSleepingPeers), as the peer's own receive goroutine would: the
-// request reaches the peer's CQ and the peer's ACK leaves before the
-// call returns. A peer nobody sleeps on, or one its own application
-// spins on, is left alone, and the helper never polls its own socket
+// request reaches the peer's CQ and the peer's ACK completes the
+// sender's SEND. A peer nobody sleeps on, one its own application spins
+// on, or one the batch did not come from is left alone, and the helper
+// never polls its own socket
 // (session P: the SEND ping-pong in event mode then runs in one
 // goroutine instead of waking each side's receive goroutine in turn).
 func TestHelpSleepingPeersTakesOnlyASleepersPackets(t *testing.T) {
@@ -299,25 +300,34 @@ func TestHelpSleepingPeersTakesOnlyASleepersPackets(t *testing.T) {
 		return p
 	}
 
-	a.e.helpSleepingPeers()
+	fromB := b.e.conn.LocalAddrs()[0]
+	a.e.helpSleepingPeers(fromB)
 	require.Empty(t, polls(), "nobody sleeps on b's completions")
 
 	b.e.BeginSleep()
 	defer b.e.EndSleep()
 	// A mark an hour ahead stays recent however slowly the test runs.
 	b.e.polledAt.Store(nanotime() + int64(time.Hour))
-	a.e.helpSleepingPeers()
+	a.e.helpSleepingPeers(fromB)
 	require.Empty(t, polls(), "b's own application spins as well")
 	b.e.polledAt.Store(0)
 
+	notB := netip.AddrPortFrom(fromB.Addr(), fromB.Port()+1)
+	a.e.helpSleepingPeers(notB)
+	require.Empty(t, polls(), "the batch came from elsewhere: b is not where the answer went")
+	a.e.helpSleepingPeers(netip.AddrPort{})
+	require.Empty(t, polls(), "a source the transport did not report")
+
 	sent := b.e.Counters()["sent_pkts"]
-	a.e.helpSleepingPeers()
+	a.e.helpSleepingPeers(fromB)
 	require.Equal(t, []string{"b poll 1"}, polls(), "b's request taken; a's own socket is its receive loop's")
-	var recv [1]qp.WC
-	require.Equal(t, 1, b.rcq.Poll(recv[:]))
-	require.EqualValues(t, 7, recv[0].ID)
+	// Handled inline, or by b's worker if it was busy, as for b's receive
+	// goroutine; either way b receives it and sends its ACK.
+	recv := waitWC(t, b.rcq)
+	require.Equal(t, qp.WCSuccess, recv.Status)
+	require.EqualValues(t, 7, recv.ID)
 	require.Equal(t, "request", string(bbuf[:7]))
-	require.Equal(t, sent+1, b.e.Counters()["sent_pkts"], "b's ACK left within the call, as from b's receive goroutine")
+	waitSent(t, b.e, sent+1)
 
 	// That ACK completes a's SEND.
 	wc, _ := spinForWC(t, a.scq, a.e.Progress)
