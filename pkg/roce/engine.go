@@ -295,8 +295,7 @@ func (e *Engine) gid(i uint8) netip.Addr {
 // hasSocket reports whether ap is the address of one of the engine's
 // sockets (as a datagram it sent carries it for its source).
 func (e *Engine) hasSocket(ap netip.AddrPort) bool {
-	p, ok := e.ports[ap.Addr().Unmap()]
-	return ok && p == ap.Port()
+	return ap.Port() != 0 && e.Port(ap.Addr()) == ap.Port()
 }
 
 // isLocal reports whether a is in the GID table (an invalid a, from a

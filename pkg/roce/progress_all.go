@@ -123,10 +123,17 @@ func forOthersWithoutSpinner(self *Engine, f func(*Engine)) {
 // stream's packets serialises both ends of it on one CPU.
 func forOthersToHelp(self *Engine, f func(*Engine)) {
 	eachOther(self, func(e *Engine, now int64) {
-		if !recent(now, e.polledAt.Load()) && !recent(now, e.streamingAt.Load()) {
+		if e.wantsHelp(now) {
 			f(e)
 		}
 	})
+}
+
+// wantsHelp reports whether another engine's spinner or waiter may take
+// e's packets at now: e has no spinner of its own (polledAt) and carries
+// no stream (streamingAt) within recentSpan.
+func (e *Engine) wantsHelp(now int64) bool {
+	return !recent(now, e.polledAt.Load()) && !recent(now, e.streamingAt.Load())
 }
 
 // forOthersUnattended is forOthersToHelp without the engines that have
@@ -139,21 +146,11 @@ func forOthersUnattended(self *Engine, f func(*Engine)) {
 	})
 }
 
-// forOthersAsleep is forOthersToHelp for only the engines that have an
-// application goroutine asleep until their completions (BeginSleep):
-// the complement of forOthersUnattended.
-func forOthersAsleep(self *Engine, f func(*Engine)) {
-	forOthersToHelp(self, func(e *Engine) {
-		if e.sleepers.Load() > 0 {
-			f(e)
-		}
-	})
-}
-
 // helpSleepingPeers is what a receive goroutine does after a short batch
 // (the latency path) that came from another engine of the process (from,
 // the batch's source): if that engine's application sleeps on its
-// completions (forOthersAsleep), it takes what that engine has queued,
+// completions (sleepers) and the engine wants help (wantsHelp: no
+// spinner, no stream of its own), it takes what that engine has queued,
 // as the engine's own receive goroutine would, answer window included
 // (the poll is not a poller's: dispatch with polled false).
 //
@@ -184,11 +181,19 @@ func forOthersAsleep(self *Engine, f func(*Engine)) {
 // allreduce) polling them all after every batch would cost one such
 // call per engine.
 func (e *Engine) helpSleepingPeers(from netip.AddrPort) {
-	forOthersAsleep(e, func(o *Engine) {
-		if o.hasSocket(from) {
-			o.tryPoll(false)
+	p := pollables.Load()
+	if p == nil || len(*p) < 2 {
+		return
+	}
+	for _, o := range *p {
+		if o != e && o.hasSocket(from) {
+			// The clock is read only for an in-process source.
+			if o.sleepers.Load() > 0 && o.wantsHelp(nanotime()) {
+				o.tryPoll(false)
+			}
+			return
 		}
-	})
+	}
 }
 
 // eachOther calls f for every pollable engine of the process other than
