@@ -43,4 +43,18 @@
 // an unconnected UDP socket with IP_PMTUDISC_DO: IPv4 ID 0 and DF (a
 // connect()ed socket would get a per-socket ID and break the ICRC), so a
 // kernel rxe peer, which checks against the real header, accepts it.
+//
+// # ICRC speed
+//
+// Small packets run slicing-by-8 over the masked headers, read straight
+// from the input a word at a time, then the rest. From 256 bytes of payload
+// on, where the CPU has AVX-512 with VPCLMULQDQ (amd64, without the purego
+// build tag), the masked headers and the start of the payload make one
+// 64-byte block and a carry-less-multiply pass of our own (icrc_fold_amd64.s)
+// folds it and the payload together, four 512-bit accumulators abreast.
+// Handing the payload to hash/crc32 after the headers' register instead
+// made the vector pass wait for a chain of table lookups, and hash/crc32's
+// own pass runs one accumulator: a 4 KiB packet's ICRC took 86 ns against
+// hash/crc32's 65 over the same bytes; the one pass takes 50. Everywhere
+// else the table path runs, and the tests run both where both can.
 package wire

@@ -162,9 +162,15 @@ func (f Flow) SealGather(hdr, payload, trailer []byte) {
 	var udp [8]byte
 	total := len(hdr) + len(payload) + len(trailer)
 	h := f.headers(&ip, &udp, total)
+	n := len(trailer) - ICRCLen
+	if len(payload) >= foldMin && canFold {
+		if crc, ok := icrcFold(h, udp[:], hdr, payload, trailer[:n]); ok {
+			binary.LittleEndian.PutUint32(trailer[n:], crc)
+			return
+		}
+	}
 	crc := ICRC(h, udp[:], hdr)
 	crc = crc32.Update(crc, ieee, payload)
-	n := len(trailer) - ICRCLen
 	crc = crc32.Update(crc, ieee, trailer[:n])
 	binary.LittleEndian.PutUint32(trailer[n:], crc)
 }
