@@ -100,7 +100,7 @@ func WriteReport(w io.Writer, info RunInfo, rs []Result) {
 	if info.Strict {
 		fmt.Fprintf(w, "- strict: retransmission/duplicate/RNR counters fail a cell without loss\n")
 	} else {
-		fmt.Fprintf(w, "- not strict (TCG): retransmission/duplicate/RNR counters are listed as notes, and rxed drop_state up to the guest's duplicate_request (late answers to spurious resends); hard errors and packet accounting still fail a cell\n")
+		fmt.Fprintf(w, "- not strict (TCG): retransmission/duplicate/RNR counters are listed as notes, rxed drop_state up to the guest's duplicate_request (late answers to spurious resends), and rxed drop_ipv4_id up to its ipv4_id_resync (the guest's ID counter jumped and the guard re-anchored); hard errors and packet accounting still fail a cell\n")
 	}
 	if info.Note != "" {
 		fmt.Fprintf(w, "- %s\n", info.Note)
