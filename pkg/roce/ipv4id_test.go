@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,6 +110,104 @@ func TestIDGuardPairs(t *testing.T) {
 		g.admit(src, l1, uint16(i), now)
 	}
 	require.LessOrEqual(t, len(g.pairs), idGuardMaxPairs)
+}
+
+// TestIDGuardAgreesWithItsWindows: the guard's lock-free paths (the last
+// pair remembered, a zero-mode window admitting ID 0 without its lock)
+// give every packet the verdict a bare idWindow per pair gives, over a
+// seeded mix of an rxed-like peer (IDs 0, now and then a stray one), an
+// rdma_rxe-like peer (a counter with jumps) and a peer that moves from one
+// to the other; and a pair the table forgot while it was the last one
+// starts over (its next packet is a first packet), as any forgotten pair.
+func TestIDGuardAgreesWithItsWindows(t *testing.T) {
+	var g idGuard
+	ref := map[idPair]*idWindow{}
+	l := netip.MustParseAddr("10.0.0.9")
+	peers := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3")}
+	rng := rand.New(rand.NewPCG(5, 8))
+	now := time.Unix(100, 0)
+	counter := uint16(40000)
+	seen := map[idVerdict]int{}
+	for i := range 20000 {
+		p := rng.IntN(len(peers))
+		if rng.IntN(4) != 0 { // runs of one peer, as batches arrive
+			p = i / 7 % len(peers)
+		}
+		var id uint16
+		switch p {
+		case 0: // rxed: 0, and now and then a corrupted packet's ID
+			if rng.IntN(50) == 0 {
+				id = uint16(rng.Uint32())
+			}
+		case 1: // rdma_rxe: a counter, now and then a jump
+			counter += 1 + uint16(rng.IntN(3))
+			if rng.IntN(200) == 0 {
+				counter += 30000
+			}
+			id = counter
+		case 2: // 0 for the first half, a counter after
+			if i > 10000 {
+				id = uint16(i)
+			}
+		}
+		now = now.Add(time.Duration(rng.IntN(100)) * time.Microsecond)
+		k := idPair{peers[p].As4(), l.As4()}
+		w := ref[k]
+		if w == nil {
+			w = new(idWindow)
+			ref[k] = w
+		}
+		want := w.admit(id, now)
+		require.Equal(t, want, g.admit(peers[p], l, id, now), "packet %d, peer %d, ID %d", i, p, id)
+		seen[want]++
+	}
+	for _, v := range []idVerdict{idFirst, idOK, idResync, idReject} {
+		require.NotZero(t, seen[v], "verdict %d never came up: the mix does not cover it", v)
+	}
+
+	// Forget the last pair by filling the table from other sources, with
+	// that pair's window put back as the last one after each.
+	k0 := idPair{peers[0].As4(), l.As4()}
+	require.Equal(t, idOK, g.admit(peers[0], l, 0, now))
+	w0 := g.pairs[k0]
+	for i := 0; g.pairs[k0] != nil; i++ {
+		require.Less(t, i, 4*idGuardMaxPairs, "the table never forgot the pair")
+		g.admit(netip.AddrFrom4([4]byte{11, byte(i >> 16), byte(i >> 8), byte(i)}), l, 0, now)
+		g.last.Store(w0)
+	}
+	require.True(t, w0.zeroOK.Load(), "the forgotten window would still admit 0 by itself")
+	require.Equal(t, idFirst, g.admit(peers[0], l, 0, now), "a forgotten pair starts over")
+}
+
+// TestIDGuardConcurrentZeroPeers: workers admitting rxed-like peers' ID 0
+// at once, through the lock-free path and around it (the last pair
+// changing under them), get each pair's first packet exactly once and
+// every other packet admitted; -race checks the paths' synchronisation.
+func TestIDGuardConcurrentZeroPeers(t *testing.T) {
+	var g idGuard
+	l := netip.MustParseAddr("10.0.0.9")
+	peers := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3")}
+	const workers, each = 4, 5000
+	var firsts, oks atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			now := time.Unix(0, 0)
+			for i := range each {
+				switch g.admit(peers[(i+w)%len(peers)], l, 0, now) {
+				case idFirst:
+					firsts.Add(1)
+				case idOK:
+					oks.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(len(peers)), firsts.Load(), "one first packet per pair")
+	require.Equal(t, int64(workers*each-len(peers)), oks.Load(), "every other packet admitted")
 }
 
 // TestIPv4CorruptionFalseAcceptRate measures how often a randomly
