@@ -66,8 +66,17 @@ func connectRC(p *peer, q *ib.QP, r *peer, rq *ib.QP) {
 
 // connectRCAccess is connectRC with the remote operations q accepts.
 func connectRCAccess(p *peer, q *ib.QP, r *peer, rq *ib.QP, access ib.Access) {
-	check(ib.ConnectQP(q, ib.RemoteQP{QPN: rq.Num(), PSN: 100, GID: r.addr, UDPPort: r.dev.UDPPort(), MTU: ib.MTU1024},
-		ib.ConnectAttr{SGIDIndex: -1, PSN: 100, AccessFlags: access, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+	connectRCAccessPSN(p, q, r, rq, access, 100)
+}
+
+// connectRCAccessPSN is connectRCAccess with psn as the first PSN both
+// ways. A test that connects the same two QPs again after an error gives
+// each connection its own PSNs, as rdma_cm's random ones do: a request
+// the last connection resent, still in flight, is then an old duplicate
+// to the new one, not its next request.
+func connectRCAccessPSN(p *peer, q *ib.QP, r *peer, rq *ib.QP, access ib.Access, psn uint32) {
+	check(ib.ConnectQP(q, ib.RemoteQP{QPN: rq.Num(), PSN: psn, GID: r.addr, UDPPort: r.dev.UDPPort(), MTU: ib.MTU1024},
+		ib.ConnectAttr{SGIDIndex: -1, PSN: psn, AccessFlags: access, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
 			MinRNRTimer: 1, MaxRdAtomic: 4, MaxDestRdAtomic: 4}))
 }
 

@@ -108,9 +108,20 @@ func TestRemoteAccessMatrix(t *testing.T) {
 	cases := 0
 	for _, qpAcc := range subsets {
 		qa, qb := a.createQP(ib.RC), b.createQP(ib.RC)
+		// Each connection of the pair starts at its own PSN: a refused
+		// request the requester resent before the NAK came back (a
+		// loaded machine: the retransmit timer is 67 ms) can reach the
+		// next connection's responder, and with the same PSN it was that
+		// responder's next request, refused again: the responder went to
+		// ERR and dropped the real one, which ended in RETRY_EXC_ERR (CI
+		// run at b36d65b, 10 of 120 runs here under load, the case after
+		// an error every time). With a new PSN it is an old duplicate.
+		incarnation := uint32(0)
 		connect := func() {
-			connectRCAccess(a, qa, b, qb, ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic)
-			connectRCAccess(b, qb, a, qa, qpAcc)
+			incarnation++
+			psn := (100 + incarnation<<16) & 0xFFFFFF
+			connectRCAccessPSN(a, qa, b, qb, ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic, psn)
+			connectRCAccessPSN(b, qb, a, qa, qpAcc, psn)
 		}
 		connect()
 		for _, o := range ops {
