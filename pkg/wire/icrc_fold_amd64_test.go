@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -94,6 +95,10 @@ func TestFoldConstants(t *testing.T) {
 		return r
 	}
 	require.Equal(t, [2]uint64{refl33(0x104C11DB7), refl33(q)}, foldK.mu, "Barrett")
+	// The assembly reads foldK at fixed offsets (its K* macros).
+	require.Equal(t, []uintptr{0, 64, 128, 144, 160},
+		[]uintptr{unsafe.Offsetof(foldK.k2048), unsafe.Offsetof(foldK.k512), unsafe.Offsetof(foldK.k128),
+			unsafe.Offsetof(foldK.k64), unsafe.Offsetof(foldK.mu)}, "foldK's layout against icrc_fold_amd64.s")
 }
 
 // TestFoldAVX512Paths runs the vector pass itself over every length of p
