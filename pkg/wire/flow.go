@@ -163,7 +163,7 @@ func (f Flow) SealGather(hdr, payload, trailer []byte) {
 	total := len(hdr) + len(payload) + len(trailer)
 	h := f.headers(&ip, &udp, total)
 	n := len(trailer) - ICRCLen
-	if len(payload) >= foldMin && canFold {
+	if foldable(len(payload)) {
 		if crc, ok := icrcFold(h, udp[:], hdr, payload, trailer[:n]); ok {
 			binary.LittleEndian.PutUint32(trailer[n:], crc)
 			return

@@ -59,17 +59,17 @@ const icrcBufLen = 8 + 60 + 8 + BTHLen + icrcSmall
 // masking), udpHdr the 8-byte UDP header, roce the UDP payload without the
 // trailing ICRC (BTH, extension headers, payload, pad).
 func ICRC(ipHdr, udpHdr, roce []byte) uint32 {
-	if len(roce) >= BTHLen+foldMin && canFold {
+	if len(roce) >= BTHLen && foldable(len(roce)-BTHLen) {
 		if crc, ok := icrcFold(ipHdr, udpHdr, roce[:BTHLen], roce[BTHLen:], nil); ok {
 			return crc
 		}
 	}
 	if len(udpHdr) == 8 && len(roce) >= BTHLen {
 		var st uint32
-		switch {
-		case len(ipHdr) == 20 && ipHdr[0] == 0x45:
+		switch ipFast(ipHdr) {
+		case 4:
 			st = prefixIPv4(ipHdr, udpHdr, roce)
-		case len(ipHdr) == 40 && ipHdr[0]>>4 == 6:
+		case 6:
 			st = prefixIPv6(ipHdr, udpHdr, roce)
 		default:
 			return icrcGeneric(ipHdr, udpHdr, roce)
@@ -88,6 +88,21 @@ func ICRC(ipHdr, udpHdr, roce []byte) uint32 {
 // the payload as one vector pass (icrcFold) where the CPU can.
 const foldMin = 256
 
+// foldable reports whether n bytes after the headers go to the vector pass.
+func foldable(n int) bool { return n >= foldMin && canFold }
+
+// ipFast returns 4 or 6 for an IP header the fast paths take (IPv4 without
+// options, IPv6), 0 for any other.
+func ipFast(ip []byte) int {
+	switch {
+	case len(ip) == 20 && ip[0] == 0x45:
+		return 4
+	case len(ip) == 40 && ip[0]>>4 == 6:
+		return 6
+	}
+	return 0
+}
+
 // icrcFold computes the ICRC of a packet held as hdr (the BTH and any
 // extension headers), body (at least foldMin bytes) and tail, with the
 // masked IP, UDP and BTH headers, the extension headers and the start of
@@ -97,16 +112,16 @@ const foldMin = 256
 // what held ICRC to 0.75x of hash/crc32 on a 4 KiB packet. ok is false for
 // headers it does not take (IPv4 options, extension headers over the block).
 func icrcFold(ip, udp, hdr, body, tail []byte) (crc uint32, ok bool) {
-	if len(udp) != 8 || len(hdr) < BTHLen || len(body) < foldMin {
+	if len(udp) != 8 || len(hdr) < BTHLen || !foldable(len(body)) {
 		return 0, false
 	}
 	var blk [8]uint64
 	var n int // bytes of blk filled
-	switch {
-	case len(ip) == 20 && ip[0] == 0x45:
+	switch ipFast(ip) {
+	case 4:
 		blk[0], blk[1], blk[2], blk[3], blk[4] = maskedIPv4(ip, udp, hdr)
 		n = 40
-	case len(ip) == 40 && ip[0]>>4 == 6:
+	case 6:
 		blk[0], blk[1], blk[2], blk[3], blk[4], blk[5], blk[6], blk[7] = maskedIPv6(ip, udp, hdr)
 		n = 60
 	default:

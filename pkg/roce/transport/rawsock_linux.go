@@ -83,9 +83,8 @@ type rawSocket struct {
 	rdState attempt // the reader's (one at a time)
 	wrState attempt // the writer's (one at a time)
 
-	// The reader's own.
-	rdArmed bool        // rd's watch on fd is on (fd is in rd)
-	timer   *time.Timer // a covered reader's sleep
+	// The reader's own (rd.on too: its watch on fd is on).
+	timer *time.Timer // a covered reader's sleep
 
 	onCoveredSleep func() // tests: called as a covered reader goes to sleep
 }
@@ -182,7 +181,7 @@ func newRawSocket(pc *net.UDPConn) (*rawSocket, error) {
 		unix.Close(fd)
 		return nil, os.NewSyscallError("fcntl", err)
 	}
-	r := &rawSocket{fd: fd, done: make(chan struct{}), uncover: make(chan struct{}, 1), rdArmed: true}
+	r := &rawSocket{fd: fd, done: make(chan struct{}), uncover: make(chan struct{}, 1)}
 	if r.rd, err = newWaitSet(); err == nil {
 		if err = r.rd.watch(fd, unix.EPOLLIN); err != nil {
 			r.rd.f.Close()
@@ -274,7 +273,7 @@ func (r *rawSocket) Read(f func(uintptr) bool) error {
 	defer func() { rs.f = nil }()
 	for {
 		covered := r.covered() // one clock reading for the whole step
-		if covered || !r.rdArmed {
+		if covered || !r.rd.on {
 			if rs.tryFn(0); rs.done || rs.err != nil {
 				return rs.err
 			}
@@ -286,7 +285,7 @@ func (r *rawSocket) Read(f func(uintptr) bool) error {
 			}
 			continue
 		}
-		if !r.rdArmed {
+		if !r.rd.on {
 			// Arm, then wait: a datagram that came after the attempt
 			// above makes rd readable at once (the wait's first attempt
 			// finds it), and one that comes later is watched.
@@ -378,7 +377,7 @@ func (r *rawSocket) covered() bool {
 // sleepCovered switches rd's watch off and waits until the cover lapses,
 // Uncover is called or the socket closes.
 func (r *rawSocket) sleepCovered() error {
-	if r.rdArmed {
+	if r.rd.on {
 		if err := r.armRead(false); err != nil {
 			return err
 		}
@@ -410,11 +409,7 @@ func (r *rawSocket) armRead(on bool) error {
 	if on {
 		ev = unix.EPOLLIN
 	}
-	if err := r.watch(&r.rd, ev); err != nil {
-		return err
-	}
-	r.rdArmed = on
-	return nil
+	return r.watch(&r.rd, ev)
 }
 
 // watch sets what w watches on the socket, unless it is closed.

@@ -159,7 +159,7 @@ func TestRawSocketCoveredReaderLeavesArrivalsToThePoller(t *testing.T) {
 		t.Fatalf("the covered reader returned %q", s)
 	default:
 	}
-	require.False(t, r.rdArmed, "a covered reader switches its watch off")
+	require.False(t, r.rd.on, "a covered reader switches its watch off")
 	require.False(t, inSet(t, &r.rd, r.fd), "and takes the socket out of rd")
 
 	r.Uncover()
@@ -186,14 +186,14 @@ func TestRawSocketUncoveredReaderTakesWhatCameBeforeArming(t *testing.T) {
 	waitQueued(t, r)
 	r.Uncover()
 	require.Equal(t, "meanwhile", recvWithin(t, got))
-	require.False(t, r.rdArmed, "the watch stays off: the reader took the datagram before arming it")
+	require.False(t, r.rd.on, "the watch stays off: the reader took the datagram before arming it")
 
 	// The next Read finds nothing, arms the watch and waits.
 	c := startCountingReader(r)
 	<-c.empty
 	send("later")
 	require.Equal(t, "later", recvWithin(t, c.got))
-	require.True(t, r.rdArmed, "a reader that found nothing waits with its watch on")
+	require.True(t, r.rd.on, "a reader that found nothing waits with its watch on")
 	require.True(t, inSet(t, &r.rd, r.fd), "the socket back in rd")
 }
 
