@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"math/bits"
 	"net/netip"
 )
 
@@ -143,11 +144,54 @@ func (f Flow) Seal(pkt []byte) {
 	if len(pkt) < BTHLen+ICRCLen {
 		return
 	}
+	n := len(pkt) - ICRCLen
+	binary.LittleEndian.PutUint32(pkt[n:], f.icrc(pkt[:n]))
+}
+
+// icrc is the ICRC of roce (a UDP payload without its ICRC, at least a
+// BTH) sent on f with the headers Seal describes. On an IPv4 flow the
+// masked header words come straight from the flow (words4); on any other
+// the headers are built and ICRC runs.
+func (f Flow) icrc(roce []byte) uint32 {
+	rest := roce[BTHLen:]
+	if w0, w1, w2, w3, ok := f.words4(8 + len(roce) + ICRCLen); ok {
+		w3 |= le32(roce) << 32
+		w4 := le64(roce[4:]) | 0xFF // FECN, BECN, resv6
+		if foldable(len(rest)) {
+			blk := [8]uint64{w0, w1, w2, w3, w4}
+			crc, _ := foldBlock(&blk, 40, roce[:BTHLen], rest, nil) // no extension headers: always ok
+			return crc
+		}
+		st := headerReg4(w0, w1, w2, w3, w4)
+		if len(rest) < 64 {
+			return slicing8Update(^st, rest)
+		}
+		return crc32.Update(^st, ieee, rest)
+	}
 	var ip ipHeaderBuf
 	var udp [8]byte
-	h := f.headers(&ip, &udp, len(pkt))
-	n := len(pkt) - ICRCLen
-	binary.LittleEndian.PutUint32(pkt[n:], ICRC(h, udp[:], pkt[:n]))
+	h := f.headers(&ip, &udp, len(roce)+ICRCLen)
+	return ICRC(h, udp[:], roce)
+}
+
+// words4 returns, for a datagram of udpLen bytes (UDP header included)
+// on an IPv4 flow, the first four of maskedIPv4's words over the headers
+// Seal describes (w3 without the BTH's first four bytes), computed from
+// the flow's addresses and ports: what headers would write and
+// maskedIPv4 read back, at a third of the cost for an ACK's ICRC
+// (docs/performance.md, session R). ok is false for any other flow.
+func (f Flow) words4(udpLen int) (w0, w1, w2, w3 uint64, ok bool) {
+	src, dst := f.Src.Addr().Unmap(), f.Dst.Addr().Unmap()
+	if !src.Is4() || !dst.Is4() {
+		return 0, 0, 0, 0, false
+	}
+	s, d := src.As4(), dst.As4()
+	be16 := func(v uint16) uint64 { return uint64(bits.ReverseBytes16(v)) }
+	w0 = 0x45 | 0xFF<<8 | be16(uint16(20+udpLen))<<16 | ipv4FlagDF>>8<<48                   // version and IHL, TOS (masked), total length, ID 0, DF
+	w1 = 0xFF | ipv4ProtoUDP<<8 | 0xFFFF<<16 | uint64(binary.LittleEndian.Uint32(s[:]))<<32 // TTL, header checksum (masked); source
+	w2 = uint64(binary.LittleEndian.Uint32(d[:])) | be16(f.Src.Port())<<32 | be16(f.Dst.Port())<<48
+	w3 = be16(uint16(udpLen)) | 0xFFFF<<16 // UDP length, checksum (masked)
+	return w0, w1, w2, w3, true
 }
 
 // SealGather is Seal for a packet held in three pieces sent back to back:
@@ -158,11 +202,27 @@ func (f Flow) SealGather(hdr, payload, trailer []byte) {
 	if len(hdr) < BTHLen || len(trailer) < ICRCLen {
 		return
 	}
+	total := len(hdr) + len(payload) + len(trailer)
+	n := len(trailer) - ICRCLen
+	if w0, w1, w2, w3, ok := f.words4(8 + total); ok {
+		w3 |= le32(hdr) << 32
+		w4 := le64(hdr[4:]) | 0xFF // FECN, BECN, resv6
+		if foldable(len(payload)) {
+			blk := [8]uint64{w0, w1, w2, w3, w4}
+			if crc, ok := foldBlock(&blk, 40, hdr, payload, trailer[:n]); ok {
+				binary.LittleEndian.PutUint32(trailer[n:], crc)
+				return
+			}
+		}
+		crc := slicing8Update(^headerReg4(w0, w1, w2, w3, w4), hdr[BTHLen:])
+		crc = crc32.Update(crc, ieee, payload)
+		crc = crc32.Update(crc, ieee, trailer[:n])
+		binary.LittleEndian.PutUint32(trailer[n:], crc)
+		return
+	}
 	var ip ipHeaderBuf
 	var udp [8]byte
-	total := len(hdr) + len(payload) + len(trailer)
 	h := f.headers(&ip, &udp, total)
-	n := len(trailer) - ICRCLen
 	if foldable(len(payload)) {
 		if crc, ok := icrcFold(h, udp[:], hdr, payload, trailer[:n]); ok {
 			binary.LittleEndian.PutUint32(trailer[n:], crc)
@@ -195,16 +255,13 @@ func (f Flow) Verify(pkt []byte) (Verdict, uint16) {
 	if len(pkt) < BTHLen+ICRCLen || !f.valid() {
 		return ICRCUnverifiable, 0
 	}
-	var ip ipHeaderBuf
-	var udp [8]byte
-	h := f.headers(&ip, &udp, len(pkt))
 	n := len(pkt) - ICRCLen
 	got := binary.LittleEndian.Uint32(pkt[n:])
-	delta := ICRC(h, udp[:], pkt[:n]) ^ got
+	delta := f.icrc(pkt[:n]) ^ got
 	if delta == 0 {
 		return ICRCOK, 0
 	}
-	if len(h) != 20 { // IPv6: every covered field is known
+	if !f.IsIPv4() { // IPv6: every covered field is known
 		return ICRCBad, 0
 	}
 	// Bytes covered after the ID field: the rest of the IPv4 header (14),

@@ -127,6 +127,13 @@ func icrcFold(ip, udp, hdr, body, tail []byte) (crc uint32, ok bool) {
 	default:
 		return 0, false
 	}
+	return foldBlock(&blk, n, hdr, body, tail)
+}
+
+// foldBlock is icrcFold once the block's first n bytes hold the masked IP,
+// UDP and BTH headers: it adds the extension headers and the start of
+// body, and folds. ok is false when the extension headers do not fit.
+func foldBlock(blk *[8]uint64, n int, hdr, body, tail []byte) (crc uint32, ok bool) {
 	ext := hdr[BTHLen:]
 	if n+len(ext) > len(blk)*8 {
 		return 0, false
@@ -143,7 +150,7 @@ func icrcFold(ip, udp, hdr, body, tail []byte) (crc uint32, ok bool) {
 		}
 	}
 	whole := len(body) &^ 15
-	crc = ^foldAVX512(regAfterFF, &blk, body[:whole])
+	crc = ^foldAVX512(regAfterFF, blk, body[:whole])
 	return slicing8Update(slicing8Update(crc, body[whole:]), tail), true
 }
 
@@ -204,7 +211,12 @@ func maskedIPv6(ip, udp, bth []byte) (w0, w1, w2, w3, w4, w5, w6, w7 uint64) {
 
 func prefixIPv4(ip, udp, bth []byte) uint32 {
 	_, _, _ = ip[19], udp[7], bth[11]
-	w0, w1, w2, w3, w4 := maskedIPv4(ip, udp, bth)
+	return headerReg4(maskedIPv4(ip, udp, bth))
+}
+
+// headerReg4 is the register after the eight 0xFF bytes and the five
+// masked header words of an IPv4 packet.
+func headerReg4(w0, w1, w2, w3, w4 uint64) uint32 {
 	return step8(step8(step8(step8(step8(regAfterFF, w0), w1), w2), w3), w4)
 }
 

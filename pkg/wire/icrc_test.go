@@ -274,3 +274,59 @@ func TestPutHeadersAreTheSealedOnes(t *testing.T) {
 		}
 	}
 }
+
+// TestFlowWords4AreTheHeadersMaskedWords checks the short-packet ICRC of
+// an IPv4 flow, whose masked header words come from the flow itself
+// (words4), against the headers Seal describes written out and masked
+// (headers, then maskedIPv4): for plain and IPv4-mapped addresses, ports
+// at both ends of their range, and every UDP length a short packet has
+// (the slicing and the hash/crc32 tails), and long ones (the vector pass
+// on CPUs that have it), for Seal's path and SealGather's.
+func TestFlowWords4AreTheHeadersMaskedWords(t *testing.T) {
+	rng := rand.New(rand.NewPCG(14, 20))
+	flows := []Flow{
+		{Src: netip.MustParseAddrPort("10.0.0.1:49152"), Dst: netip.MustParseAddrPort("10.0.0.2:4791")},
+		{Src: netip.MustParseAddrPort("[::ffff:192.168.7.9]:1"), Dst: netip.MustParseAddrPort("[::ffff:127.0.0.1]:65535")},
+		{Src: netip.MustParseAddrPort("255.254.253.252:65535"), Dst: netip.MustParseAddrPort("1.2.3.4:0")},
+	}
+	for range 20 {
+		var s, d [4]byte
+		for i := range 4 {
+			s[i], d[i] = byte(rng.Uint32()), byte(rng.Uint32())
+		}
+		flows = append(flows, Flow{Src: netip.AddrPortFrom(netip.AddrFrom4(s), uint16(rng.Uint32())),
+			Dst: netip.AddrPortFrom(netip.AddrFrom4(d), uint16(rng.Uint32()))})
+	}
+	lengths := []int{} // n: packet without ICRC
+	for n := BTHLen; n < BTHLen+foldMin; n++ {
+		lengths = append(lengths, n)
+	}
+	lengths = append(lengths, BTHLen+foldMin, BTHLen+RETHLen+4096, 8972) // the vector pass, where the CPU has it
+	for _, f := range flows {
+		for _, n := range lengths {
+			roce := make([]byte, n)
+			for i := range roce {
+				roce[i] = byte(rng.Uint32())
+			}
+			var ip ipHeaderBuf
+			var udp [8]byte
+			h := f.headers(&ip, &udp, n+ICRCLen)
+			w0, w1, w2, w3, ok := f.words4(8 + n + ICRCLen)
+			require.True(t, ok, "%v", f)
+			m0, m1, m2, m3, _ := maskedIPv4(h, udp[:], roce)
+			require.Equal(t, [4]uint64{m0, m1, m2, m3}, [4]uint64{w0, w1, w2, w3 | le32(roce)<<32}, "%v n=%d", f, n)
+			want := icrcGeneric(h, udp[:], roce)
+			require.Equal(t, want, f.icrc(roce), "%v n=%d", f, n)
+			// SealGather takes the same words, with a RETH's worth of
+			// extension headers in the block when the packet has them.
+			if hl := BTHLen + RETHLen; n >= hl {
+				trailer := make([]byte, ICRCLen)
+				f.SealGather(roce[:hl], roce[hl:], trailer)
+				require.Equal(t, want, binary.LittleEndian.Uint32(trailer), "SealGather %v n=%d", f, n)
+			}
+		}
+	}
+	v6 := Flow{Src: netip.MustParseAddrPort("[fd77::11]:50000"), Dst: netip.MustParseAddrPort("[fd77::12]:4791")}
+	_, _, _, _, ok := v6.words4(100)
+	require.False(t, ok, "an IPv6 flow has no IPv4 words")
+}
