@@ -208,6 +208,36 @@ func sockCall(trap, fd uintptr, p2 unsafe.Pointer, a3, a4 uintptr, p5 unsafe.Poi
 	}
 }
 
+// rawSendMax is the largest datagram sendOne sends without telling the
+// runtime it enters a system call (sockCallRaw).
+const rawSendMax = 1024
+
+// sockCallRaw is sockCall without the runtime's entersyscall and
+// exitsyscall, for a non-blocking send of one short datagram: on loopback
+// the call delivers it to the receiving socket and returns within a
+// microsecond or two, shorter than the runtime could use a hand-off of
+// the P for, and the pair costs about 30 ns a call, 1% of an 8-byte WRITE
+// round trip's two sends (docs/performance.md, session R). Long sends
+// (GSO runs of 64 KiB) keep sockCall: without exitsyscall's bookkeeping
+// the runtime cannot hand their P to another thread, which cost a 1-QP
+// 64 KiB stream a quarter of its bandwidth when every call was raw
+// (session P).
+func sockCallRaw(trap, fd uintptr, p2 unsafe.Pointer, a3, a4 uintptr, p5 unsafe.Pointer, a6 uintptr) (n int, done bool, err error) {
+	for {
+		r, _, e := unix.RawSyscall6(trap, fd, uintptr(p2), a3, a4, uintptr(p5), a6)
+		switch e {
+		case 0:
+			return int(r), true, nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, false, nil
+		default:
+			return 0, true, e
+		}
+	}
+}
+
 // writeBatch sends bufs (or, when bufs is nil, dgrams) to one destination
 // with sendmmsg, packing runs of equal-sized datagrams into single
 // UDP_SEGMENT messages when GSO is on. A valid from (only for
@@ -397,7 +427,10 @@ const canPollSockets = true
 func (y *sockSys) sendOne(fd uintptr, h *unix.Msghdr) bool {
 	var done bool
 	var err error
-	if h.Iovlen == 1 && h.Controllen == 0 {
+	if h.Iovlen == 1 && h.Controllen == 0 && h.Iov.Len <= rawSendMax {
+		_, done, err = sockCallRaw(unix.SYS_SENDTO, fd, unsafe.Pointer(h.Iov.Base), uintptr(h.Iov.Len), 0,
+			unsafe.Pointer(h.Name), uintptr(h.Namelen))
+	} else if h.Iovlen == 1 && h.Controllen == 0 {
 		_, done, err = sockCall(unix.SYS_SENDTO, fd, unsafe.Pointer(h.Iov.Base), uintptr(h.Iov.Len), 0,
 			unsafe.Pointer(h.Name), uintptr(h.Namelen))
 	} else {
