@@ -65,7 +65,7 @@ func (c *udpConn) PollLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (int,
 		}
 		n, err := s.pollBatch(b)
 		if n == 0 || err != nil {
-			s.free <- b
+			s.free.put(b)
 			return 0, closedErr(err)
 		}
 		c.open(b, n)

@@ -56,7 +56,7 @@ type rxMsg struct {
 
 // rxBatch is a set of receive slots owned by one socket. It travels from the
 // socket's reader (which fills it) to Receive or ReceiveLent (which copy or
-// lend the datagrams out) and back to the socket's free channel once its
+// lend the datagrams out) and back to the socket's free pool once its
 // lease is released: by Receive when every datagram is copied out, after
 // ReceiveLent when the last lent datagram is released too.
 type rxBatch struct {
@@ -68,7 +68,7 @@ type rxBatch struct {
 	sys   rxBatchSys // platform syscall structures over the same buffers
 }
 
-func (b *rxBatch) recycle() { b.sock.free <- b }
+func (b *rxBatch) recycle() { b.sock.free.put(b) }
 
 // udpSocket is one bound socket of a udpConn.
 type udpSocket struct {
@@ -76,9 +76,9 @@ type udpSocket struct {
 	pc     *net.UDPConn
 	local  netip.AddrPort
 	is6    bool
-	free   chan *rxBatch // capacity MaxLentBatches, so recycling never blocks
-	made   atomic.Int32  // batches allocated
-	ovfl   uint32        // the kernel's drop count last seen (SO_RXQ_OVFL); the reader's
+	free   *batchPool   // the free batches (recycling never blocks)
+	made   atomic.Int32 // batches allocated
+	ovfl   uint32       // the kernel's drop count last seen (SO_RXQ_OVFL); the reader's
 	slotSz int
 	sys    sockSys // platform state: raw conn, tx structures, offload flags
 }
@@ -219,20 +219,13 @@ func (s *udpSocket) getBatch() *rxBatch {
 	if b := s.tryGetBatch(); b != nil {
 		return b
 	}
-	select {
-	case b := <-s.free:
-		return b
-	case <-s.conn.closed:
-		return nil
-	}
+	return s.free.get(s.conn.closed)
 }
 
 // tryGetBatch is getBatch without the wait: nil when every batch is lent.
 func (s *udpSocket) tryGetBatch() *rxBatch {
-	select {
-	case b := <-s.free:
+	if b := s.free.tryGet(); b != nil {
 		return b
-	default:
 	}
 	if s.made.Add(1) <= MaxLentBatches {
 		b := newRxBatch(s, s.conn.batchSize)
@@ -303,7 +296,7 @@ func (c *udpConn) await(mu sync.Locker) error {
 	}
 	if err := b.err; err != nil {
 		b.err = nil
-		b.sock.free <- b
+		b.sock.free.put(b)
 		return fail(err)
 	}
 	c.open(b, b.n)
@@ -323,14 +316,14 @@ func (c *udpConn) awaitSocket(s *udpSocket, mu sync.Locker) error {
 		}
 		n, held, err := s.readBatchHooked(b, c.holdFn, c.releaseFn)
 		if !held {
-			s.free <- b
+			s.free.put(b)
 			return closedErr(err)
 		}
 		if err == nil && n > 0 {
 			c.open(b, n)
 			return nil
 		}
-		s.free <- b
+		s.free.put(b)
 		if err == nil && c.isClosed() {
 			err = errClosed
 		}

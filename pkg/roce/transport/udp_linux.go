@@ -81,7 +81,7 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 		pc:    pc,
 		local: netip.AddrPortFrom(la.Addr().Unmap(), la.Port()),
 		is6:   is6,
-		free:  make(chan *rxBatch, MaxLentBatches),
+		free:  newBatchPool(),
 	}
 	s.sys.rc = rc
 	kgso, kgro := probeOffloads()

@@ -38,7 +38,7 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 		pc:     pc,
 		local:  netip.AddrPortFrom(la.Addr().Unmap(), la.Port()),
 		is6:    ap.Addr().Is6(),
-		free:   make(chan *rxBatch, MaxLentBatches),
+		free:   newBatchPool(),
 		slotSz: MaxDatagramSize,
 	}, nil
 }
