@@ -112,6 +112,7 @@ type Event struct {
 type Engine struct {
 	conn         transport.Conn
 	gids         []netip.Addr
+	gidPorts     []uint16 // the port of gids[i]'s socket: route's lookup, without hashing an address
 	ports        map[netip.Addr]uint16
 	clock        Clock
 	ibaTimerOnly bool // Config.IBATimerOnly
@@ -212,6 +213,9 @@ func New(cfg Config) (*Engine, error) {
 	if len(e.gids) == 0 {
 		return nil, errors.New("roce: no local address")
 	}
+	for _, g := range e.gids {
+		e.gidPorts = append(e.gidPorts, e.ports[g])
+	}
 	n := cfg.Workers
 	if n <= 0 {
 		n = min(runtime.GOMAXPROCS(0), 8)
@@ -290,6 +294,15 @@ func (e *Engine) gid(i uint8) netip.Addr {
 		return e.gids[i]
 	}
 	return netip.Addr{}
+}
+
+// gidEndpoint returns GID i with the port of its socket (invalid for an
+// index past the table).
+func (e *Engine) gidEndpoint(i uint8) netip.AddrPort {
+	if int(i) < len(e.gids) {
+		return netip.AddrPortFrom(e.gids[i], e.gidPorts[i])
+	}
+	return netip.AddrPort{}
 }
 
 // hasSocket reports whether ap is the address of one of the engine's

@@ -20,7 +20,7 @@ func TestNAKLeavesAtOnce(t *testing.T) {
 	rc := &recordConn{}
 	a := netip.MustParseAddr("127.0.0.1")
 	e := &Engine{conn: rc, clock: SystemClock{}, log: slog.New(slog.DiscardHandler),
-		gids: []netip.Addr{a}, ports: map[netip.Addr]uint16{a: transport.RoCEv2Port}}
+		gids: []netip.Addr{a}, gidPorts: []uint16{transport.RoCEv2Port}, ports: map[netip.Addr]uint16{a: transport.RoCEv2Port}}
 	w := newWorker(e, 0)
 	av := &qp.AddrVector{DGID: netip.MustParseAddr("127.0.0.2")}
 	send := func(op wire.Opcode, syn wire.Syndrome) {

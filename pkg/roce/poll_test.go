@@ -60,7 +60,7 @@ func TestFlushSendsRequestsBeforeResponses(t *testing.T) {
 		rc := &recordConn{}
 		a := netip.MustParseAddr("127.0.0.1")
 		e := &Engine{conn: rc, clock: SystemClock{}, log: slog.New(slog.DiscardHandler),
-			gids: []netip.Addr{a}, ports: map[netip.Addr]uint16{a: transport.RoCEv2Port}}
+			gids: []netip.Addr{a}, gidPorts: []uint16{transport.RoCEv2Port}, ports: map[netip.Addr]uint16{a: transport.RoCEv2Port}}
 		if gather {
 			e.gs = rc
 		}

@@ -69,8 +69,8 @@ func (w *worker) TransmitPayload(hdrLen int, payload []byte, reg mr.Region, n in
 // front of the next batch).
 func (w *worker) route(av *qp.AddrVector) (transport.Endpoint, error) {
 	e := w.e
-	local := e.gid(av.SGIDIndex)
-	remote := av.DGID.Unmap()
+	localEP := e.gidEndpoint(av.SGIDIndex)
+	local, remote := localEP.Addr(), av.DGID.Unmap()
 	if !local.IsValid() || !remote.IsValid() || local.Is4() != remote.Is4() {
 		w.ctr.SendErr.Add(1)
 		return transport.Endpoint{}, qp.ErrBadAV
@@ -80,7 +80,7 @@ func (w *worker) route(av *qp.AddrVector) (transport.Endpoint, error) {
 		dport = transport.RoCEv2Port
 	}
 	ep := transport.Endpoint{
-		Local:  netip.AddrPortFrom(local, e.ports[local]),
+		Local:  localEP,
 		Remote: netip.AddrPortFrom(remote, dport),
 	}
 	if k := w.txN; k > 0 && ep != w.txEP {
