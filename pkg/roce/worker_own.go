@@ -5,7 +5,7 @@ func (w *worker) kick(qpn uint32) {
 	w.kickMu.Lock()
 	pending := w.kickSet[qpn]
 	w.kickSet[qpn] = true
-	owned := w.owned
+	owned := w.kstate.Or(kKicked)&kOwned != 0
 	w.kickMu.Unlock()
 	if pending || owned {
 		return
@@ -88,16 +88,29 @@ func (w *worker) received() bool { return w.ctr.RDMARecvs.Load() != w.recvsOwned
 func (w *worker) setOwned() {
 	w.recvsOwned = w.ctr.RDMARecvs.Load()
 	w.nowSet = false
-	w.kickMu.Lock()
-	w.owned = true
-	w.kickMu.Unlock()
+	w.kstate.Or(kOwned)
 }
+
+// The bits of worker.kstate.
+const (
+	kOwned  uint32 = 1 << iota // the shard's owner runs kicked QPs before it lets go
+	kKicked                    // kickSet may hold QPs
+)
 
 // settle runs every kicked QP until none is left, then stops taking
 // kicks (later ones queue an event). Called under own, before flushing,
 // so an answer posted during this round leaves with the round's batch.
+//
+// A kick is never lost: kick inserts, then sets kKicked and reads kOwned
+// in one atomic step; settle clears kOwned only by a compare-and-swap
+// that fails while kKicked is set. So a kick either comes before that
+// swap (which fails, and settle takes the QP from kickSet) or after it
+// (the kick sees no owner and queues an event).
 func (w *worker) settle() {
 	for {
+		if w.kstate.CompareAndSwap(kOwned, 0) {
+			return
+		}
 		var nums [16]uint32
 		n := 0
 		w.kickMu.Lock()
@@ -109,10 +122,8 @@ func (w *worker) settle() {
 			n++
 			delete(w.kickSet, qpn)
 		}
-		if n == 0 {
-			w.owned = false
-			w.kickMu.Unlock()
-			return
+		if len(w.kickSet) == 0 {
+			w.kstate.And(^kKicked)
 		}
 		w.kickMu.Unlock()
 		for _, qpn := range nums[:n] {
