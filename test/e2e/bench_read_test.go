@@ -29,6 +29,7 @@ func BenchmarkReadLatency4K(b *testing.B) {
 func benchReadLatency4K(b *testing.B, mode string) {
 	rounds := max(b.N, 100)
 	tcp, tcpCPU := tcpRequestResponse(b, rounds, 8, readLatSize)
+	floor := sysFloorRTT(b, rounds, []int{readRequestLen}, []int{readLatSize + readResponseOverhead})
 	lat := newRTTs("rdma", b.N)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
@@ -69,5 +70,6 @@ func benchReadLatency4K(b *testing.B, mode string) {
 	})
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/tcpCPU, "tcp-cpu-ratio")
 	reportLatencyVsTCP(b, lat, tcp)
+	reportVsFloor(b, lat, floor)
 	b.ReportMetric(apk, "allocs/pkt")
 }

@@ -357,6 +357,10 @@ const (
 	sendOnly8Len  = 12 + 8 + 4      // BTH, 8 bytes, ICRC
 	writeOnly8Len = 12 + 16 + 8 + 4 // BTH, RETH, 8 bytes, ICRC
 	ackLen        = 12 + 4 + 4      // BTH, AETH, ICRC
+	// READ request (BTH, RETH, ICRC) and what a READ RESPONSE ONLY adds
+	// to its payload (BTH, AETH, ICRC).
+	readRequestLen       = 12 + 16 + 4
+	readResponseOverhead = 12 + 4 + 4
 )
 
 // datagrams returns zeroed datagrams of the given lengths.
@@ -606,6 +610,7 @@ func benchSendLatency8(b *testing.B, mode string) {
 		base4h, _ = udpRTTWith(b, rounds, pair, pair, true)
 	}
 	tcp, _ := tcpPingPong(b, rounds, 8)
+	floor := sysFloorRTT(b, rounds, pair, pair)
 	lat := newRTTs("rdma", b.N)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
@@ -668,6 +673,7 @@ func benchSendLatency8(b *testing.B, mode string) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/baseCPU, "cpu-ratio")
 	b.ReportMetric(rt/base4, "ratio-4pkt")
 	reportLatencyVsTCP(b, lat, tcp)
+	reportVsFloor(b, lat, floor)
 	if !poll {
 		b.ReportMetric(rt/base4h, "ratio-4pkt-handoff")
 	}
@@ -695,6 +701,7 @@ func benchWriteLatency8(b *testing.B, mode string) {
 		base, baseCPU = udpRTT(b, rounds, []int{writeOnly8Len}, []int{ackLen})
 	}
 	tcp, _ := tcpPingPong(b, rounds, 8)
+	floor := sysFloorRTT(b, rounds, []int{writeOnly8Len}, []int{ackLen})
 	lat := newRTTs("rdma", b.N)
 	na, nb := benchNodes(b)
 	o := qpOpts{mtu: benchMTU, timeout: 14}
@@ -727,5 +734,6 @@ func benchWriteLatency8(b *testing.B, mode string) {
 	b.ReportMetric(rt/base, "ratio")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/baseCPU, "cpu-ratio")
 	reportLatencyVsTCP(b, lat, tcp)
+	reportVsFloor(b, lat, floor)
 	b.ReportMetric(apk, "allocs/pkt")
 }
