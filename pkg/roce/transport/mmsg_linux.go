@@ -195,16 +195,22 @@ func mmsgCall(trap uintptr, fd uintptr, hdrs []mmsghdr, flags int) (n int, done 
 func sockCall(trap, fd uintptr, p2 unsafe.Pointer, a3, a4 uintptr, p5 unsafe.Pointer, a6 uintptr) (n int, done bool, err error) {
 	for {
 		r, _, e := unix.Syscall6(trap, fd, uintptr(p2), a3, a4, uintptr(p5), a6)
-		switch e {
-		case 0:
-			return int(r), true, nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return 0, false, nil
-		default:
-			return 0, true, e
+		if e != unix.EINTR {
+			return sockOutcome(r, e)
 		}
+	}
+}
+
+// sockOutcome is what a socket call that returned r and e (not EINTR)
+// came to, as sockCall reports it.
+func sockOutcome(r uintptr, e unix.Errno) (n int, done bool, err error) {
+	switch e {
+	case 0:
+		return int(r), true, nil
+	case unix.EAGAIN:
+		return 0, false, nil
+	default:
+		return 0, true, e
 	}
 }
 
@@ -225,15 +231,8 @@ const rawSendMax = 1024
 func sockCallRaw(trap, fd uintptr, p2 unsafe.Pointer, a3, a4 uintptr, p5 unsafe.Pointer, a6 uintptr) (n int, done bool, err error) {
 	for {
 		r, _, e := unix.RawSyscall6(trap, fd, uintptr(p2), a3, a4, uintptr(p5), a6)
-		switch e {
-		case 0:
-			return int(r), true, nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return 0, false, nil
-		default:
-			return 0, true, e
+		if e != unix.EINTR {
+			return sockOutcome(r, e)
 		}
 	}
 }

@@ -25,7 +25,9 @@ func TestSendOneMessage(t *testing.T) {
 		gso     bool     // one UDP_SEGMENT message when the kernel has GSO
 	}
 	shapes := []shape{
-		{name: "one piece (sendto)", bufs: [][]byte{bytes.Repeat([]byte{7}, 60)}},
+		{name: "one piece (sendto, raw)", bufs: [][]byte{bytes.Repeat([]byte{7}, 60)}},
+		{name: "one piece at rawSendMax (sendto, raw)", bufs: [][]byte{bytes.Repeat([]byte{8}, rawSendMax)}},
+		{name: "one piece over rawSendMax (sendto)", bufs: [][]byte{bytes.Repeat([]byte{9}, rawSendMax+1)}},
 		{name: "empty datagram (sendto)", bufs: [][]byte{{}}},
 		{name: "pieces (sendmsg)", gathers: []Gather{{[]byte("headers-"), []byte("payload-"), []byte("icrc")}}},
 		{name: "payload only (sendto of the one iovec)", gathers: []Gather{{nil, []byte("payload"), nil}}},
@@ -69,4 +71,31 @@ func TestSendOneMessage(t *testing.T) {
 	require.ErrorIs(t, snd.Send([][]byte{[]byte("x")}, nowhere), unix.EINVAL, "sendto")
 	require.ErrorIs(t, snd.(GatherSender).SendGather([]Gather{{[]byte("h"), []byte("p"), nil}}, nowhere), unix.EINVAL, "sendmsg")
 	require.ErrorIs(t, snd.Send([][]byte{[]byte("x"), []byte("yy")}, nowhere), unix.EINVAL, "sendmmsg")
+}
+
+// TestSockOutcome: what a socket call's return comes to (EINTR is retried
+// before it gets here): a count, "wait" for EAGAIN, or the error.
+func TestSockOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		r    uintptr
+		e    unix.Errno
+		n    int
+		done bool
+		err  error
+	}{
+		{r: 3, e: 0, n: 3, done: true},
+		{r: 0, e: 0, n: 0, done: true},
+		{e: unix.EAGAIN, done: false},
+		{e: unix.EMSGSIZE, done: true, err: unix.EMSGSIZE},
+		{e: unix.ECONNREFUSED, done: true, err: unix.ECONNREFUSED},
+	} {
+		n, done, err := sockOutcome(tc.r, tc.e)
+		require.Equal(t, tc.n, n, "%v", tc.e)
+		require.Equal(t, tc.done, done, "%v", tc.e)
+		if tc.err == nil {
+			require.NoError(t, err)
+		} else {
+			require.ErrorIs(t, err, tc.err)
+		}
+	}
 }
