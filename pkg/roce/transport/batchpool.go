@@ -17,15 +17,19 @@ import "sync/atomic"
 // it announces itself in waiters, looks again, and sleeps on wake; put
 // stores its batch before it reads waiters, and get counts itself before
 // it looks again, so one of the two sees the other (both are sequentially
-// consistent atomics): a batch put while a get goes to sleep wakes it. A
-// stale token in wake only makes a later get look once more.
+// consistent atomics): a batch put while a get goes to sleep wakes it.
+// Each such put leaves a token of its own (wake holds as many as there
+// are batches), so two puts wake two sleeping gets even when neither had
+// reached its wait yet. A stale token only makes a later get look once
+// more. (A socket has one waiting getter at a time: its reader goroutine,
+// or the Conn's receiver under waitMu.)
 type batchPool struct {
 	slots   [MaxLentBatches]atomic.Pointer[rxBatch]
 	waiters atomic.Int32
-	wake    chan struct{} // capacity 1
+	wake    chan struct{} // capacity MaxLentBatches
 }
 
-func newBatchPool() *batchPool { return &batchPool{wake: make(chan struct{}, 1)} }
+func newBatchPool() *batchPool { return &batchPool{wake: make(chan struct{}, MaxLentBatches)} }
 
 // put returns b to the pool. A socket has at most MaxLentBatches
 // batches, so while b is out a slot is empty; a pass can still miss it

@@ -44,6 +44,28 @@ func TestBatchPoolGetWaitsForPut(t *testing.T) {
 	require.Zero(t, p.waiters.Load())
 }
 
+// TestBatchPoolWakesEveryWaiter: two gets asleep at once, two puts: both
+// wake (a put while someone waits leaves a token of its own).
+func TestBatchPoolWakesEveryWaiter(t *testing.T) {
+	p := newBatchPool()
+	done := make(chan struct{})
+	got := make(chan *rxBatch, 2)
+	for range 2 {
+		go func() { got <- p.get(done) }()
+	}
+	for p.waiters.Load() < 2 {
+		runtime.Gosched()
+	}
+	for range 100 { // let both reach their select (counted, they may still be looking)
+		runtime.Gosched()
+	}
+	b1, b2 := &rxBatch{n: 1}, &rxBatch{n: 2}
+	p.put(b1)
+	p.put(b2)
+	x, y := <-got, <-got
+	require.ElementsMatch(t, []*rxBatch{b1, b2}, []*rxBatch{x, y})
+}
+
 func TestBatchPoolGetEndsWhenDone(t *testing.T) {
 	p := newBatchPool()
 	done := make(chan struct{})
