@@ -330,3 +330,35 @@ func TestFlowWords4AreTheHeadersMaskedWords(t *testing.T) {
 	_, _, _, _, ok := v6.words4(100)
 	require.False(t, ok, "an IPv6 flow has no IPv4 words")
 }
+
+// FuzzFlowICRC: for any IPv4 flow and packet, the ICRC Seal and Verify
+// compute from the flow's words (words4) is the one of the headers
+// written out and masked (icrcGeneric), and SealGather, with the packet
+// cut into headers, payload and trailer anywhere, writes the same.
+func FuzzFlowICRC(f *testing.F) {
+	f.Add([]byte{10, 0, 0, 1, 10, 0, 0, 2}, uint16(49152), uint16(4791), make([]byte, 16), 12, 4)
+	f.Add([]byte{127, 0, 0, 1, 127, 0, 0, 2}, uint16(1), uint16(65535), make([]byte, 4128), 28, 4100)
+	f.Fuzz(func(t *testing.T, addrs []byte, sport, dport uint16, roce []byte, hdrLen, payLen int) {
+		if len(addrs) < 8 || len(roce) < BTHLen {
+			return
+		}
+		fl := Flow{Src: netip.AddrPortFrom(netip.AddrFrom4([4]byte(addrs[:4])), sport),
+			Dst: netip.AddrPortFrom(netip.AddrFrom4([4]byte(addrs[4:8])), dport)}
+		var ip ipHeaderBuf
+		var udp [8]byte
+		h := fl.headers(&ip, &udp, len(roce)+ICRCLen)
+		want := icrcGeneric(h, udp[:], roce)
+		if got := fl.icrc(roce); got != want {
+			t.Fatalf("%v length %d: %08x, want %08x", fl, len(roce), got, want)
+		}
+		// SealGather: hdr at least a BTH, then payload, then the trailer
+		// (its bytes before the ICRC slot).
+		hdrLen = BTHLen + int(uint(hdrLen)%uint(len(roce)-BTHLen+1))
+		payLen = int(uint(payLen) % uint(len(roce)-hdrLen+1))
+		trailer := append(append([]byte(nil), roce[hdrLen+payLen:]...), 0, 0, 0, 0)
+		fl.SealGather(roce[:hdrLen], roce[hdrLen:hdrLen+payLen], trailer)
+		if got := binary.LittleEndian.Uint32(trailer[len(trailer)-ICRCLen:]); got != want {
+			t.Fatalf("SealGather %d+%d+%d: %08x, want %08x", hdrLen, payLen, len(trailer), got, want)
+		}
+	})
+}
