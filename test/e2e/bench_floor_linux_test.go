@@ -21,7 +21,9 @@ import (
 //	floor-p50-ns     the floor's median round trip
 //	floor-p50-ratio  the RDMA median / the floor's
 //
-// say what the engine's Go work adds to the kernel's. On session R's VM
+// say what the engine's Go work adds to the kernel's. (A SEND ping-pong
+// whose two applications both spin runs on two CPUs, so its ratio also
+// holds the cross-CPU hand-off, which the floor does not have.) On session R's VM
 // the floor of an 8-byte WRITE round trip is about 2.6 us against TCP's
 // ping-pong of 4.0-4.5 us, so the median goal (<= TCP) leaves the engine
 // about 1.5-2 us per round trip (docs/performance.md, session R).
