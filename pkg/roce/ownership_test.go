@@ -109,11 +109,11 @@ func TestKickWhileOwnedCostsNoEvent(t *testing.T) {
 	require.Zero(t, len(w.events), "the owner runs it: no event")
 	require.Zero(t, w.pending.Load())
 	w.kickMu.Lock()
-	require.True(t, w.kickSet[qpn])
+	require.True(t, w.kicked.has(qpn))
 	w.kickMu.Unlock()
 	w.releaseInline()
 	w.kickMu.Lock()
-	require.Empty(t, w.kickSet, "settle ran every kick")
+	require.True(t, w.kicked.empty(), "settle ran every kick")
 	require.Zero(t, w.kstate.Load(), "no owner, nothing kicked")
 	w.kickMu.Unlock()
 
@@ -123,13 +123,13 @@ func TestKickWhileOwnedCostsNoEvent(t *testing.T) {
 	workerRound(w)
 	require.Zero(t, w.pending.Load())
 	w.kickMu.Lock()
-	require.Empty(t, w.kickSet)
+	require.True(t, w.kicked.empty())
 	w.kickMu.Unlock()
 }
 
 // TestKickRacingSettleIsNeverLost: a kick that races with the owner
 // letting go of the shard is either run by the owner's settle or queued
-// as an event, never left in kickSet with neither (the kstate protocol:
+// as an event, never left in kicked with neither (the kstate protocol:
 // settle's compare-and-swap fails once kick has set kKicked). Run it
 // with -race.
 func TestKickRacingSettleIsNeverLost(t *testing.T) {
@@ -146,7 +146,7 @@ func TestKickRacingSettleIsNeverLost(t *testing.T) {
 		w.releaseInline()
 		<-kicked
 		w.kickMu.Lock()
-		inSet, events := w.kickSet[qpn], len(w.events)
+		inSet, events := w.kicked.has(qpn), len(w.events)
 		w.kickMu.Unlock()
 		switch {
 		case events == 1 && inSet:
@@ -155,7 +155,7 @@ func TestKickRacingSettleIsNeverLost(t *testing.T) {
 		case events == 0 && !inSet:
 			ranBySettle++
 		default:
-			t.Fatalf("kick lost or doubled: in kickSet %v, %d events, kstate %b", inSet, events, w.kstate.Load())
+			t.Fatalf("kick lost or doubled: in kicked %v, %d events, kstate %b", inSet, events, w.kstate.Load())
 		}
 		require.Zero(t, w.kstate.Load()&kOwned, "no owner after the round")
 	}
@@ -221,7 +221,7 @@ func TestWorkerOwnsTheShardWhileHandling(t *testing.T) {
 	defer w.releaseInline()
 	w.kickMu.Lock()
 	defer w.kickMu.Unlock()
-	require.Empty(t, w.kickSet, "the worker ran the kick before it let go")
+	require.True(t, w.kicked.empty(), "the worker ran the kick before it let go")
 }
 
 // TestInlineOwnerHoldsOffTheWorker: an event queued while an inline owner

@@ -93,21 +93,21 @@ type worker struct {
 	inline bool
 
 	// Kicks: QPs whose requester should run, by number, set by posting
-	// goroutines (kick) and cleared by the owner. kickMu guards kickSet;
+	// goroutines (kick) and cleared by the owner. kickMu guards kicked;
 	// it is taken with or without own, never the other way round (own is
 	// not taken under kickMu). kstate holds two bits (atomic): kOwned,
 	// while the shard has an owner that will run every kicked QP before
 	// it lets go (settle), so a post that finds the shard busy costs no
 	// event and no wake-up of the worker goroutine; and kKicked, set by
 	// kick under kickMu after its insertion and cleared under kickMu when
-	// kickSet is empty (it may stay set with kickSet empty: that only
+	// kicked is empty (it may stay set with kicked empty: that only
 	// sends settle to look). An owner with nothing kicked takes and lets
 	// go of kOwned with one atomic operation each instead of kickMu's
 	// two: those four locked instructions per shard ownership were 2% of
 	// an 8-byte WRITE round trip (docs/performance.md, session R).
-	kickMu  sync.Mutex
-	kickSet map[uint32]bool
-	kstate  atomic.Uint32
+	kickMu sync.Mutex
+	kicked kickedSet
+	kstate atomic.Uint32
 
 	// The owner's state: everything below is guarded by own.
 
@@ -171,18 +171,17 @@ func newWorker(e *Engine, idx int) *worker {
 		bs = transport.DefaultBatchSize
 	}
 	w := &worker{
-		e:       e,
-		idx:     idx,
-		events:  make(chan event, eventQueueLen),
-		stop:    make(chan struct{}),
-		qps:     make(map[uint32]*qpEntry),
-		timer:   e.clock.NewTimer(),
-		kickSet: make(map[uint32]bool),
-		txBufs:  make([][]byte, bs),
-		txOut:   make([][]byte, bs),
-		txG:     make([]transport.Gather, bs),
-		txRegs:  make([]mr.Region, bs),
-		txSize:  bs,
+		e:      e,
+		idx:    idx,
+		events: make(chan event, eventQueueLen),
+		stop:   make(chan struct{}),
+		qps:    make(map[uint32]*qpEntry),
+		timer:  e.clock.NewTimer(),
+		txBufs: make([][]byte, bs),
+		txOut:  make([][]byte, bs),
+		txG:    make([]transport.Gather, bs),
+		txRegs: make([]mr.Region, bs),
+		txSize: bs,
 		txTmp: txScratch{bufs: make([][]byte, bs), out: make([][]byte, bs),
 			g: make([]transport.Gather, bs), regs: make([]mr.Region, bs)},
 	}
@@ -338,8 +337,8 @@ func (w *worker) handle(ev event) {
 		ev.lease.Release()
 	case evKick:
 		w.kickMu.Lock()
-		delete(w.kickSet, ev.qpn)
-		if len(w.kickSet) == 0 {
+		w.kicked.remove(ev.qpn)
+		if w.kicked.empty() {
 			w.kstate.And(^kKicked)
 		}
 		w.kickMu.Unlock()

@@ -3,8 +3,10 @@ package roce
 // kick asks the worker to run qpn's requester, coalescing repeated kicks.
 func (w *worker) kick(qpn uint32) {
 	w.kickMu.Lock()
-	pending := w.kickSet[qpn]
-	w.kickSet[qpn] = true
+	pending := w.kicked.has(qpn)
+	if !pending {
+		w.kicked.add(qpn)
+	}
 	owned := w.kstate.Or(kKicked)&kOwned != 0
 	w.kickMu.Unlock()
 	if pending || owned {
@@ -94,7 +96,7 @@ func (w *worker) setOwned() {
 // The bits of worker.kstate.
 const (
 	kOwned  uint32 = 1 << iota // the shard's owner runs kicked QPs before it lets go
-	kKicked                    // kickSet may hold QPs
+	kKicked                    // kicked may hold QPs
 )
 
 // settle runs every kicked QP until none is left, then stops taking
@@ -104,7 +106,7 @@ const (
 // A kick is never lost: kick inserts, then sets kKicked and reads kOwned
 // in one atomic step; settle clears kOwned only by a compare-and-swap
 // that fails while kKicked is set. So a kick either comes before that
-// swap (which fails, and settle takes the QP from kickSet) or after it
+// swap (which fails, and settle takes the QP from kicked) or after it
 // (the kick sees no owner and queues an event).
 func (w *worker) settle() {
 	for {
@@ -112,17 +114,9 @@ func (w *worker) settle() {
 			return
 		}
 		var nums [16]uint32
-		n := 0
 		w.kickMu.Lock()
-		for qpn := range w.kickSet {
-			if n == len(nums) {
-				break
-			}
-			nums[n] = qpn
-			n++
-			delete(w.kickSet, qpn)
-		}
-		if len(w.kickSet) == 0 {
+		n := w.kicked.take(nums[:])
+		if w.kicked.empty() {
 			w.kstate.And(^kKicked)
 		}
 		w.kickMu.Unlock()
