@@ -167,10 +167,18 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		cq.nwait++
 		cq.mu.Unlock()
 		var err error
-		select {
-		case <-cq.wake:
-		case <-ctx.Done():
-			err = ctx.Err()
+		if done := ctx.Done(); done == nil {
+			// A context that is never done (Background): a plain
+			// receive, not a select over two channels (selectgo locks
+			// every channel it waits on; an event-mode SEND ping-pong
+			// waits twice a round trip).
+			<-cq.wake
+		} else {
+			select {
+			case <-cq.wake:
+			case <-done:
+				err = ctx.Err()
+			}
 		}
 		cq.mu.Lock()
 		cq.nwait--

@@ -255,6 +255,22 @@ func TestCQWait(t *testing.T) {
 	}()
 	require.Equal(t, 1, <-got) // the completion pushed above
 
+	// A context that can be done waits in a select: a Push wakes it, and
+	// so does its cancellation.
+	live, stop := context.WithCancel(context.Background())
+	go func() { done <- cq.Wait(live) }()
+	require.NoError(t, cq.Push(wcID(3)))
+	require.NoError(t, <-done)
+	cq.Poll(make([]WC, 4))
+	waiting := make(chan struct{})
+	go func() {
+		close(waiting)
+		done <- cq.Wait(live)
+	}()
+	<-waiting
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+
 	go func() { done <- cq.Wait(context.Background()) }()
 	cq.Close()
 	require.ErrorIs(t, <-done, ErrCQClosed)
