@@ -692,14 +692,15 @@ func (e *Engine) ProgressBeforeSleep() int {
 		return 0
 	}
 	n, others := 0, false
-	forOthersUnattended(e, func(o *Engine) { n, others = n+o.progressCovering(), true })
+	now := clockForOthers()
+	forOthersUnattended(e, now, func(o *Engine) { n, others = n+o.progressCovering(), true })
 	if others {
 		if n += e.progressCovering(); n > 0 {
 			return n
 		}
 	}
-	e.StopPolling()
-	forOthersUnattended(e, func(o *Engine) { n += o.progress() })
+	e.stopPolling(now)
+	forOthersUnattended(e, now, func(o *Engine) { n += o.progress() })
 	return n + e.progress()
 }
 

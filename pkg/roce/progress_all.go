@@ -64,7 +64,7 @@ func unregisterPollable(e *Engine) {
 // (forOthersToHelp).
 func ProgressOthers(self *Engine) int {
 	n := 0
-	forOthersToHelp(self, func(e *Engine) { n += e.progressCovering() })
+	forOthersToHelp(self, clockForOthers(), func(e *Engine) { n += e.progressCovering() })
 	return n
 }
 
@@ -91,7 +91,11 @@ func (e *Engine) ProgressWithOthers() int {
 // covered wait on their sockets again at once, instead of when the cover
 // of its last poll lapses (transport.Poller.Uncover). Engines whose own
 // application spins are left covered.
-func (e *Engine) StopPolling() {
+func (e *Engine) StopPolling() { e.stopPolling(clockForOthers()) }
+
+// stopPolling is StopPolling with the clock read by the caller
+// (clockForOthers).
+func (e *Engine) stopPolling(now int64) {
 	if e.poller == nil {
 		return
 	}
@@ -99,7 +103,7 @@ func (e *Engine) StopPolling() {
 		e.polledAt.Store(0)
 	}
 	e.poller.Uncover()
-	forOthersWithoutSpinner(e, func(o *Engine) { o.poller.Uncover() })
+	forOthersWithoutSpinner(e, now, func(o *Engine) { o.poller.Uncover() })
 }
 
 // forOthersWithoutSpinner calls f for every pollable engine of the
@@ -108,8 +112,8 @@ func (e *Engine) StopPolling() {
 // of its own, and polling it from here too only makes two spinners
 // contend for its socket (measured: an 8-byte SEND ping-pong, both ends
 // spinning, went from 13-19 us to 30 us).
-func forOthersWithoutSpinner(self *Engine, f func(*Engine)) {
-	eachOther(self, func(e *Engine, now int64) {
+func forOthersWithoutSpinner(self *Engine, now int64, f func(*Engine)) {
+	eachOther(self, func(e *Engine) {
 		if !recent(now, e.polledAt.Load()) {
 			f(e)
 		}
@@ -121,8 +125,8 @@ func forOthersWithoutSpinner(self *Engine, f func(*Engine)) {
 // recentSpan): a stream's receive goroutine carries it on a CPU of its
 // own, and a spinner or a goroutine about to sleep that takes the
 // stream's packets serialises both ends of it on one CPU.
-func forOthersToHelp(self *Engine, f func(*Engine)) {
-	eachOther(self, func(e *Engine, now int64) {
+func forOthersToHelp(self *Engine, now int64, f func(*Engine)) {
+	eachOther(self, func(e *Engine) {
 		if e.wantsHelp(now) {
 			f(e)
 		}
@@ -138,8 +142,8 @@ func (e *Engine) wantsHelp(now int64) bool {
 
 // forOthersUnattended is forOthersToHelp without the engines that have
 // an application goroutine asleep until their completions (BeginSleep).
-func forOthersUnattended(self *Engine, f func(*Engine)) {
-	forOthersToHelp(self, func(e *Engine) {
+func forOthersUnattended(self *Engine, now int64, f func(*Engine)) {
+	forOthersToHelp(self, now, func(e *Engine) {
 		if e.sleepers.Load() == 0 {
 			f(e)
 		}
@@ -197,18 +201,31 @@ func (e *Engine) helpSleepingPeers(from netip.AddrPort) {
 }
 
 // eachOther calls f for every pollable engine of the process other than
-// self, with the clock read once.
-func eachOther(self *Engine, f func(e *Engine, now int64)) {
+// self.
+func eachOther(self *Engine, f func(e *Engine)) {
 	p := pollables.Load()
 	if p == nil || len(*p) < 2 {
 		return
 	}
-	now := nanotime()
 	for _, e := range *p {
 		if e != self {
-			f(e, now)
+			f(e)
 		}
 	}
+}
+
+// clockForOthers is the clock reading the forOthers functions judge the
+// other engines' marks by (recent): nanotime when the process has
+// another pollable engine, else 0 (they call nothing then). A caller that
+// makes several passes reads it once: ProgressBeforeSleep made three
+// readings per wait that goes to sleep, six per round trip of an 8-byte
+// SEND ping-pong in event mode (docs/performance.md, session R), where
+// one serves (recentSpan is 200 us; the passes take microseconds).
+func clockForOthers() int64 {
+	if p := pollables.Load(); p == nil || len(*p) < 2 {
+		return 0
+	}
+	return nanotime()
 }
 
 // recent reports whether a mark at (nanotime; 0: never) still counts at
