@@ -204,7 +204,7 @@ func (w *worker) rearm() {
 		w.timer.Stop()
 		return
 	}
-	d := best.Sub(w.e.clock.Now())
+	d := best.Sub(w.clockNow())
 	if d < 0 {
 		d = 0
 	}

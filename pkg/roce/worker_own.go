@@ -63,10 +63,13 @@ func (w *worker) release(polled bool) {
 	}
 	w.settle()
 	w.inline = false
+	// Rearm before the flush: its clock reading is then the one this
+	// stretch of work already made (clockNow; a flush ends the stretch).
+	// The timer fires late by the stretch's microseconds at most.
+	w.rearm()
 	if !keepBatch {
 		w.flush()
 	}
-	w.rearm()
 	wake := keepBatch || len(w.ready) > 0
 	w.own.Unlock()
 	if wake {
