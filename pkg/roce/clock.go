@@ -24,17 +24,15 @@ type Timer interface {
 // SystemClock is the real clock.
 type SystemClock struct{}
 
-// monoBase anchors SystemClock.Now: a reading of both clocks, taken once.
-var monoBase = time.Now()
-
-// Now returns the time from the monotonic clock alone: monoBase advanced by
+// Now returns the time from the monotonic clock alone: processStart (the
+// base nanotime reads from too) advanced by
 // the monotonic time since it was taken. The engine only compares and
 // subtracts its times (deadlines, windows), for which the monotonic reading
 // is what time.Now would use too; reading the wall clock as well is a
 // second vDSO call, and the engine reads its clock several times per round
 // trip (docs/performance.md, session R). The wall-clock part drifts from
 // time.Now's if the system clock is stepped, which nothing here reads.
-func (SystemClock) Now() time.Time { return monoBase.Add(time.Since(monoBase)) }
+func (SystemClock) Now() time.Time { return processStart.Add(time.Since(processStart)) }
 
 // NewTimer returns a stopped time.Timer.
 func (SystemClock) NewTimer() Timer {

@@ -338,9 +338,7 @@ func (w *worker) handle(ev event) {
 	case evKick:
 		w.kickMu.Lock()
 		w.kicked.remove(ev.qpn)
-		if w.kicked.empty() {
-			w.kstate.And(^kKicked)
-		}
+		w.unmarkKickedIfEmpty()
 		w.kickMu.Unlock()
 		if ent := w.qps[ev.qpn]; ent != nil {
 			w.runQP(ent)

@@ -96,6 +96,14 @@ func (w *worker) setOwned() {
 	w.kstate.Or(kOwned)
 }
 
+// unmarkKickedIfEmpty clears kKicked once kicked is empty. Called under
+// kickMu, by whoever takes QPs out of kicked (settle, an evKick).
+func (w *worker) unmarkKickedIfEmpty() {
+	if w.kicked.empty() {
+		w.kstate.And(^kKicked)
+	}
+}
+
 // The bits of worker.kstate.
 const (
 	kOwned  uint32 = 1 << iota // the shard's owner runs kicked QPs before it lets go
@@ -119,9 +127,7 @@ func (w *worker) settle() {
 		var nums [16]uint32
 		w.kickMu.Lock()
 		n := w.kicked.take(nums[:])
-		if w.kicked.empty() {
-			w.kstate.And(^kKicked)
-		}
+		w.unmarkKickedIfEmpty()
 		w.kickMu.Unlock()
 		for _, qpn := range nums[:n] {
 			w.runQP(w.qps[qpn])
