@@ -184,8 +184,19 @@ func (s *RDMAServer) accept(req *rdmacm.Request) error {
 		return fail(err)
 	}
 	s.mu.Lock()
-	c.conn = conn
+	closed := s.closed
+	if !closed {
+		c.conn = conn
+	}
 	s.mu.Unlock()
+	if closed {
+		// Close took its list of connections before this one was
+		// accepted (it still destroys the QP): end it here.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = conn.Disconnect(ctx)
+		return nil
+	}
 	s.wg.Add(1)
 	go s.watch(c)
 	return nil
@@ -274,23 +285,24 @@ func (s *RDMAServer) Close() error {
 	}
 	s.closed = true
 	conns := make([]*serverConn, 0, len(s.conns))
+	var open []*rdmacm.Conn // read under mu: accept sets c.conn under it
 	for _, c := range s.conns {
 		conns = append(conns, c)
+		if c.conn != nil {
+			open = append(open, c.conn)
+		}
 	}
 	s.conns = map[uint32]*serverConn{}
 	s.mu.Unlock()
 	_ = s.l.Close()
 	var wg sync.WaitGroup
-	for _, c := range conns {
-		if c.conn == nil {
-			continue
-		}
+	for _, conn := range open {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			_ = c.conn.Disconnect(ctx)
+			_ = conn.Disconnect(ctx)
 		}()
 	}
 	wg.Wait()
