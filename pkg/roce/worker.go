@@ -28,6 +28,14 @@ const (
 	evWake // nothing to handle: the worker only runs its run queue
 )
 
+// ordered reports whether a packet handled by another owner must not
+// overtake an event of kind k (pending counts it): a packet (arrival order), or a call
+// (CreateQP, ModifyQP, ... queued before the packet came). A kick or a
+// wake only asks the worker to run QPs, which any owner may do first:
+// a requester running early reorders nothing the peer sees, as a posting
+// goroutine's does.
+func (k eventKind) ordered() bool { return k == evPacket || k == evCall }
+
 type event struct {
 	kind  eventKind
 	qpn   uint32
@@ -79,14 +87,15 @@ type worker struct {
 	// Close while it sends the last batch. It also orders their memory
 	// accesses for the race detector.
 	own sync.Mutex
-	// pending counts events from enqueue until handle is done with them
-	// (atomic; any goroutine). The receive loop and pollers take the
-	// shard only when it is zero, before and again after taking own
-	// (tryAcquire with needIdle), so a packet they handle inline never
-	// overtakes an event queued before it: packets of a QP are processed
-	// in arrival order, and after a ModifyQP queued before they arrived.
-	// A posting goroutine takes the shard regardless: running a
-	// requester early reorders nothing.
+	// pending counts ordered events (packets and calls, eventKind.ordered)
+	// from enqueue until handle is done with them (atomic; any
+	// goroutine). The receive loop and pollers take the shard only when
+	// it is zero, before and again after taking own (tryAcquire with
+	// needIdle), so a packet they handle inline never overtakes an event
+	// queued before it: packets of a QP are processed in arrival order,
+	// and after a ModifyQP queued before they arrived. A posting
+	// goroutine takes the shard regardless: running a requester early
+	// reorders nothing, which is also why kicks and wakes do not count.
 	pending atomic.Int64
 	// inline is set while a goroutine other than the worker owns the
 	// shard (under own).
@@ -193,7 +202,7 @@ func newWorker(e *Engine, idx int) *worker {
 
 // enqueue hands ev to the worker goroutine; false if the engine stopped.
 func (w *worker) enqueue(ev event) bool {
-	w.pending.Add(1)
+	w.countPending(ev.kind, 1)
 	select {
 	case w.events <- ev: // the common case, without a three-way select
 		return true
@@ -205,20 +214,27 @@ func (w *worker) enqueue(ev event) bool {
 	case <-w.e.closed:
 	case <-w.stop:
 	}
-	w.pending.Add(-1)
+	w.countPending(ev.kind, -1)
 	return false
 }
 
 // offer hands ev to the worker goroutine unless its inbox is full.
 func (w *worker) offer(ev event) bool {
-	w.pending.Add(1)
+	w.countPending(ev.kind, 1)
 	select {
 	case w.events <- ev:
 		return true
 	default:
 	}
-	w.pending.Add(-1)
+	w.countPending(ev.kind, -1)
 	return false
+}
+
+// countPending adds d to pending for an event of a kind that is ordered.
+func (w *worker) countPending(k eventKind, d int64) {
+	if k.ordered() {
+		w.pending.Add(d)
+	}
 }
 
 // call runs fn on the worker and waits for it.
@@ -330,7 +346,7 @@ func (w *worker) drain() {
 const flushEvery = 16
 
 func (w *worker) handle(ev event) {
-	defer w.pending.Add(-1)
+	defer w.countPending(ev.kind, -1)
 	switch ev.kind {
 	case evPacket:
 		w.handlePacket(ev.pkt, &ev.ep)
