@@ -816,7 +816,8 @@ const inlineProcs = 2
 // and it answers after Poll returns, not in an answer window: a batch
 // holding ACKs for messages it received is left unsent for that answer to
 // join, and whoever owns the shard next sends it (the application's post,
-// the next poller, or the worker goroutine, woken for it).
+// the next poller, or the worker goroutine when its timer finds it still
+// kept keepSpan later: worker.release).
 func (e *Engine) releaseHeld(polled bool) {
 	for i, h := range e.rx.held {
 		if h {

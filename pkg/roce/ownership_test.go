@@ -78,15 +78,16 @@ func TestInlineOwnerNeedsAnIdleShard(t *testing.T) {
 	w.releaseInline()
 }
 
-// TestWakesAndKicksDoNotHoldOffInlineOwners: an evWake (a poller's kept
-// batch) or an evKick queued for the worker orders nothing, so it does
-// not count in pending and the next packet is still handled inline.
-// Before, a spinning application's poller queued every packet of a SEND
-// ping-pong behind the evWake its previous round offered, and the round
-// trip waited for the worker goroutine to be scheduled (with two
-// spinners on two CPUs, until one of them yielded: BenchmarkSendLatency8
-// in poll mode grew with the interval between yields, 23 us at the
-// median for a yield every 32 empty polls against 7.6 us now).
+// TestWakesAndKicksDoNotHoldOffInlineOwners: an evWake (QPs left to run)
+// or an evKick queued for the worker orders nothing, so it does not count
+// in pending and the next packet is still handled inline. Before, a
+// spinning application's poller queued every packet of a SEND ping-pong
+// behind the evWake its previous round offered for its kept batch, and
+// the round trip waited for the worker goroutine to be scheduled (with
+// two spinners on two CPUs, until one of them yielded:
+// BenchmarkSendLatency8 in poll mode grew with the interval between
+// yields, 23 us at the median for a yield every 32 empty polls against
+// 7.6 us with this rule).
 func TestWakesAndKicksDoNotHoldOffInlineOwners(t *testing.T) {
 	for _, k := range []struct {
 		kind    eventKind

@@ -267,3 +267,82 @@ func TestProgressNeedsAPollableConn(t *testing.T) {
 	require.Zero(t, s.e.Progress())
 	require.Nil(t, s.e.poller)
 }
+
+// TestKeptBatchLeavesWithTheAnswerTheNextReceiveOrTheTimer: the ACK of a
+// SEND that a poller completed waits in the batch for the application's
+// answer, and leaves with the first of: that answer (one send of both),
+// the next receive on the shard (a batch is kept once), or the worker's
+// timer keepSpan later. Before, the poller woke the worker at once
+// (evWake), which a SEND ping-pong paid for every round trip
+// (docs/performance.md, session S); the fake clock here shows that
+// nothing but those three sends it.
+func TestKeptBatchLeavesWithTheAnswerTheNextReceiveOrTheTimer(t *testing.T) {
+	a := newUDPSide(t, "127.0.0.1", false)
+	clock := NewFakeClock(time.Unix(1000, 0))
+	uc, err := transport.OpenUDP(transport.UDPConfig{Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
+	require.NoError(t, err)
+	c, err := polltest.Only(uc) // b receives only in Progress
+	require.NoError(t, err)
+	b := sideWith(t, Config{Conn: c, Workers: 1, IBATimerOnly: true, Clock: clock}, netip.MustParseAddr("127.0.0.1"), qp.RC, sideCap)
+	connectUDP(t, a, b)
+	bmr, _ := regMR(t, b, 4096)
+	for i := range 8 {
+		_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: uint64(i), SGL: []qp.SGE{{Addr: bmr.IOVA() + uint64(i)*64, Length: 64, LKey: bmr.LKey()}}}})
+		require.NoError(t, err)
+	}
+	amr, _ := regMR(t, a, 4096)
+	_, err = a.e.PostRecv(a.q, []qp.RecvWR{{ID: 1, SGL: []qp.SGE{{Addr: amr.IOVA(), Length: 64, LKey: amr.LKey()}}}})
+	require.NoError(t, err)
+	send := func(id uint64) {
+		t.Helper()
+		_, err := a.e.PostSend(a.q, []qp.SendWR{{ID: id, Opcode: qp.WRSend, Flags: qp.Signaled | qp.Inline, Inline: []byte("ping")}})
+		require.NoError(t, err)
+		wc, _ := pollWC(t, b.e, b.rcq)
+		require.Equal(t, qp.WCSuccess, wc.Status)
+	}
+	// Datagrams b's socket sent (sent_pkts counts packets as they are built).
+	stats, ok := uc.(transport.StatsReporter)
+	require.True(t, ok)
+	sent := func() uint64 { return stats.Stats().SentPackets }
+	acked := func(id uint64) {
+		t.Helper()
+		wc := waitWC(t, a.scq)
+		require.Equal(t, qp.WCSuccess, wc.Status)
+		require.Equal(t, id, wc.ID)
+	}
+
+	// Nobody answers: the timer sends the ACK, and nothing before it.
+	send(1)
+	require.Zero(t, sent(), "the ACK waits for an answer")
+	at, ok := clock.NextDeadline()
+	require.True(t, ok, "the worker's timer is armed for the kept batch")
+	require.Equal(t, clock.Now().Add(keepSpan), at)
+	clock.Advance(keepSpan - time.Nanosecond)
+	require.Zero(t, sent())
+	clock.Advance(time.Nanosecond)
+	acked(1)
+	require.EqualValues(t, 1, sent())
+	_, ok = clock.NextDeadline()
+	require.False(t, ok, "nothing kept, nothing outstanding: the timer is stopped")
+
+	// A second receive finds the batch kept and sends it, with its own ACK.
+	send(2)
+	require.EqualValues(t, 1, sent())
+	send(3)
+	acked(2)
+	acked(3)
+	require.Positive(t, sent()-1, "the second receive sent the kept batch")
+	_, ok = clock.NextDeadline()
+	require.False(t, ok)
+
+	// The answer takes the ACK with it: one send of both, no timer.
+	before := sent()
+	send(4)
+	require.Equal(t, before, sent())
+	_, err = b.e.PostSend(b.q, []qp.SendWR{{ID: 9, Opcode: qp.WRSend, Flags: qp.Inline, Inline: []byte("pong")}})
+	require.NoError(t, err)
+	require.Equal(t, before+2, sent(), "the answer and the kept ACK left in the post")
+	acked(4)
+	wc := waitWC(t, a.rcq)
+	require.Equal(t, qp.WCSuccess, wc.Status)
+}

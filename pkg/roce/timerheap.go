@@ -189,12 +189,16 @@ func (w *worker) onTimer() {
 	w.due = due[:0]
 }
 
-// rearm points the worker's timer at the earliest QP deadline.
+// rearm points the worker's timer at the earliest QP deadline, or at a
+// kept batch's (keptUntil) if that comes first.
 func (w *worker) rearm() {
 	w.rekey()
 	var best time.Time
 	if ent := w.nextTimer(); ent != nil {
 		best = ent.tm.at
+	}
+	if k := w.keptUntil; !k.IsZero() && (best.IsZero() || k.Before(best)) {
+		best = k // a kept batch's deadline (release)
 	}
 	if best.Equal(w.timerAt) {
 		return

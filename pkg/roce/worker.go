@@ -149,6 +149,11 @@ type worker struct {
 	ctr qp.Counters
 	// recvsOwned is ctr.RDMARecvs when the current owner took the shard.
 	recvsOwned uint64
+	// keptUntil is when a batch that a poller left unsent for its
+	// application's answer (release) must leave at the latest: the
+	// worker's timer is armed for it (rearm) and flush clears it. Zero:
+	// no batch is kept.
+	keptUntil time.Time
 
 	// now caches the clock for the owner's current stretch of work:
 	// reading it per packet cost a few percent of a bandwidth run. It is

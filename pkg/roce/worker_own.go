@@ -1,5 +1,7 @@
 package roce
 
+import "time"
+
 // kick asks the worker to run qpn's requester, coalescing repeated kicks.
 func (w *worker) kick(qpn uint32) {
 	w.kickMu.Lock()
@@ -53,16 +55,31 @@ func (w *worker) releaseInline() { w.release(false) }
 // release is releaseInline, for a poller when polled: a poller gets no
 // answer window (it answers after Poll returns), and a batch holding ACKs
 // for messages it received is left unsent for that answer to join: the
-// next owner sends it, and the worker goroutine is woken to be that owner
-// if nobody else is first.
+// next owner of the shard sends it (the application's post, or the next
+// receive), and the worker's timer, armed for keepSpan, makes the worker
+// goroutine that owner if nobody else is first. A batch is kept once: a
+// poller that finds it kept sends it even if it received more, so a
+// stream's ACKs wait one poll at most.
+//
+// Why a timer rather than waking the worker at once (an evWake, before):
+// the application answers within microseconds, so the woken worker found
+// nothing to do, yet it was scheduled every round trip, on the
+// spinner's own CPU (the goroutine it readied runs at the spinner's next
+// yield). BenchmarkSendLatency8, medians of 3 runs alternating: poll
+// 8.4 -> 7.9 us, hybrid 8.5 -> 8.1 (docs/performance.md, session S).
 func (w *worker) release(polled bool) {
 	w.runAfterRx()
-	keepBatch := polled && w.txN > 0 && w.received()
+	keepBatch := polled && w.txN > 0 && w.received() && w.keptUntil.IsZero()
 	if !polled {
 		w.answerWindow()
 	}
 	w.settle()
 	w.inline = false
+	if keepBatch {
+		w.keptUntil = w.clockNow().Add(keepSpan)
+	} else {
+		w.keptUntil = time.Time{} // the flush below sends it
+	}
 	// Rearm before the flush: its clock reading is then the one this
 	// stretch of work already made (clockNow; a flush ends the stretch).
 	// The timer fires late by the stretch's microseconds at most.
@@ -70,13 +87,20 @@ func (w *worker) release(polled bool) {
 	if !keepBatch {
 		w.flush()
 	}
-	wake := keepBatch || len(w.ready) > 0
+	wake := len(w.ready) > 0
 	w.own.Unlock()
 	if wake {
 		// A full inbox already guarantees the worker another round.
 		w.offer(event{kind: evWake})
 	}
 }
+
+// keepSpan bounds how long a kept batch waits for the application's
+// answer: well above the microseconds an application takes to answer
+// what it just received, and far below the milliseconds of a peer's
+// retransmit timer, so the ACK it holds is never the reason a peer
+// retransmits.
+const keepSpan = 50 * time.Microsecond
 
 // lockOwned makes the worker goroutine the shard's owner.
 func (w *worker) lockOwned() {

@@ -2,6 +2,7 @@ package roce
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/qp"
@@ -118,6 +119,7 @@ func (w *worker) added() {
 // flush sends the batch.
 func (w *worker) flush() {
 	w.nowSet = false
+	w.keptUntil = time.Time{}
 	if w.txN == 0 {
 		return
 	}
