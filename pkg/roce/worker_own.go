@@ -50,35 +50,35 @@ func (w *worker) tryAcquire(needIdle bool) bool {
 // releaseInline ends an inline ownership taken by tryAcquire: answer
 // window, kicked QPs, flush, rearm; QPs that still want to send are left
 // to the worker goroutine.
-func (w *worker) releaseInline() { w.release(false) }
+func (w *worker) releaseInline() { w.release(false, false) }
 
 // release is releaseInline, for a poller when polled: a poller gets no
-// answer window (it answers after Poll returns), and a batch holding ACKs
-// for messages it received is left unsent for that answer to join: the
-// next owner of the shard sends it (the application's post, or the next
-// receive), and the worker's timer, armed for keepSpan, makes the worker
-// goroutine that owner if nobody else is first. A batch is kept once: a
-// poller that finds it kept sends it even if it received more, so a
-// stream's ACKs wait one poll at most.
+// answer window (it answers after Poll returns), and with keep (a short
+// receive batch: Engine.dispatch) a batch holding ACKs for messages it
+// received is left unsent for that answer to join. The next owner of the
+// shard sends it (the application's post, a poll that receives more: a
+// batch is kept once), or the poller's next empty poll does
+// (Engine.sendKept), or the worker's timer, armed for keepSpan, makes the
+// worker goroutine do it if nobody else has.
 //
-// Why a timer rather than waking the worker at once (an evWake, before):
-// the application answers within microseconds, so the woken worker found
-// nothing to do, yet it was scheduled every round trip, on the
-// spinner's own CPU (the goroutine it readied runs at the spinner's next
-// yield). BenchmarkSendLatency8, medians of 3 runs alternating: poll
-// 8.4 -> 7.9 us, hybrid 8.5 -> 8.1 (docs/performance.md, session S).
-func (w *worker) release(polled bool) {
+// Why not wake the worker at once (an evWake, before): the application
+// answers within microseconds, so the woken worker found nothing to do,
+// yet it was scheduled every round trip, on the spinner's own CPU (the
+// goroutine it readied runs at the spinner's next yield).
+// BenchmarkSendLatency8, medians of 3 runs alternating: poll 8.6 -> 8.2
+// us, hybrid 8.7 -> 8.0 (docs/performance.md, session S).
+func (w *worker) release(polled, keep bool) {
 	w.runAfterRx()
-	keepBatch := polled && w.txN > 0 && w.received() && w.keptUntil.IsZero()
+	keepBatch := keep && w.txN > 0 && w.received() && w.keptUntil.IsZero()
 	if !polled {
 		w.answerWindow()
 	}
 	w.settle()
 	w.inline = false
 	if keepBatch {
-		w.keptUntil = w.clockNow().Add(keepSpan)
+		w.keep()
 	} else {
-		w.keptUntil = time.Time{} // the flush below sends it
+		w.unkeep() // the flush below sends it
 	}
 	// Rearm before the flush: its clock reading is then the one this
 	// stretch of work already made (clockNow; a flush ends the stretch).
@@ -92,6 +92,22 @@ func (w *worker) release(polled bool) {
 	if wake {
 		// A full inbox already guarantees the worker another round.
 		w.offer(event{kind: evWake})
+	}
+}
+
+// keep marks the batch kept for the application's answer (release): the
+// timer is armed for keptUntil, and the engine's next empty poll sends it
+// (Engine.sendKept).
+func (w *worker) keep() {
+	w.keptUntil = w.clockNow().Add(keepSpan)
+	w.e.keptBatches.Add(1)
+}
+
+// unkeep ends keep, the batch being sent (flush) or let go unkept.
+func (w *worker) unkeep() {
+	if !w.keptUntil.IsZero() {
+		w.keptUntil = time.Time{}
+		w.e.keptBatches.Add(-1)
 	}
 }
 

@@ -2,7 +2,6 @@ package roce
 
 import (
 	"net/netip"
-	"time"
 
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/qp"
@@ -119,7 +118,7 @@ func (w *worker) added() {
 // flush sends the batch.
 func (w *worker) flush() {
 	w.nowSet = false
-	w.keptUntil = time.Time{}
+	w.unkeep()
 	if w.txN == 0 {
 		return
 	}
