@@ -813,12 +813,11 @@ func (e *Engine) dispatch(n int, polled bool) (anyHeld, ok bool) {
 // sendKept sends the batches pollers kept for their applications' answers
 // (worker.release). A poll that finds nothing new means the application
 // polled again rather than answer, and a sender whose window waits for
-// the ACKs in such a batch (a stream of SENDs to a polling receiver)
-// must not wait for the worker's timer: the ACKs leave within one poll,
-// as they did when the worker was woken for each kept batch (small-SEND
-// bandwidth of `rxed perf send`, a polling server, was 6% lower with the
-// timer alone). A shard whose owner is busy is skipped: that owner sends
-// a kept batch when it lets go.
+// the ACKs in such a batch (a stream of SENDs to a polling receiver that
+// has caught up with it) must not wait keepSpan for them: they leave
+// within one poll, about as soon as the worker woken for each kept batch
+// used to send them. A shard whose owner is busy is skipped: that owner
+// sends a kept batch when it lets go.
 func (e *Engine) sendKept() {
 	for _, w := range e.workers {
 		w.tryInline(false, func() {})

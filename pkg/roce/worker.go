@@ -29,11 +29,11 @@ const (
 )
 
 // ordered reports whether a packet handled by another owner must not
-// overtake an event of kind k (pending counts it): a packet (arrival order), or a call
-// (CreateQP, ModifyQP, ... queued before the packet came). A kick or a
-// wake only asks the worker to run QPs, which any owner may do first:
-// a requester running early reorders nothing the peer sees, as a posting
-// goroutine's does.
+// overtake an event of kind k (pending counts it): a packet (arrival
+// order), or a call (CreateQP, ModifyQP, ... queued before the packet
+// came). A kick or a wake only asks the worker to run QPs, which any
+// owner may do first: a requester running early reorders nothing the
+// peer sees, as a posting goroutine's does.
 func (k eventKind) ordered() bool { return k == evPacket || k == evCall }
 
 type event struct {
