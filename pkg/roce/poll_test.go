@@ -185,7 +185,8 @@ func spinForWC(t *testing.T, cq *qp.CQ, progress func() int) (qp.WC, int) {
 // TestProgressReceivesForAPoller: on an engine whose receive goroutine
 // gets nothing, Progress alone receives: SENDs complete at the polling
 // side, its ACKs reach the sender although the poller never posts an
-// answer (the worker sends what the poller left in the batch), and a
+// answer (the worker's timer sends what the poller left in the batch
+// keepSpan later: the test polls no more until then), and a
 // ping-pong where the poller answers every message delivers each one
 // once, intact.
 func TestProgressReceivesForAPoller(t *testing.T) {
@@ -213,7 +214,7 @@ func TestProgressReceivesForAPoller(t *testing.T) {
 	require.EqualValues(t, 13, wc.ByteLen)
 	require.Equal(t, "first message", string(bbuf[:13]))
 	require.Positive(t, took, "only Progress can have received it")
-	wc = waitWC(t, a.scq) // needs b's ACK, which nobody but b's worker sends
+	wc = waitWC(t, a.scq) // needs b's ACK, which nobody but b's worker (its timer) sends
 	require.Equal(t, qp.WCSuccess, wc.Status)
 	require.EqualValues(t, 1, wc.ID)
 
