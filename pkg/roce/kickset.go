@@ -40,12 +40,11 @@ func (s *kickedSet) empty() bool { return !s.hasOne && len(s.more) == 0 }
 // many it moved.
 func (s *kickedSet) take(dst []uint32) int {
 	n := 0
-	if s.hasOne && n < len(dst) {
-		dst[n] = s.one
-		n++
-		s.hasOne = false
+	if s.hasOne && len(dst) > 0 {
+		dst[0], s.hasOne = s.one, false
+		n = 1
 	}
-	if len(s.more) == 0 {
+	if len(s.more) == 0 { // the usual case: no map iterator to set up
 		return n
 	}
 	for qpn := range s.more {
