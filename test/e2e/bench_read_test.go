@@ -70,6 +70,7 @@ func benchReadLatency4K(b *testing.B, mode string) {
 	})
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/tcpCPU, "tcp-cpu-ratio")
 	reportLatencyVsTCP(b, lat, tcp)
+	reportMachineStalls(b, lat, mode)
 	reportVsFloor(b, lat, floor)
 	b.ReportMetric(apk, "allocs/pkt")
 }

@@ -673,6 +673,7 @@ func benchSendLatency8(b *testing.B, mode string) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/baseCPU, "cpu-ratio")
 	b.ReportMetric(rt/base4, "ratio-4pkt")
 	reportLatencyVsTCP(b, lat, tcp)
+	reportMachineStalls(b, lat, mode)
 	reportVsFloor(b, lat, floor)
 	if !poll {
 		b.ReportMetric(rt/base4h, "ratio-4pkt-handoff")
@@ -734,6 +735,7 @@ func benchWriteLatency8(b *testing.B, mode string) {
 	b.ReportMetric(rt/base, "ratio")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/baseCPU, "cpu-ratio")
 	reportLatencyVsTCP(b, lat, tcp)
+	reportMachineStalls(b, lat, mode)
 	reportVsFloor(b, lat, floor)
 	b.ReportMetric(apk, "allocs/pkt")
 }
