@@ -20,7 +20,7 @@ import (
 func init() {
 	register(&command{
 		name:    "perf",
-		summary: "perftest-compatible benchmarks: perf write|read|send|atomic [--lat] (server, or client with the server's address)",
+		summary: "perftest-compatible benchmarks: perf write|read|send|atomic [--lat] (server, or client with the server's address); perf tcp [--lat]: the same over TCP",
 		run:     runPerf,
 	})
 }
@@ -86,7 +86,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(stderr, "usage: rxed perf write|read|send|atomic [--lat] [flags] [server]")
+			fmt.Fprintln(stderr, "usage: rxed perf write|read|send|atomic|tcp [--lat] [flags] [server]")
 			return nil, 0, false
 		}
 		return bad("missing test: usage: rxed perf write|read|send|atomic [--lat] [flags] [server]")
@@ -102,7 +102,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	case "atomic":
 		o.test.Verb = oob.VerbAtomic
 	default:
-		return bad("unknown test %q: want write, read, send or atomic", args[0])
+		return bad("unknown test %q: want write, read, send, atomic or tcp", args[0])
 	}
 	fs := flag.NewFlagSet("perf "+args[0], flag.ContinueOnError)
 	o.ef.register(fs, true)
@@ -294,6 +294,9 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 }
 
 func runPerf(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "tcp" {
+		return runPerfTCP(args[1:], stdout, stderr)
+	}
 	o, code, ok := parsePerf(args, stderr)
 	if !ok {
 		return code
