@@ -136,19 +136,7 @@ func TestUnreachablePeer(t *testing.T) {
 // silentServer accepts connections and never says anything.
 func silentServer(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
-	return portOf(ln.Addr())
+	return portOf(tcpPeer(t, "127.0.0.1", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) }))
 }
 
 func TestSilentPeer(t *testing.T) {

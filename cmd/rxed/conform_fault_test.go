@@ -51,20 +51,9 @@ func TestConformBadPeers(t *testing.T) {
 	})
 	fake := func(t *testing.T, serve func(c net.Conn)) conform.Config {
 		a, b := addrPair(t)
-		ln, err := net.Listen("tcp", b+":0")
-		require.NoError(t, err)
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer c.Close(); serve(c) }()
-			}
-		}()
+		peer := tcpPeer(t, b, serve)
 		return conform.Config{Tool: conform.IBWriteBW, Local: netip.MustParseAddr(a), Peer: netip.MustParseAddr(b),
-			OOBPort: uint16(ln.Addr().(*net.TCPAddr).Port), Timeout: 2 * time.Second}
+			OOBPort: uint16(peer.Port), Timeout: 2 * time.Second}
 	}
 	t.Run("old version", func(t *testing.T) {
 		cfg := fake(t, func(c net.Conn) {

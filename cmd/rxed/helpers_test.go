@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -169,6 +170,34 @@ func requireOneLineError(t *testing.T, r result, want ...string) {
 	for _, w := range want {
 		require.Containsf(t, msg, w, "error %q does not name %q", msg, w)
 	}
+}
+
+// tcpPeer listens on host (port 0) until the test ends and runs serve on
+// each connection it accepts, in a goroutine of its own, closing the
+// connection when serve returns: a fake peer for the tools' TCP
+// exchanges. It returns the listener's address.
+func tcpPeer(t *testing.T, host string, serve func(c net.Conn)) *net.TCPAddr {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); serve(c) }()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr)
+}
+
+// closingListener is a tcpPeer that closes every connection at once: a
+// TCP peer that speaks nothing.
+func closingListener(t *testing.T, host string) *net.TCPAddr {
+	t.Helper()
+	return tcpPeer(t, host, func(net.Conn) {})
 }
 
 // readCounters parses a --counters-out file.

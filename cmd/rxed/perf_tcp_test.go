@@ -137,18 +137,26 @@ func tcpRow(t *testing.T, out string) []float64 {
 	return row
 }
 
+// runTCPPair runs an rxed perf tcp server (with --validate, on a fresh
+// address and port) and its client, both with args, and requires both to
+// succeed.
+func runTCPPair(t *testing.T, args ...string) (srv, cli result) {
+	t.Helper()
+	a, _ := addrPair(t)
+	common := append([]string{"perf", "tcp", "-p", reservePort(t)}, args...)
+	srv, cli = runPair(t, append(append([]string{}, common...), "--listen", a, "--wait", "20s", "--validate"),
+		"Waiting for client", append(append([]string{}, common...), a))
+	requireOK(t, "server", srv)
+	requireOK(t, "client", cli)
+	return srv, cli
+}
+
 // A latency run between two rxed perf tcp processes: the server checks
 // every ping (--validate), both print perftest's latency row with the
 // run's size and iterations and consistent figures.
 func TestPerfTCPLatencyPingPong(t *testing.T) {
 	t.Parallel()
-	a, _ := addrPair(t)
-	port := reservePort(t)
-	common := []string{"--lat", "-s", "100", "-n", "200", "-p", port}
-	srv, cli := runPair(t, append([]string{"perf", "tcp", "--listen", a, "--wait", "20s", "--validate"}, common...),
-		"Waiting for client", append(append([]string{"perf", "tcp"}, common...), a))
-	requireOK(t, "server", srv)
-	requireOK(t, "client", cli)
+	srv, cli := runTCPPair(t, "--lat", "-s", "100", "-n", "200")
 	for _, r := range []result{srv, cli} {
 		require.Contains(t, r.stdout, "TCP latency")
 		row := tcpRow(t, r.stdout)
@@ -168,13 +176,7 @@ func TestPerfTCPLatencyPingPong(t *testing.T) {
 // round trips, as read_lat does.
 func TestPerfTCPRequestResponse(t *testing.T) {
 	t.Parallel()
-	a, _ := addrPair(t)
-	port := reservePort(t)
-	common := []string{"--lat", "-s", "8", "--reply", "4K", "-n", "100", "-p", port}
-	srv, cli := runPair(t, append([]string{"perf", "tcp", "--listen", a, "--wait", "20s", "--validate"}, common...),
-		"Waiting for client", append(append([]string{"perf", "tcp"}, common...), a))
-	requireOK(t, "server", srv)
-	requireOK(t, "client", cli)
+	_, cli := runTCPPair(t, "--lat", "-s", "8", "--reply", "4K", "-n", "100")
 	require.Contains(t, cli.stdout, "request of 8 bytes, reply of 4096, as read_lat: round trip")
 	row := tcpRow(t, cli.stdout)
 	require.Equal(t, []float64{8, 100}, row[:2])
@@ -187,13 +189,7 @@ func TestPerfTCPRequestResponse(t *testing.T) {
 // (--validate), both report the run's size and count and a bandwidth.
 func TestPerfTCPBandwidthStream(t *testing.T) {
 	t.Parallel()
-	a, _ := addrPair(t)
-	port := reservePort(t)
-	common := []string{"-s", "4K", "-n", "300", "-p", port}
-	srv, cli := runPair(t, append([]string{"perf", "tcp", "--listen", a, "--wait", "20s", "--validate"}, common...),
-		"Waiting for client", append(append([]string{"perf", "tcp"}, common...), a))
-	requireOK(t, "server", srv)
-	requireOK(t, "client", cli)
+	srv, cli := runTCPPair(t, "-s", "4K", "-n", "300")
 	for _, r := range []result{srv, cli} {
 		require.Contains(t, r.stdout, "TCP bandwidth")
 		row := tcpRow(t, r.stdout)
@@ -258,19 +254,7 @@ func TestPerfTCPServerValidatesThePing(t *testing.T) {
 func TestPerfTCPClientAgainstAStranger(t *testing.T) {
 	t.Parallel()
 	a, _ := addrPair(t)
-	ln, err := net.Listen("tcp", net.JoinHostPort(a, "0"))
-	require.NoError(t, err)
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	port := strconv.Itoa(closingListener(t, a).Port)
 	r := runCmd("perf", "tcp", "--lat", "-p", port, "--timeout", "5s", a)
 	require.Equal(t, 1, r.code)
 	requireOneLineError(t, r, "did not accept the test")

@@ -98,25 +98,14 @@ func TestReservePort(t *testing.T) {
 		reserved[n] = true
 	}
 	require.Equal(t, 300, len(reserved), "a port was reserved twice")
-	srv, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer srv.Close()
-	go func() {
-		for {
-			c, err := srv.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	srv := closingListener(t, "127.0.0.1")
 	for range 600 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		lp := ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
 		require.False(t, reserved[lp], "listener on port 0 got reserved port %d", lp)
-		c, err := net.Dial("tcp", srv.Addr().String())
+		c, err := net.Dial("tcp", srv.String())
 		require.NoError(t, err)
 		cp := c.LocalAddr().(*net.TCPAddr).Port
 		c.Close()
