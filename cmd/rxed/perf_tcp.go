@@ -35,7 +35,8 @@ import (
 //	bw     the client streams -n messages of -s bytes, the server reads
 //	       them all and answers with one byte; the client reports the
 //	       bandwidth from its first write to that byte, the server from
-//	       the first byte to the last (perftest's MB/s: 2^20 bytes)
+//	       the end of the first message to the end of the last (perftest's
+//	       MB/s: 2^20 bytes)
 
 // tcpHello is the client's first message: tcpMagic, the test ('L'
 // latency, 'B' bandwidth), three zero bytes, the message size and the
@@ -49,9 +50,15 @@ type tcpHello struct {
 }
 
 const (
+	tcpMagic  = "rxedtcp1"
+	tcpAccept = "rxedtcpK" // the server's answer to a hello it takes
+
+	// The hello's fields (byte offsets; helloKind+1..helloSize are zero).
+	helloKind   = 8
+	helloSize   = 12
+	helloReply  = 16
+	helloIters  = 20
 	tcpHelloLen = 28
-	tcpMagic    = "rxedtcp1"
-	tcpAccept   = "rxedtcpK" // the server's answer to a hello it takes
 )
 
 // appendTCPHello appends h's wire form to b.
@@ -65,12 +72,12 @@ func appendTCPHello(b []byte, h tcpHello) []byte {
 
 // parseTCPHello parses and checks a hello: what a server accepts.
 func parseTCPHello(b []byte) (tcpHello, error) {
-	if len(b) != tcpHelloLen || string(b[:8]) != tcpMagic {
+	if len(b) != tcpHelloLen || string(b[:helloKind]) != tcpMagic {
 		return tcpHello{}, errors.New("not an rxed perf tcp client (bad hello)")
 	}
-	h := tcpHello{kind: b[8], size: binary.BigEndian.Uint32(b[12:16]), reply: binary.BigEndian.Uint32(b[16:20]),
-		iters: binary.BigEndian.Uint64(b[20:28])}
-	if b[9] != 0 || b[10] != 0 || b[11] != 0 {
+	h := tcpHello{kind: b[helloKind], size: binary.BigEndian.Uint32(b[helloSize:]),
+		reply: binary.BigEndian.Uint32(b[helloReply:]), iters: binary.BigEndian.Uint64(b[helloIters:])}
+	if b[helloKind+1] != 0 || b[helloKind+2] != 0 || b[helloKind+3] != 0 {
 		return tcpHello{}, errors.New("hello: reserved bytes are not zero")
 	}
 	if h.kind != 'L' && h.kind != 'B' {
@@ -113,15 +120,27 @@ func checkTCPReply(lat bool, reply uint64) error {
 	return nil
 }
 
+// String is h as the flags that ask for it.
+func (h tcpHello) String() string {
+	if h.kind == 'L' {
+		return fmt.Sprintf("--lat -s %d --reply %d -n %d", h.size, h.reply, h.iters)
+	}
+	return fmt.Sprintf("-s %d -n %d", h.size, h.iters)
+}
+
 type perfTCPOpts struct {
-	hello    tcpHello
-	port     uint
-	listen   string
-	server   string // the server's address: this side is the client
-	wait     time.Duration
-	timeout  time.Duration
-	gbits    bool
-	validate bool
+	hello tcpHello
+	// testGiven: the test's flags (--lat, -s, -n, --reply) were given. A
+	// server started without them runs the test its client asks for; one
+	// started with them refuses any other, as perftest's sides must agree.
+	testGiven bool
+	port      uint
+	listen    string
+	server    string // the server's address: this side is the client
+	wait      time.Duration
+	timeout   time.Duration
+	gbits     bool
+	validate  bool
 }
 
 func parsePerfTCP(args []string, stderr io.Writer) (*perfTCPOpts, int, bool) {
@@ -152,6 +171,9 @@ func parsePerfTCP(args []string, stderr io.Writer) (*perfTCPOpts, int, bool) {
 	}
 	if len(rest) == 1 {
 		o.server = rest[0]
+	}
+	for _, name := range []string{"lat", "s", "n", "reply"} {
+		o.testGiven = o.testGiven || flagSet(fs, name)
 	}
 	for _, name := range []string{"s", "n", "reply"} {
 		if f := fs.Lookup(name); flagSet(fs, name) && f.Value.String() == "0" {
@@ -270,6 +292,9 @@ func acceptTCPTest(ctx context.Context, o *perfTCPOpts, stdout io.Writer) (*net.
 		return nil, tcpHello{}, fmt.Errorf("reading the client's hello: %v", err)
 	}
 	h, err := parseTCPHello(b[:])
+	if err == nil && o.testGiven && h != o.hello {
+		err = fmt.Errorf("asked for %v; this server runs %v (give both sides the same --lat, -s, -n and --reply, or none of them to the server)", h, o.hello)
+	}
 	if err != nil {
 		c.Close()
 		return nil, tcpHello{}, fmt.Errorf("client %v: %v", c.RemoteAddr(), err)

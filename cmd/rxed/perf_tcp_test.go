@@ -227,10 +227,24 @@ func TestPerfTCPServerRefusesAStranger(t *testing.T) {
 	require.Zero(t, n, "the server answered a stranger")
 }
 
+// A server started for one test refuses a client that asks for another,
+// as perftest's two sides must agree; one started without the test's flags
+// runs what its client asks for (the other tests).
+func TestPerfTCPServerRefusesAnotherTest(t *testing.T) {
+	t.Parallel()
+	addr, done := tcpServer(t, "--lat", "-s", "100")
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	cli := runCmd("perf", "tcp", "--lat", "-s", "8", "-p", port, host)
+	requireOneLineError(t, cli, "did not accept the test")
+	r := await(t, done, 30*time.Second)
+	requireOneLineError(t, r, "asked for --lat -s 8 --reply 8 -n 1000; this server runs --lat -s 100 --reply 100 -n 1000")
+}
+
 // --validate catches a ping that is not perf's pattern.
 func TestPerfTCPServerValidatesThePing(t *testing.T) {
 	t.Parallel()
-	addr, done := tcpServer(t, "--lat", "--validate")
+	addr, done := tcpServer(t, "--validate") // the test comes from the client's hello
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer c.Close()
