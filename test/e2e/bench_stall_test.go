@@ -24,8 +24,11 @@ import (
 //	machine-max-ns    the longest gap, against max-ns
 //
 // On the 2-CPU VM of docs/performance.md (session T) two such goroutines
-// saw 11-12 gaps above 0.5 ms in 3 s, several of them 2-8 ms: the
-// millisecond round trips of the spinning modes are those.
+// saw 11-12 gaps above 0.5 ms in 3 s, several of them 2-8 ms, about as
+// many as the spinning modes' round trips above 1 ms. What the probe
+// cannot see is the other kind session T found: a thread that sleeps and,
+// woken, waits behind kernel work on one CPU while the other idles (event
+// mode, whose goroutines sleep; TCP's ping-pong too).
 
 // stallSpinners is how many CPUs a latency mode keeps busy: a spinning
 // application and its in-process peer spin on every CPU, event mode's one
