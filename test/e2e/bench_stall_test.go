@@ -80,7 +80,7 @@ func machineStalls(d time.Duration, spinners int) (over int, longest time.Durati
 			for n := 1; ; n++ {
 				now := time.Since(start)
 				c.observe(now)
-				if now > d {
+				if now > d && n > 1 { // a gap needs two readings, however late the goroutine started
 					return
 				}
 				if n%yieldEvery == 0 {
@@ -142,7 +142,9 @@ func TestStallCounterCountsGapsAboveTheBound(t *testing.T) {
 
 // TestMachineStallsSpinsForTheDurationAsked: machineStalls returns after
 // about d (not before it) with a longest gap no longer than the time it
-// took, whatever the machine's stalls were.
+// took, whatever the machine's stalls were, and at least one gap measured
+// by each goroutine even when it starts after d has passed (a loaded
+// machine).
 func TestMachineStallsSpinsForTheDurationAsked(t *testing.T) {
 	const d = 20 * time.Millisecond
 	start := time.Now()
@@ -153,5 +155,10 @@ func TestMachineStallsSpinsForTheDurationAsked(t *testing.T) {
 	}
 	if longest <= 0 || longest > took || over < 0 {
 		t.Fatalf("over %d longest %v after %v", over, longest, took)
+	}
+	// A goroutine that starts after d has passed (here d is 0) still
+	// measures one gap.
+	if _, late := machineStalls(0, 1); late <= 0 {
+		t.Fatalf("a late goroutine measured no gap (longest %v)", late)
 	}
 }
