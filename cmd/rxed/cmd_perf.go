@@ -151,13 +151,9 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	if len(rest) == 1 {
 		o.server = rest[0]
 	}
-	// perftest refuses -s 0 ("Message Size should be between 1 and ...");
-	// rxed refuses every explicit 0 of these rather than running the
-	// default in its place (issue 15).
-	for _, name := range []string{"s", "n", "t", "D", "o", "m"} {
-		if f := fs.Lookup(name); flagSet(fs, name) && f.Value.String() == "0" {
-			return bad("-%s 0: must be positive (omit -%s for the default)", name, name)
-		}
+	// perftest refuses -s 0 ("Message Size should be between 1 and ...").
+	if name, ok := explicitZero(fs, "s", "n", "t", "D", "o", "m"); ok {
+		return bad("%v", errExplicitZero(name))
 	}
 	if o.listen != "" {
 		if o.server != "" || o.rdmaCM {

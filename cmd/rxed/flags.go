@@ -94,8 +94,8 @@ func (e *engineFlags) check() error {
 	if e.port == 0 || e.port > 65535 {
 		return fmt.Errorf("--port %d out of range 1..65535", e.port)
 	}
-	if e.oobPort > 65535 {
-		return fmt.Errorf("-p %d out of range 0..65535", e.oobPort)
+	if err := checkOOBPort(e.oobPort); err != nil {
+		return err
 	}
 	if e.timeout <= 0 {
 		return fmt.Errorf("--timeout %v must be positive", e.timeout)
@@ -228,6 +228,15 @@ func writeCountersJSON(path string, m map[string]uint64) error {
 	b.WriteString("}\n")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("--counters-out: %v", err)
+	}
+	return nil
+}
+
+// checkOOBPort checks -p, the TCP port of a tool's exchange (0 disables
+// serve's perftest listener).
+func checkOOBPort(p uint) error {
+	if p > 65535 {
+		return fmt.Errorf("-p %d out of range 0..65535", p)
 	}
 	return nil
 }

@@ -408,12 +408,7 @@ func (r *perfRun) runSendServer(ctx context.Context) (oob.BWReport, error) {
 	if el <= 0 {
 		el = time.Microsecond
 	}
-	factor := float64(1 << 20)
-	if o.gbits {
-		factor = 125000000
-	}
-	return oob.BWReport{Size: o.size, Iters: want, BWAvg: float64(o.size) * float64(want) / el.Seconds() / factor,
-		MsgRateAvg: float64(want) / el.Seconds() / 1e6}, nil
+	return oob.AverageBW(o.size, want, el, o.gbits), nil
 }
 
 // checkRecv validates one received message in its slot.

@@ -175,13 +175,11 @@ func parsePerfTCP(args []string, stderr io.Writer) (*perfTCPOpts, int, bool) {
 	for _, name := range []string{"lat", "s", "n", "reply"} {
 		o.testGiven = o.testGiven || flagSet(fs, name)
 	}
-	for _, name := range []string{"s", "n", "reply"} {
-		if f := fs.Lookup(name); flagSet(fs, name) && f.Value.String() == "0" {
-			return bad("-%s 0: must be positive (omit -%s for the default)", name, name)
-		}
+	if name, ok := explicitZero(fs, "s", "n", "reply"); ok {
+		return bad("%v", errExplicitZero(name))
 	}
-	if o.port > 65535 {
-		return bad("-p %d out of range 0..65535", o.port)
+	if err := checkOOBPort(o.port); err != nil {
+		return bad("%v", err)
 	}
 	if o.listen != "" {
 		if o.server != "" {
@@ -360,8 +358,9 @@ func (h tcpHello) pingPong() bool { return h.reply == h.size }
 func tcpLatency(c *net.TCPConn, h tcpHello, o *perfTCPOpts, w io.Writer) error {
 	client := o.server != ""
 	req, reply := make([]byte, h.size), make([]byte, h.reply)
-	fillPattern(req)
-	fillPattern(reply)
+	if client {
+		fillPattern(req) // what the server's --validate checks
+	}
 	stamps := make([]time.Duration, 0, h.iters)
 	start := time.Now()
 	for i := range h.iters {
@@ -451,24 +450,12 @@ func tcpBandwidth(c *net.TCPConn, h tcpHello, o *perfTCPOpts, w io.Writer) error
 			return err
 		}
 	}
-	r := tcpBWReport(uint64(h.size), h.iters, end.Sub(start), o.gbits)
+	// A stream has no per-message completions, so no peak (perftest's
+	// -N prints 0).
+	r := oob.AverageBW(uint64(h.size), h.iters, end.Sub(start), o.gbits)
 	if err := oob.WriteBWResult(w, r, nil, o.gbits); err != nil {
 		return err
 	}
 	_, err := io.WriteString(w, oob.ResultLine)
 	return err
-}
-
-// tcpBWReport is perftest's average bandwidth and message rate of iters
-// messages of size bytes in d (MB/s of 2^20 bytes, or Gb/s); a stream
-// has no per-message completions, so no peak (perftest -N prints 0).
-func tcpBWReport(size, iters uint64, d time.Duration, gbits bool) oob.BWReport {
-	d = max(d, time.Nanosecond)
-	unit := float64(1 << 20)
-	if gbits {
-		unit = 125e6
-	}
-	sec := d.Seconds()
-	return oob.BWReport{Size: size, Iters: iters,
-		BWAvg: float64(size) * float64(iters) / sec / unit, MsgRateAvg: float64(iters) / sec / 1e6}
 }

@@ -44,3 +44,20 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
 }
+
+// explicitZero is the first of names that fs's command line set to 0. rxed
+// refuses an explicit 0 of a count or size rather than running the default
+// in its place (perftest refuses -s 0; issue 15).
+func explicitZero(fs *flag.FlagSet, names ...string) (string, bool) {
+	for _, name := range names {
+		if f := fs.Lookup(name); flagSet(fs, name) && f.Value.String() == "0" {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// errExplicitZero is explicitZero's usage error.
+func errExplicitZero(name string) error {
+	return fmt.Errorf("-%s 0: must be positive (omit -%s for the default)", name, name)
+}

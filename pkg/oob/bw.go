@@ -49,29 +49,43 @@ func ComputeBW(s BWSamples) (BWReport, error) {
 			}
 		}
 	}
-	const unitsPerSec = float64(time.Second)
-	formatFactor := float64(0x100000)
-	if s.Gbits {
-		formatFactor = 125000000
-	}
 	last := n - 1
 	if s.NoPeak {
 		last = 0
 	}
-	total := float64(s.Completed[last] - s.Posted[0])
+	total := s.Completed[last] - s.Posted[0]
 	if total <= 0 {
 		return BWReport{}, errors.New("oob: bandwidth run has no duration")
 	}
-	r := BWReport{
-		Size:       s.Size,
-		Iters:      uint64(n),
-		BWAvg:      float64(s.Size) * float64(n) * unitsPerSec / (total * formatFactor),
-		MsgRateAvg: float64(n) * unitsPerSec / (total * 1000000),
-	}
+	r := AverageBW(s.Size, uint64(n), total, s.Gbits)
 	if !s.NoPeak {
-		r.BWPeak = float64(s.Size) * unitsPerSec / (float64(optDelta) * formatFactor)
+		r.BWPeak = float64(s.Size) * unitsPerSec / (float64(optDelta) * bwUnit(s.Gbits))
 	}
 	return r, nil
+}
+
+const unitsPerSec = float64(time.Second)
+
+// bwUnit is the bytes per second of one reported unit: perftest's MB/s
+// (2^20 bytes) or, with --report_gbits, Gb/s (10^9 bits).
+func bwUnit(gbits bool) float64 {
+	if gbits {
+		return 125000000
+	}
+	return 0x100000
+}
+
+// AverageBW is print_report_bw's average of a run that moved iters
+// messages of size bytes in d: bandwidth (bwUnit) and message rate
+// (millions per second), no peak. d below 1 ns counts as 1 ns.
+func AverageBW(size, iters uint64, d time.Duration, gbits bool) BWReport {
+	total := float64(max(d, 1))
+	return BWReport{
+		Size:       size,
+		Iters:      iters,
+		BWAvg:      float64(size) * float64(iters) * unitsPerSec / (total * bwUnit(gbits)),
+		MsgRateAvg: float64(iters) * unitsPerSec / (total * 1000000),
+	}
 }
 
 func roundUp(v, m int) int { return (v + m - 1) / m * m }

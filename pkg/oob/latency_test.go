@@ -142,3 +142,17 @@ func TestWriteBWRows(t *testing.T) {
 		" 8          10           0.010000            0.009000            0.100000\n"+
 		" 8          10               2.00               4.00   \t\t   6.000000\n", b.String())
 }
+
+// AverageBW is print_report_bw's average (the bandwidth stream tests and
+// rxed perf tcp report it): MB/s of 2^20 bytes or Gb/s, messages in
+// millions per second, no peak.
+func TestAverageBWIsPerftestsAverage(t *testing.T) {
+	r := AverageBW(65536, 1000, time.Second/10, false)
+	require.InDelta(t, 65536.0*1000*10/(1<<20), r.BWAvg, 1e-9) // 625 MB/s
+	require.InDelta(t, 0.01, r.MsgRateAvg, 1e-12)              // 10,000 messages/s
+	require.Zero(t, r.BWPeak)
+	require.Equal(t, BWReport{Size: 65536, Iters: 1000, BWAvg: r.BWAvg, MsgRateAvg: r.MsgRateAvg}, r)
+	g := AverageBW(65536, 1000, time.Second/10, true)
+	require.InDelta(t, 65536.0*1000*10*8/1e9, g.BWAvg, 1e-9)
+	require.Positive(t, AverageBW(1, 1, 0, false).BWAvg, "a run of no measurable duration counts as 1 ns")
+}

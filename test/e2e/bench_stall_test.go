@@ -70,13 +70,15 @@ func (s *stallCounter) observe(now time.Duration) {
 func machineStalls(d time.Duration, spinners int) (over int, longest time.Duration) {
 	const yieldEvery = 1 << 14
 	counters := make([]stallCounter, spinners)
+	for i := range counters {
+		counters[i].bound = slowRTT
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range counters {
 		wg.Add(1)
 		go func(c *stallCounter) {
 			defer wg.Done()
-			c.bound = slowRTT
 			for n := 1; ; n++ {
 				now := time.Since(start)
 				c.observe(now)
