@@ -88,7 +88,7 @@ func TestReplayBoundStartsAnewOnNewRequests(t *testing.T) {
 // and recovers by IBA's timer alone, as rxe does.
 func TestReadStreamSurvivesHeavyLoss(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
-		_, c := simGoodput(t, WRRDMARead, 0.2, seed, 100, 16)
+		_, c := simGoodput(t, WRRDMARead, MTU4096, 0.2, seed, 100, 16)
 		require.Zerof(t, c.RetryExceededErr.Load(), "seed %d", seed)
 	}
 }

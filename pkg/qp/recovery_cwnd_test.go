@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -200,4 +201,46 @@ func TestLossKeepsTheFloor(t *testing.T) {
 	r.recovering = false
 	q.noteLoss()
 	require.Equal(t, MaxUnackedPSNs/2, r.cwnd, "every window delivering the same: the halving rules")
+}
+
+// A congestion window smaller than a message still moves by the
+// responder's ACKs alone: the requester asks for an ACK at least every
+// half window, and a responder answers only packets that ask. Issue 14,
+// goal 7: against rxe at MTU 1024 and 1% loss, a window halved to 64
+// PSNs or less stopped inside every 64-packet WRITE after a loss (AckReq
+// only on the last packet and every 64th), and the fast retransmit timer
+// resent what rxe already had, 9-10 ms later each time (capture of the
+// interop loss cell).
+func TestWindowSmallerThanAMessageIsAckClocked(t *testing.T) {
+	for _, cwnd := range []int{minCwnd, 48, 64, 100, MaxUnackedPSNs} {
+		t.Run(fmt.Sprint(cwnd), func(t *testing.T) {
+			l := newLink(t, RC, 7, 7) // MTU 256
+			l.a.q.rec.cwnd = cwnd     // as a loss left it
+			const packets = 300
+			l.post(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{l.a.sge(0, packets*256)},
+				RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()})
+			sent, run, rounds := 0, 0, 0
+			var wcs []WC
+			for len(wcs) == 0 {
+				req := l.a.env.take()
+				require.NotEmptyf(t, req, "round %d: stopped after %d packets with nothing acknowledged to move the window (no timer may run)", rounds, sent)
+				for _, p := range req {
+					if run++; wire.BTH(p).AckReq() {
+						run = 0
+					}
+					require.LessOrEqualf(t, run, max(l.a.q.rec.cwnd/2, 1), "packet %d: no ACK asked for in more than half the window", sent)
+					sent++
+				}
+				l.deliver(l.b, l.a, req...)
+				l.deliver(l.a, l.b, l.b.env.take()...)
+				wcs = poll(t, l.a.scq)
+				rounds++
+			}
+			require.Equal(t, packets, sent, "nothing resent: the clock never ran")
+			require.Len(t, wcs, 1)
+			require.Equal(t, WCSuccess, wcs[0].Status)
+			require.Zero(t, l.a.q.ctr.FastRetransmits.Load()+l.a.q.ctr.RetransmitTimeouts.Load())
+			require.Equal(t, l.a.buf[:packets*256], l.b.buf[:packets*256])
+		})
+	}
 }
