@@ -88,17 +88,25 @@ func TestMatrixCoversTheIssue(t *testing.T) {
 		require.True(t, has(func(c Cell) bool { return c.Tool == v6 && c.IPv6 }), v6)
 	}
 	for _, lossy := range []string{"write_bw", "read_bw"} {
-		require.True(t, has(func(c Cell) bool { return c.Tool == lossy && c.LossPct == 2 }), lossy)
+		for _, pct := range []float64{1, 5} { // issue 14's goal 7
+			require.True(t, has(func(c Cell) bool { return c.Tool == lossy && c.LossPct == pct }), "%s at %v%%", lossy, pct)
+		}
 	}
-	// every loss cell runs right after its clean twin, which differs in nothing but the loss
+	// every loss cell runs after its clean twin, with only its sibling loss cells between them,
+	// and differs from it in nothing but the loss
 	for i, c := range cells {
 		if c.LossPct == 0 {
 			require.Empty(t, c.Baseline, c.Name)
 			continue
 		}
 		require.NotEmpty(t, c.Baseline, c.Name)
-		require.Positive(t, i, c.Name)
-		twin := cells[i-1]
+		j := i - 1
+		for j >= 0 && cells[j].LossPct > 0 {
+			require.Equal(t, c.Baseline, cells[j].Baseline, "%s after %s", c.Name, cells[j].Name)
+			j--
+		}
+		require.GreaterOrEqual(t, j, 0, c.Name)
+		twin := cells[j]
 		require.Equal(t, c.Baseline, twin.Name, c.Name)
 		require.NotEqual(t, c.Name, twin.Name)
 		twin.Name, twin.LossPct, twin.Baseline, twin.Timeout = c.Name, c.LossPct, c.Baseline, c.Timeout
@@ -118,15 +126,21 @@ func TestSelect(t *testing.T) {
 	cells := Matrix()
 	require.Len(t, Select(cells, ""), len(cells))
 	got := Select(cells, "loss,ipv6")
-	// 2 loss cells and their clean twins, 3 IPv6 (rc_pingpong, write_bw, rdmacm/rping)
+	// 4 loss cells (write_bw, read_bw at 1% and 5%) and their 2 clean twins, 3 IPv6
+	// (rc_pingpong, write_bw, rdmacm/rping)
 	var names []string
 	for _, c := range got {
 		names = append(names, c.Name)
 		require.True(t, c.IPv6 || c.LossPct > 0 || strings.Contains(c.Name, "/clean/"), c.Name)
 	}
-	require.Len(t, got, 7, names)
-	require.Equal(t, []string{"write_bw/clean/65536B", "write_bw/loss2%/65536B"},
-		[]string{Select(cells, "write_bw/loss")[0].Name, Select(cells, "write_bw/loss")[1].Name})
+	require.Len(t, got, 9, names)
+	var wl []string
+	for _, c := range Select(cells, "write_bw/loss") {
+		wl = append(wl, c.Name)
+	}
+	require.Equal(t, []string{"write_bw/clean/65536B", "write_bw/loss1%/65536B", "write_bw/loss5%/65536B"}, wl)
+	require.Equal(t, []string{"write_bw/clean/65536B", "write_bw/loss5%/65536B"},
+		[]string{Select(cells, "write_bw/loss5")[0].Name, Select(cells, "write_bw/loss5")[1].Name})
 	require.Len(t, Select(cells, "write_bw/clean"), 1) // a twin alone brings no loss cell
 	require.Empty(t, Select(cells, "no-such-cell"))
 }
