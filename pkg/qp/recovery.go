@@ -21,7 +21,8 @@ import (
 // that acknowledges it is sampled (one PSN at a time, never a resent one:
 // Karn's rule), smoothed, and a requester that has outstanding requests
 // and hears nothing for srtt + 4 rttvar (at least minRTO, doubling on each
-// expiry without progress) goes back to the oldest unacknowledged PSN.
+// expiry until a PSN first sent after it is acknowledged) goes back to the
+// oldest unacknowledged PSN.
 // Until the first sample there is no estimate and only IBA's timer runs
 // (TCP starts at 1 s for the same reason): a peer that has never answered
 // sees exactly the local ACK timeout's schedule, and a slow one (an rxe
@@ -114,7 +115,8 @@ type recovery struct {
 	samplePSN    PSN
 	sampleAt     time.Time
 	rtoAt        time.Time // fast retransmit deadline; zero when not armed
-	backoff      uint8     // fast retransmits since the last progress
+	backoff      uint8     // fast retransmits since rtoEnd was acknowledged
+	rtoEnd       PSN       // first PSN not yet sent at the last expiry
 	cwnd         int       // congestion window in PSNs
 	acked        int       // PSNs acknowledged towards the next cwnd increment
 	// recoverPSN is the PSN after the last one sent when the window last
@@ -186,7 +188,16 @@ func (q *QP) noteProgress(before PSN, now time.Time) {
 		// moves on).
 		r.sampleRate(uint64(max(q.comp.psn.Diff(r.sampleComp), 0)), rtt)
 	}
-	r.backoff = 0
+	// The backoff ends when a PSN first sent after the last expiry is
+	// acknowledged: the timeout then outlasted a round trip (Karn's
+	// algorithm, RFC 6298 5.5-5.7). Not on any progress: that may be the
+	// answer to what the expiry resent, or to the original whose answer
+	// was late, and a round trip that grew past the timeout would time
+	// out every window, each expiry dropping the window's sample, so the
+	// estimate would never learn it.
+	if r.backoff > 0 && q.comp.psn.Diff(r.rtoEnd) > 0 {
+		r.backoff = 0
+	}
 	if r.recovering && q.comp.psn.Diff(r.recoverPSN) >= 0 {
 		r.recovering = false // the event is over (and PSNs may wrap later)
 	}
@@ -344,6 +355,9 @@ func (q *QP) onFastRetransmit(now time.Time) {
 		return
 	}
 	q.ctr.FastRetransmits.Add(1)
+	if r.backoff == 0 || q.req.psn.Diff(r.rtoEnd) > 0 {
+		r.rtoEnd = q.req.psn
+	}
 	q.noteLoss()
 	q.goBackN()
 	// As after a NAK: one go-back per loss until progress, so the NAK
