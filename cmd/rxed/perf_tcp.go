@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -193,19 +194,18 @@ func parsePerfTCP(args []string, stderr io.Writer) (*perfTCPOpts, int, bool) {
 	s := uint64(size)
 	if *lat {
 		o.hello.kind = 'L'
-		s = cmp0(s, 2)
-		o.hello.iters = cmp0(o.hello.iters, 1000)
-
+		s = cmp.Or(s, 2)
+		o.hello.iters = cmp.Or(o.hello.iters, 1000)
 	} else {
-		s = cmp0(s, 65536)
-		o.hello.iters = cmp0(o.hello.iters, 5000)
+		s = cmp.Or(s, 65536)
+		o.hello.iters = cmp.Or(o.hello.iters, 5000)
 	}
 	if err := checkTCPTest(*lat, s, o.hello.iters); err != nil {
 		return bad("%v", err)
 	}
 	r := uint64(reply)
 	if *lat {
-		r = cmp0(r, s)
+		r = cmp.Or(r, s)
 	}
 	if err := checkTCPReply(*lat, r); err != nil {
 		return bad("%v", err)
@@ -213,14 +213,6 @@ func parsePerfTCP(args []string, stderr io.Writer) (*perfTCPOpts, int, bool) {
 	o.hello.reply = uint32(r)
 	o.hello.size = uint32(s)
 	return o, 0, true
-}
-
-// cmp0 is v, or def when v is 0 (the flag was not given).
-func cmp0(v, def uint64) uint64 {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 func runPerfTCP(args []string, stdout, stderr io.Writer) int {

@@ -31,9 +31,11 @@ func TestLossRecoveryGoodputModel(t *testing.T) {
 	const window = 16
 	goal := map[float64]float64{0.01: 0.5, 0.05: 0.1}
 	// The same 64 KiB messages are four times as many packets at MTU 1024.
-	messages := map[MTU]int{MTU4096: 300, MTU1024: 100}
-	for _, mtu := range []MTU{MTU4096, MTU1024} {
-		n := messages[mtu]
+	for _, run := range []struct {
+		mtu MTU
+		n   int
+	}{{MTU4096, 300}, {MTU1024, 100}} {
+		mtu, n := run.mtu, run.n
 		for _, op := range []WROpcode{WRRDMAWrite, WRRDMARead} {
 			clean, c := simGoodput(t, op, mtu, 0, 1, n, window)
 			require.Zero(t, c.FastRetransmits.Load()+c.CompleterRetryErr.Load(), "%v: no retransmission without loss", op)

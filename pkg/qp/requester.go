@@ -407,7 +407,7 @@ func (q *QP) wantsAck(w *wqe, r *request) bool {
 // back while the second is in flight. The full window (MaxUnackedPSNs,
 // twice MaxPktPerAck) asks exactly as rxe does.
 func (q *QP) ackEvery() int {
-	return min(MaxPktPerAck, max(q.rec.cwnd/2, 1))
+	return min(MaxPktPerAck, q.rec.cwnd/2) // cwnd >= minCwnd
 }
 
 // transmitRequest is rxe's finish_packet and rxe_xmit_packet: encode the
