@@ -462,6 +462,9 @@ func (q *QP) failWQE(w *wqe) {
 func (q *QP) errorRetry(w *wqe, now time.Time) {
 	timeout := q.comp.timeoutRetry
 	q.comp.timeoutRetry = false
+	if !timeout {
+		q.rec.lossAt = now // the responder told of a loss (LossRecent)
+	}
 	if q.comp.startedRetry && !timeout {
 		return // one retry per loss until progress or a timeout
 	}

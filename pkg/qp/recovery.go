@@ -124,6 +124,7 @@ type recovery struct {
 	// the same congestion event and do not halve it again.
 	recoverPSN PSN
 	recovering bool
+	lossAt     time.Time // the last loss the responder reported (errorRetry); zero: none yet
 	// The loss rate: lossEvents loss signals per lossPSNs PSNs
 	// acknowledged, over about the last lossHorizon of them.
 	lossPSNs, lossEvents float64
@@ -316,6 +317,22 @@ func (q *QP) noteLoss() {
 	r.recovering, r.recoverPSN = true, q.req.psn
 	r.cwnd = max(r.cwnd/2, minCwnd, r.lossFloor())
 	r.acked = 0
+}
+
+// lossRecentSpan is how long after the last loss the responder reported
+// a requester counts as losing packets (LossRecent).
+const lossRecentSpan = 20 * time.Millisecond
+
+// LossRecent reports whether the responder reported a loss (a NAK, an
+// implied NAK, a gap in a READ's responses) within lossRecentSpan of now:
+// the requester's short timers are then likely to run out with nothing
+// else going on, and roce's idle waker wakes an idle process for them.
+// Not a timeout of its own: on a loaded host a clean connection's fast
+// retransmit timer fires now and then for a round trip that was only
+// late, and waking the process for every deadline after it cost the
+// 8-byte SEND ping-pong's p99 12 -> 29 us (docs/performance.md, session V).
+func (q *QP) LossRecent(now time.Time) bool {
+	return !q.rec.lossAt.IsZero() && now.Sub(q.rec.lossAt) < lossRecentSpan
 }
 
 // lossFloor is the window a loss does not take the congestion window

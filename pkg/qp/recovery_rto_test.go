@@ -86,3 +86,39 @@ func TestRTOOutgrownByTheRoundTripRecovers(t *testing.T) {
 	require.Greater(t, a.q.rto(), rtt, "the estimate learnt the longer round trip")
 	require.Zero(t, a.q.ctr.RetransmitTimeouts.Load(), "IBA's local ACK timer never expired")
 }
+
+// LossRecent says whether the responder reported a loss lately: true
+// after a NAK for a lost WRITE packet, false lossRecentSpan later, and
+// false after a fast retransmit alone (a late round trip on a loaded host
+// is no loss; roce's idle waker must not wake the process for every
+// deadline after one: docs/performance.md, session V).
+func TestLossRecentAfterAReportedLossOnly(t *testing.T) {
+	l := newLink(t, RC, 3, 7)
+	require.False(t, l.a.q.LossRecent(l.now), "nothing lost yet")
+	l.post(SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{l.a.sge(0, 700)},
+		RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()})
+	pkts := l.a.env.take()
+	require.Len(t, pkts, 3)
+	l.deliver(l.b, l.a, pkts[0], pkts[2]) // the middle one lost: b NAKs
+	nak := l.b.env.take()
+	require.NotEmpty(t, nak)
+	l.deliver(l.a, l.b, nak...)
+	require.NotZero(t, l.a.q.ctr.RcvdSeqErr.Load())
+	require.True(t, l.a.q.LossRecent(l.now))
+	require.True(t, l.a.q.LossRecent(l.now.Add(lossRecentSpan-time.Nanosecond)))
+	require.False(t, l.a.q.LossRecent(l.now.Add(lossRecentSpan)))
+
+	// A fast retransmit without a reported loss.
+	l2 := newLink(t, RC, 3, 7)
+	require.NoError(t, l2.b.q.PostRecv(&RecvWR{ID: 1, SGL: []SGE{l2.b.sge(0, 64)}}))
+	l2.post(SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: []SGE{l2.a.sge(0, 10)}})
+	l2.deliver(l2.b, l2.a, l2.a.env.take()...)
+	l2.now = l2.now.Add(40 * time.Microsecond)
+	l2.deliver(l2.a, l2.b, l2.b.env.take()...) // a round-trip sample
+	l2.post(SendWR{ID: 2, Opcode: WRSend, Flags: Signaled, SGL: []SGE{l2.a.sge(0, 10)}})
+	l2.a.env.take() // lost, and no NAK comes
+	l2.now = l2.a.q.Deadline()
+	l2.a.q.OnTimer(l2.a.env, l2.now, 100)
+	require.NotZero(t, l2.a.q.ctr.FastRetransmits.Load())
+	require.False(t, l2.a.q.LossRecent(l2.now), "a timeout of its own is not a reported loss")
+}

@@ -115,7 +115,8 @@ type Engine struct {
 	gidPorts     []uint16 // the port of gids[i]'s socket: route's lookup, without hashing an address
 	ports        map[netip.Addr]uint16
 	clock        Clock
-	ibaTimerOnly bool // Config.IBATimerOnly
+	wake         *idleWaker // processWaker with the SystemClock, else nil (idlewake.go)
+	ibaTimerOnly bool       // Config.IBATimerOnly
 	// polledAt is when Progress was last called (nanotime): an engine
 	// whose own application polls it needs no other spinner's help
 	// (ProgressOthers).
@@ -195,6 +196,9 @@ func New(cfg Config) (*Engine, error) {
 	if e.clock == nil {
 		e.clock = SystemClock{}
 	}
+	if _, ok := e.clock.(SystemClock); ok {
+		e.wake = processWaker
+	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -240,6 +244,7 @@ func New(cfg Config) (*Engine, error) {
 	for i := 0; i < n; i++ {
 		w := newWorker(e, i)
 		e.workers = append(e.workers, w)
+		e.wake.register(&w.wakeAt)
 	}
 	e.rx = e.newRxBatch()
 	for _, w := range e.workers {
@@ -273,6 +278,9 @@ func (e *Engine) Close() error {
 		}
 		err = e.conn.Close()
 		e.wg.Wait()
+		for _, w := range e.workers {
+			e.wake.unregister(&w.wakeAt)
+		}
 		// A FLUSH's msync holds its region until it returns: wait, so that
 		// the memory can be closed once the engine is.
 		e.persists.Wait()

@@ -194,7 +194,8 @@ func (w *worker) onTimer() {
 func (w *worker) rearm() {
 	w.rekey()
 	var best time.Time
-	if ent := w.nextTimer(); ent != nil {
+	ent := w.nextTimer()
+	if ent != nil {
 		best = ent.tm.at
 	}
 	if k := w.keptUntil; !k.IsZero() && (best.IsZero() || k.Before(best)) {
@@ -206,11 +207,20 @@ func (w *worker) rearm() {
 	w.timerAt = best
 	if best.IsZero() {
 		w.timer.Stop()
+		w.e.wake.wakeBy(&w.wakeAt, time.Time{}, best)
 		return
 	}
-	d := best.Sub(w.clockNow())
+	now := w.clockNow()
+	d := best.Sub(now)
 	if d < 0 {
 		d = 0
 	}
 	w.timer.Reset(d)
+	// A short timer of a QP that is losing packets fires on time in an
+	// idle process too (idlewake.go); others are not worth an alarm.
+	if ent != nil && best.Equal(ent.tm.at) && ent.q.LossRecent(now) {
+		w.e.wake.wakeBy(&w.wakeAt, now, best)
+	} else {
+		w.e.wake.wakeBy(&w.wakeAt, now, time.Time{})
+	}
 }

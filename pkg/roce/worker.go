@@ -177,6 +177,10 @@ type worker struct {
 	txResp  bool
 	txMixed bool
 	txTmp   txScratch // for requestsFirst
+	// wakeAt is the timer's deadline for the idle waker (idlewake.go),
+	// which other workers read; only the owner stores it (rearm). Last,
+	// away from the fields the round trip touches.
+	wakeAt atomic.Int64
 }
 
 func newWorker(e *Engine, idx int) *worker {
