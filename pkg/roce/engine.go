@@ -197,7 +197,7 @@ func New(cfg Config) (*Engine, error) {
 		e.clock = SystemClock{}
 	}
 	if _, ok := e.clock.(SystemClock); ok {
-		e.wake = processWaker
+		e.wake = systemWaker()
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)

@@ -59,9 +59,24 @@ type idleWaker struct {
 	timers   atomic.Pointer[[]*atomic.Int64]
 }
 
-// processWaker is the process's idle waker; nil where the platform has no
-// alarm the netpoller can watch (its methods do nothing then).
-var processWaker = newIdleWaker()
+// processWaker is the process's idle waker, made by the first engine on
+// the SystemClock (systemWaker), not by every program that imports the
+// package; nil where the platform has no alarm the netpoller can watch
+// (its methods do nothing then).
+var (
+	wakerOnce    sync.Once
+	processWaker *idleWaker
+)
+
+// systemWaker returns processWaker, making it the first time.
+func systemWaker() *idleWaker {
+	wakerOnce.Do(func() {
+		if processWaker == nil {
+			processWaker = newIdleWaker()
+		}
+	})
+	return processWaker
+}
 
 // register adds a timer's deadline to those the alarm is set again for.
 func (w *idleWaker) register(dl *atomic.Int64) {
@@ -101,7 +116,8 @@ func (w *idleWaker) unregister(dl *atomic.Int64) {
 // wakeBy records that the registered timer dl is armed for deadline (a
 // zero deadline: stopped, or not worth an alarm) and sets the alarm for
 // the earliest short deadline of the registered timers if it is not set
-// for that already; now is the caller's reading of the SystemClock.
+// for that already; now is the caller's reading of the SystemClock (a
+// real one: the arithmetic is on nanoseconds since processStart).
 func (w *idleWaker) wakeBy(dl *atomic.Int64, now, deadline time.Time) {
 	if w == nil {
 		return

@@ -11,7 +11,7 @@ import (
 // The process's alarm is a timerfd that its arm function sets, one shot,
 // for the wait asked (0 is not "disarm": the shortest wait instead).
 func TestIdleWakerAlarmIsATimerfd(t *testing.T) {
-	require.NotNil(t, processWaker, "Linux has timerfd")
+	require.NotNil(t, systemWaker(), "Linux has timerfd")
 	rc, err := idleWakeFile.SyscallConn()
 	require.NoError(t, err)
 	remaining := func() (v unix.ItimerSpec) {

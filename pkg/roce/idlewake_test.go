@@ -108,7 +108,7 @@ func TestIdleWakerSetsTheAlarmForTheEarliestShortDeadline(t *testing.T) {
 func TestEngineSetsTheIdleAlarmOnlyForALosingQP(t *testing.T) {
 	for _, loss := range []float64{0, 0.05} {
 		w, set := recordingWaker()
-		saved := processWaker
+		saved := systemWaker()
 		processWaker = w
 		net := transport.NewMemNetwork()
 		aAddr, bAddr := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")

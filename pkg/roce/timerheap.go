@@ -207,7 +207,9 @@ func (w *worker) rearm() {
 	w.timerAt = best
 	if best.IsZero() {
 		w.timer.Stop()
-		w.e.wake.wakeBy(&w.wakeAt, time.Time{}, best)
+		if w.wakeAt.Load() != 0 { // it had an alarm: the next deadline takes it
+			w.e.wake.wakeBy(&w.wakeAt, w.clockNow(), best)
+		}
 		return
 	}
 	now := w.clockNow()
