@@ -222,7 +222,7 @@ func (w *worker) rearm() {
 	// idle process too (idlewake.go); others are not worth an alarm.
 	if ent != nil && best.Equal(ent.tm.at) && ent.q.LossRecent(now) {
 		w.e.wake.wakeBy(&w.wakeAt, now, best)
-	} else {
+	} else if w.wakeAt.Load() != 0 { // clean traffic: one load, no call
 		w.e.wake.wakeBy(&w.wakeAt, now, time.Time{})
 	}
 }
