@@ -256,7 +256,7 @@ func New(cfg Config) (*Engine, error) {
 	if e.poller != nil {
 		// Last: other goroutines' ProgressOthers may call progress from
 		// here on, which needs everything above.
-		registerPollable(e)
+		pollables.add(e)
 	}
 	return e, nil
 }
@@ -274,7 +274,7 @@ func (e *Engine) Close() error {
 		}
 		close(e.closed)
 		if e.poller != nil {
-			unregisterPollable(e)
+			pollables.remove(e)
 		}
 		err = e.conn.Close()
 		e.wg.Wait()
@@ -620,7 +620,7 @@ func (e *Engine) Progress() int {
 	if e.poller == nil {
 		return 0
 	}
-	if p := pollables.Load(); p != nil && len(*p) > 1 {
+	if len(pollables.load()) > 1 {
 		// Only ProgressOthers reads it, and only with another engine
 		// in the process: a lone engine's spinner reads no clock.
 		e.polledAt.Store(nanotime())

@@ -54,9 +54,8 @@ type idleWaker struct {
 	mu sync.Mutex
 	at atomic.Int64 // when the pending alarm goes off (wakeClock ns); 0: none
 	// timers holds the short deadline of every registered timer
-	// (wakeClock ns; 0: none), copy-on-write.
-	timersMu sync.Mutex
-	timers   atomic.Pointer[[]*atomic.Int64]
+	// (wakeClock ns; 0: none).
+	timers cowList[*atomic.Int64]
 }
 
 // processWaker is the process's idle waker, made by the first engine on
@@ -80,37 +79,16 @@ func systemWaker() *idleWaker {
 
 // register adds a timer's deadline to those the alarm is set again for.
 func (w *idleWaker) register(dl *atomic.Int64) {
-	if w == nil {
-		return
+	if w != nil {
+		w.timers.add(dl)
 	}
-	w.timersMu.Lock()
-	defer w.timersMu.Unlock()
-	var cur []*atomic.Int64
-	if p := w.timers.Load(); p != nil {
-		cur = *p
-	}
-	next := append(append(make([]*atomic.Int64, 0, len(cur)+1), cur...), dl)
-	w.timers.Store(&next)
 }
 
 // unregister removes it (the engine closed).
 func (w *idleWaker) unregister(dl *atomic.Int64) {
-	if w == nil {
-		return
+	if w != nil {
+		w.timers.remove(dl)
 	}
-	w.timersMu.Lock()
-	defer w.timersMu.Unlock()
-	p := w.timers.Load()
-	if p == nil {
-		return
-	}
-	next := make([]*atomic.Int64, 0, len(*p))
-	for _, x := range *p {
-		if x != dl {
-			next = append(next, x)
-		}
-	}
-	w.timers.Store(&next)
 }
 
 // wakeBy records that the registered timer dl is armed for deadline (a
@@ -168,11 +146,9 @@ func alarmFor(pending, n, next int64) (at int64, set bool) {
 // earliest is the earliest registered deadline after n (0: none).
 func (w *idleWaker) earliest(n int64) int64 {
 	var next int64
-	if p := w.timers.Load(); p != nil {
-		for _, dl := range *p {
-			if d := dl.Load(); d > n && (next == 0 || d < next) {
-				next = d
-			}
+	for _, dl := range w.timers.load() {
+		if d := dl.Load(); d > n && (next == 0 || d < next) {
+			next = d
 		}
 	}
 	return next

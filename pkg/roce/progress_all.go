@@ -2,47 +2,13 @@ package roce
 
 import (
 	"net/netip"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
-// The engines of this process that can be polled (a Conn that is a
-// Poller), for ProgressOthers. A copy-on-write slice: pollers read it on
-// every empty poll, engines are created and closed rarely.
-var (
-	pollablesMu sync.Mutex
-	pollables   atomic.Pointer[[]*Engine]
-)
-
-// registerPollable adds e to the process's pollable engines.
-func registerPollable(e *Engine) {
-	pollablesMu.Lock()
-	defer pollablesMu.Unlock()
-	var cur []*Engine
-	if p := pollables.Load(); p != nil {
-		cur = *p
-	}
-	next := append(append(make([]*Engine, 0, len(cur)+1), cur...), e)
-	pollables.Store(&next)
-}
-
-// unregisterPollable removes e (Close).
-func unregisterPollable(e *Engine) {
-	pollablesMu.Lock()
-	defer pollablesMu.Unlock()
-	p := pollables.Load()
-	if p == nil {
-		return
-	}
-	next := make([]*Engine, 0, len(*p))
-	for _, x := range *p {
-		if x != e {
-			next = append(next, x)
-		}
-	}
-	pollables.Store(&next)
-}
+// pollables are the engines of this process that can be polled (a Conn
+// that is a Poller), for ProgressOthers: pollers read it on every empty
+// poll, engines are created and closed rarely (cowList).
+var pollables cowList[*Engine]
 
 // ProgressOthers is Progress for every other pollable engine of the
 // process; it returns the packets they took.
@@ -185,11 +151,11 @@ func forOthersUnattended(self *Engine, now int64, f func(*Engine)) {
 // allreduce) polling them all after every batch would cost one such
 // call per engine.
 func (e *Engine) helpSleepingPeers(from netip.AddrPort) {
-	p := pollables.Load()
-	if p == nil || len(*p) < 2 {
+	p := pollables.load()
+	if len(p) < 2 {
 		return
 	}
-	for _, o := range *p {
+	for _, o := range p {
 		if o != e && o.hasSocket(from) {
 			// The clock is read only for an in-process source.
 			if o.sleepers.Load() > 0 && o.wantsHelp(nanotime()) {
@@ -203,11 +169,11 @@ func (e *Engine) helpSleepingPeers(from netip.AddrPort) {
 // eachOther calls f for every pollable engine of the process other than
 // self.
 func eachOther(self *Engine, f func(e *Engine)) {
-	p := pollables.Load()
-	if p == nil || len(*p) < 2 {
+	p := pollables.load()
+	if len(p) < 2 {
 		return
 	}
-	for _, e := range *p {
+	for _, e := range p {
 		if e != self {
 			f(e)
 		}
@@ -222,7 +188,7 @@ func eachOther(self *Engine, f func(e *Engine)) {
 // SEND ping-pong in event mode (docs/performance.md, session R), where
 // one serves (recentSpan is 200 us; the passes take microseconds).
 func clockForOthers() int64 {
-	if p := pollables.Load(); p == nil || len(*p) < 2 {
+	if len(pollables.load()) < 2 {
 		return 0
 	}
 	return nanotime()
