@@ -80,7 +80,7 @@ func WriteTable(w io.Writer, s Subject, rs []Result) {
 			st = "**FAIL**"
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.1fs | %s |\n", r.Cell.Name, dirLabel(s, r.Dir), st, r.Metric,
-			packets(s, r), r.Elapsed.Seconds(), strings.Join(r.Notes, ", "))
+			packets(s, r), r.Elapsed.Seconds(), oneLine(strings.Join(r.Notes, ", ")))
 	}
 }
 
@@ -107,6 +107,7 @@ func WriteReport(w io.Writer, info RunInfo, rs []Result) {
 	}
 	fmt.Fprintf(w, "- **%d passed, %d failed**\n\n", pass, fail)
 	WriteTable(w, info.Subject, rs)
+	writeDown(w, info.Subject, rs)
 	if fail == 0 {
 		return
 	}
@@ -127,6 +128,36 @@ func WriteReport(w io.Writer, info RunInfo, rs []Result) {
 		fmt.Fprintf(w, "- full output: `%s.{server,client}.txt`\n\n", r.LogPrefix)
 		fmt.Fprintf(w, "```\n# server (last lines)\n%s\n# client (last lines)\n%s\n```\n", tail(r.ServerOut, 8), tail(r.ClientOut, 8))
 	}
+}
+
+// writeDown lists the runs after which a guest was down (guest_down.go), with why.
+func writeDown(w io.Writer, s Subject, rs []Result) {
+	n := 0
+	for _, r := range rs {
+		for _, g := range r.Down {
+			if n == 0 {
+				fmt.Fprintf(w, "\n## Guests that went down\n\nAfter a failed run the harness checks the guests; one that is down is rebooted and the cell runs once more, whose result counts.\n")
+			}
+			n++
+			fmt.Fprintf(w, "\n### %s, %s: guest %d\n\n", r.Cell.Name, dirLabel(s, r.Dir), g.VM)
+			if g.Console != "" {
+				fmt.Fprintf(w, "- console kept: `%s`\n", g.Console)
+			}
+			if g.Reboot != "" {
+				fmt.Fprintf(w, "- **the reboot failed**: %s\n", g.Reboot)
+			}
+			fmt.Fprintf(w, "\n```\n%s\n```\n", g.Reason)
+		}
+	}
+}
+
+// DownCount is how many times a guest was found down during the runs rs.
+func DownCount(rs []Result) int {
+	n := 0
+	for _, r := range rs {
+		n += len(r.Down)
+	}
+	return n
 }
 
 func tail(s string, n int) string {

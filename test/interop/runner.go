@@ -43,9 +43,10 @@ type Result struct {
 	ClientCmd string
 	ServerOut string
 	ClientOut string
-	PeerDelta Counters // the rxe guest's hw_counters change during the run
-	Subject   Counters // rxed's counters (rxed mode), or guest 2's hw_counters change (rxe mode)
-	LogPrefix string   // full outputs are in LogPrefix.{server,client}.txt
+	PeerDelta Counters    // the rxe guest's hw_counters change during the run
+	Subject   Counters    // rxed's counters (rxed mode), or guest 2's hw_counters change (rxe mode)
+	LogPrefix string      // full outputs are in LogPrefix.{server,client}.txt
+	Down      []GuestDown // guests found down after a try of this cell (RunRecovering)
 }
 
 // Runner runs cells on a booted Lab.
@@ -57,7 +58,11 @@ type Runner struct {
 	// Strict fails a cell on recovery counters too (retransmissions, duplicates, RNR) when it
 	// adds no loss. Off under TCG, where rxe's retransmit timer fires spuriously.
 	Strict bool
-	port   int
+	// CrashGuest checks the harness's recovery (guest_down.go): the peer guest's kernel is
+	// crashed (sysrq c) just before the first run of the first cell whose name contains it.
+	CrashGuest string
+	crashed    bool
+	port       int
 }
 
 // proc is a running tool: on a guest (over ssh) or on the host (inside the namespace).

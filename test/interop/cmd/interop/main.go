@@ -52,6 +52,7 @@ type options struct {
 	smoke   bool   // stop after the host smoke check
 	conform bool   // run the conformance part (rxed conform against the guest's tools)
 	confRes string // its results file
+	crash   string // crash the guest before the first run of this cell (checks the recovery)
 
 	// the fabric cells selected (rxed hosts in namespaces of their own beside the guest, fabric.go)
 	fabric []interop.Cell
@@ -71,6 +72,7 @@ func run() int {
 	flag.BoolVar(&o.smoke, "smoke", false, "only build, boot one guest and run the host smoke check (namespace plumbing)")
 	flag.BoolVar(&o.conform, "conform", envOr("RXED_INTEROP_CONFORM", "1") == "1", "also run the conformance part (rxed conform against the guest's tools; rxed subject only)")
 	flag.StringVar(&o.confRes, "conform-results", "", "conformance results file (default <dir>/CONFORMANCE.md)")
+	flag.StringVar(&o.crash, "crash-guest", os.Getenv("RXED_INTEROP_CRASH_GUEST"), "check the harness: crash the guest's kernel (sysrq c) before the first run of the first cell whose name contains this; the harness must reboot it and run the cell again")
 	list := flag.Bool("list", false, "print the matrix and the command lines, then exit")
 	flag.Parse()
 	o.subject = interop.Subject(*subject)
@@ -319,7 +321,7 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell, conf []inte
 		strict = v == "1"
 	}
 	info.Strict = strict
-	r := &interop.Runner{Lab: lab, Subject: o.subject, Rxed: rxedBin, LogDir: logDir, Strict: strict}
+	r := &interop.Runner{Lab: lab, Subject: o.subject, Rxed: rxedBin, LogDir: logDir, Strict: strict, CrashGuest: o.crash}
 	var results []interop.Result
 	dirs := []interop.Direction{interop.SubjectServer, interop.SubjectClient}
 	switch o.dirs {
@@ -332,7 +334,7 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell, conf []inte
 		if ctx.Err() != nil {
 			break
 		}
-		if err := lab.SetMTU(ctx, linkMTU(c.MTU)); err != nil {
+		if err := setMTU(ctx, r, &info, linkMTU(c.MTU)); err != nil {
 			fmt.Fprintln(os.Stderr, "FAIL: MTU:", err)
 			break
 		}
@@ -343,7 +345,7 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell, conf []inte
 			if !c.Runs(o.subject, d) {
 				continue
 			}
-			res := r.Run(ctx, c, d)
+			res := r.RunRecovering(ctx, c, d)
 			results = append(results, res)
 			st := "PASS"
 			if !res.Pass {
@@ -355,9 +357,15 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell, conf []inte
 			fmt.Printf("%-28s %s %5.1fs %-30s %s\n", c.Name, d.Short(), res.Elapsed.Seconds(), res.Metric, st)
 		}
 	}
+	if len(o.fabric) > 0 && ctx.Err() == nil {
+		recoverGuests(ctx, r, &info, "the fabric cells")
+	}
 	for _, res := range r.RunFabric(ctx, o.fabric) {
 		results = append(results, res)
 		fmt.Println(interop.FabricLine(res))
+	}
+	if len(conf) > 0 && ctx.Err() == nil {
+		recoverGuests(ctx, r, &info, "the conformance part")
 	}
 	confBroken := runConform(ctx, o, r, info, conf)
 	info.Total = time.Since(started)
@@ -370,7 +378,7 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell, conf []inte
 		info.Note = strings.TrimSpace(info.Note + " rxed: " + what + ";")
 	}
 	if ctx.Err() != nil {
-		info.Note = "run interrupted: " + context.Cause(ctx).Error()
+		info.Note = strings.TrimSpace(info.Note + " run interrupted: " + context.Cause(ctx).Error() + ";")
 	}
 	info.Note = strings.TrimSpace(info.Note + " logs: " + logDir)
 
@@ -391,6 +399,9 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell, conf []inte
 	os.Stdout.Write(buf.Bytes())
 	pass, fail := interop.Summary(results)
 	fmt.Printf("\ninterop: %d passed, %d failed (%s)\n", pass, fail, o.results)
+	if n := interop.DownCount(results); n > 0 {
+		fmt.Printf("interop: a guest went down %d time(s) and was rebooted (see \"Guests that went down\" in %s)\n", n, o.results)
+	}
 	if fail > 0 || confBroken > 0 || ctx.Err() != nil {
 		return 1
 	}
@@ -447,6 +458,34 @@ func printConform(conf []interop.ConformRun) {
 	if len(conf) > 0 {
 		fmt.Printf("%d conform runs, %d scenario runs\n", len(conf), n)
 	}
+}
+
+// setMTU sets the lab's MTU; if that fails because a guest went down (between cells, or at
+// the very end of a passing run), the guest is rebooted and the MTU set once more.
+func setMTU(ctx context.Context, r *interop.Runner, info *interop.RunInfo, mtu int) error {
+	err := r.Lab.SetMTU(ctx, mtu)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if !recoverGuests(ctx, r, info, fmt.Sprintf("setting MTU %d", mtu)) {
+		return err
+	}
+	return r.Lab.SetMTU(ctx, mtu)
+}
+
+// recoverGuests reboots every guest found down before a stage (RecoverGuests) and says so on
+// stdout and in the report's notes. It reports whether any was down.
+func recoverGuests(ctx context.Context, r *interop.Runner, info *interop.RunInfo, stage string) bool {
+	down := r.RecoverGuests(ctx, filepath.Join(r.LogDir, strings.ReplaceAll(stage, " ", "_")))
+	for _, g := range down {
+		msg := fmt.Sprintf("guest %d was down before %s (%s; console %s), rebooted", g.VM, stage, g.Short(), g.Console)
+		if g.Reboot != "" {
+			msg += " but did not come up: " + g.Reboot
+		}
+		fmt.Println("interop:", msg)
+		info.Note = strings.TrimSpace(info.Note + " " + msg + ";")
+	}
+	return len(down) > 0
 }
 
 func linkMTU(ibMTU int) int {
