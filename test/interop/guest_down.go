@@ -125,15 +125,22 @@ func (r *Runner) RunRecovering(ctx context.Context, c Cell, d Direction) Result 
 			r.Lab.logf("crashing vm%d: %v", r.peer().Index, err)
 		}
 	}
-	res := r.Run(ctx, c, d)
+	return runRecovering(ctx,
+		func() Result { return r.Run(ctx, c, d) },
+		func(prefix string) []GuestDown { return r.RecoverGuests(ctx, prefix) })
+}
+
+// runRecovering is RunRecovering's policy over its two steps: run (one try of the cell) and
+// recoverDown (RecoverGuests with the given prefix).
+func runRecovering(ctx context.Context, run func() Result, recoverDown func(prefix string) []GuestDown) Result {
+	res := run()
 	if res.Pass || ctx.Err() != nil {
 		return res
 	}
-	down := r.RecoverGuests(ctx, res.LogPrefix)
+	down := recoverDown(res.LogPrefix)
 	if len(down) == 0 {
 		return res
 	}
-	keepFirstTry(res.LogPrefix)
 	for _, g := range down {
 		if g.Reboot != "" {
 			res.Down = down
@@ -141,9 +148,10 @@ func (r *Runner) RunRecovering(ctx context.Context, c Cell, d Direction) Result 
 			return res
 		}
 	}
-	retry := WithFirstTry(r.Run(ctx, c, d), res, down)
+	keepFirstTry(res.LogPrefix) // only when there is a retry to write the same names
+	retry := WithFirstTry(run(), res, down)
 	if !retry.Pass && ctx.Err() == nil {
-		retry.Down = append(retry.Down, r.RecoverGuests(ctx, retry.LogPrefix+".retry")...)
+		retry.Down = append(retry.Down, recoverDown(retry.LogPrefix+".retry")...)
 	}
 	return retry
 }

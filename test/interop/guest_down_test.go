@@ -4,6 +4,7 @@ package interop
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -144,5 +145,75 @@ func TestGuestDownShortIsOneLine(t *testing.T) {
 		{"", ""},
 	} {
 		require.Equal(t, tc.want, GuestDown{Reason: tc.reason}.Short())
+	}
+}
+
+// TestRunRecoveringRetriesOnlyForAGuestThatWentDown: the policy over a fake cell and a fake
+// check. A pass is never checked; a failure with every guest up is the cell's result; a guest
+// down and rebooted gets one retry that decides (the first try's files moved aside); a guest
+// that did not reboot gets no retry and its files stay where RESULTS.md points; a failed
+// retry is checked again under its own prefix; an ended context stops before any check.
+func TestRunRecoveringRetriesOnlyForAGuestThatWentDown(t *testing.T) {
+	dir := t.TempDir()
+	prefix := filepath.Join(dir, "cell.srv")
+	panicked := GuestDown{VM: 1, Reason: "its kernel panicked:\nBUG: y"}
+	type step struct {
+		runs   []Result      // what each try returns, in order
+		down   [][]GuestDown // what each check finds, in order
+		cancel bool
+	}
+	for _, tc := range []struct {
+		name       string
+		step       step
+		wantTries  int
+		wantChecks []string // the prefixes checked
+		wantPass   bool
+		wantDown   int
+		wantMoved  bool // prefix.server.txt moved to prefix.try1.server.txt
+		wantProb   string
+	}{
+		{name: "pass", step: step{runs: []Result{{Pass: true}}}, wantTries: 1, wantPass: true},
+		{name: "fail, guests up", step: step{runs: []Result{{Problems: []string{"client: exit 1"}}}, down: [][]GuestDown{nil}},
+			wantTries: 1, wantChecks: []string{prefix}, wantProb: "client: exit 1"},
+		{name: "down, retry passes", step: step{runs: []Result{{Problems: []string{"counters before: killed"}}, {Pass: true}}, down: [][]GuestDown{{panicked}}},
+			wantTries: 2, wantChecks: []string{prefix}, wantPass: true, wantDown: 1, wantMoved: true},
+		{name: "down, retry fails", step: step{runs: []Result{{Problems: []string{"a"}}, {Problems: []string{"b"}}}, down: [][]GuestDown{{panicked}, {panicked}}},
+			wantTries: 2, wantChecks: []string{prefix, prefix + ".retry"}, wantDown: 2, wantMoved: true, wantProb: "b"},
+		{name: "down, reboot failed", step: step{runs: []Result{{Problems: []string{"a"}}}, down: [][]GuestDown{{{VM: 1, Reason: "its qemu exited", Reboot: "no READY"}}}},
+			wantTries: 1, wantChecks: []string{prefix}, wantDown: 1, wantProb: "guest 1 went down and did not reboot: no READY"},
+		{name: "context ended", step: step{runs: []Result{{Problems: []string{"a"}}}, cancel: true}, wantTries: 1, wantProb: "a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, os.WriteFile(prefix+".server.txt", []byte("first"), 0o644))
+			_ = os.Remove(prefix + ".try1.server.txt")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.step.cancel {
+				cancel()
+			}
+			tries := 0
+			var checks []string
+			got := runRecovering(ctx,
+				func() Result {
+					res := tc.step.runs[tries]
+					res.LogPrefix = prefix
+					res.Pass = res.Pass && len(res.Problems) == 0
+					tries++
+					return res
+				},
+				func(p string) []GuestDown {
+					checks = append(checks, p)
+					return tc.step.down[len(checks)-1]
+				})
+			require.Equal(t, tc.wantTries, tries)
+			require.Equal(t, tc.wantChecks, checks)
+			require.Equal(t, tc.wantPass, got.Pass)
+			require.Len(t, got.Down, tc.wantDown)
+			_, err := os.Stat(prefix + ".try1.server.txt")
+			require.Equal(t, tc.wantMoved, err == nil, "first try's files moved aside")
+			if tc.wantProb != "" {
+				require.Contains(t, got.Problems, tc.wantProb)
+			}
+		})
 	}
 }
