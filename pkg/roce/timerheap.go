@@ -207,9 +207,7 @@ func (w *worker) rearm() {
 	w.timerAt = best
 	if best.IsZero() {
 		w.timer.Stop()
-		if w.wakeAt.Load() != 0 { // it had an alarm: the next deadline takes it
-			w.e.wake.wakeBy(&w.wakeAt, w.clockNow(), best)
-		}
+		w.wakeFor(nil, time.Time{})
 		return
 	}
 	now := w.clockNow()
@@ -218,11 +216,26 @@ func (w *worker) rearm() {
 		d = 0
 	}
 	w.timer.Reset(d)
-	// A short timer of a QP that is losing packets fires on time in an
-	// idle process too (idlewake.go); others are not worth an alarm.
-	if ent != nil && best.Equal(ent.tm.at) && ent.q.LossRecent(now) {
-		w.e.wake.wakeBy(&w.wakeAt, now, best)
-	} else if w.wakeAt.Load() != 0 { // clean traffic: one load, no call
-		w.e.wake.wakeBy(&w.wakeAt, now, time.Time{})
+	w.wakeFor(ent, now)
+}
+
+// wakeFor tells the idle waker (idlewake.go) what an idle process must
+// wake up for after rearm: ent's deadline when ent (the earliest QP
+// timer) is losing packets (qp.QP.LossRecent), even while a kept batch's
+// timer comes first, since the loss's resend is what must not wait out
+// the runtime's rounding; nothing otherwise. The clean path (no alarm
+// before, none now) is one load and no call. A zero now is read here if
+// it is needed.
+func (w *worker) wakeFor(ent *qpEntry, now time.Time) {
+	var deadline time.Time
+	if ent != nil && ent.q.LossRecent(now) {
+		deadline = ent.tm.at
 	}
+	if deadline.IsZero() && w.wakeAt.Load() == 0 {
+		return
+	}
+	if now.IsZero() {
+		now = w.clockNow()
+	}
+	w.e.wake.wakeBy(&w.wakeAt, now, deadline)
 }
