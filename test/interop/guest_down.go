@@ -3,9 +3,7 @@
 package interop
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -82,17 +80,9 @@ func (l *Lab) GuestDown(ctx context.Context, vm *VM) string {
 func (l *Lab) CrashGuest(ctx context.Context, vm *VM) error {
 	// the command never returns (the kernel dies under it): its error is expected
 	_, _ = l.Guest(ctx, vm, "echo 1 > /proc/sys/kernel/sysrq; sync; echo c > /proc/sysrq-trigger", 5*time.Second)
-	for range 60 {
-		if b, _ := os.ReadFile(vm.Console); bytes.Contains(b, []byte(panicMarker)) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	return errors.New("no panic on the console 30 s after sysrq c")
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return awaitConsole(ctx, vm, panicMarker)
 }
 
 // RecoverGuests checks every guest and reboots each one that is down, keeping its console as

@@ -282,19 +282,8 @@ func (l *Lab) waitVM(ctx context.Context, vm *VM, t0 time.Time) error {
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 		return strings.Join(lines[max(0, len(lines)-20):], "\n")
 	}
-	for {
-		b, _ := os.ReadFile(vm.Console)
-		if bytes.Contains(b, []byte("interop-init: READY")) {
-			break
-		}
-		if vm.qemu.ProcessState != nil || !alive(vm.qemu) {
-			return fmt.Errorf("vm%d: qemu exited during boot; console:\n%s", vm.Index, tail())
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("vm%d: no READY on the console: %w; console:\n%s", vm.Index, ctx.Err(), tail())
-		case <-time.After(500 * time.Millisecond):
-		}
+	if err := awaitConsole(ctx, vm, "interop-init: READY"); err != nil {
+		return fmt.Errorf("vm%d: booting: %w; console:\n%s", vm.Index, err, tail())
 	}
 	// one multiplexed ssh connection per guest: every later command reuses it (a fresh ssh
 	// handshake costs about a second under TCG)
@@ -343,6 +332,25 @@ cd /sys/class/infiniband/rxe0/ports/1/gids && grep -H . 0 1 2 3 4 5 6 7 2>/dev/n
 	vm.BootTime = time.Since(t0)
 	l.logf("vm%d up after %.1fs: rxe0 active, GID %d = ::ffff:%s, GID %d = %s", vm.Index, vm.BootTime.Seconds(), vm.GID4, vm.IP, vm.GID6, vm.IP6)
 	return nil
+}
+
+// awaitConsole waits until vm's serial console holds marker (read every 500 ms). It fails
+// when ctx ends first, or when qemu exits without the marker on the console.
+func awaitConsole(ctx context.Context, vm *VM, marker string) error {
+	for {
+		b, _ := os.ReadFile(vm.Console)
+		if bytes.Contains(b, []byte(marker)) {
+			return nil
+		}
+		if vm.qemu == nil || vm.qemu.ProcessState != nil || !alive(vm.qemu) {
+			return fmt.Errorf("qemu exited before %q reached the console", marker)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no %q on the console: %w", marker, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 func alive(c *exec.Cmd) bool {
