@@ -95,13 +95,20 @@ type kvServer struct {
 	tcp   *kv.TCPServer
 }
 
-func startKVServer(ef *engineFlags, tf kvTableFlags, cmPort uint, tcpAddr string, stderr io.Writer) (*kvServer, error) {
+func startKVServer(ef *engineFlags, tf kvTableFlags, handlerCPU bool, cmPort uint, tcpAddr string, stderr io.Writer) (*kvServer, error) {
 	s := &kvServer{}
 	var err error
 	if s.table, err = kv.NewTable(tf.config()); err != nil {
 		return nil, err
 	}
 	s.app = kv.NewApp(s.table)
+	if handlerCPU {
+		s.app.MeasureHandlerCPU()
+	}
+	// The server's application runs for PUTs and DELETEs only; a GET is
+	// a READ its engine serves alone, as a NIC would, so nothing polls
+	// the device between GETs (deviceBusyPoll's idle server).
+	ef.busyPoll = deviceBusyPoll(true, false, ef.spin)
 	if s.en, err = ef.open(ef.logger(stderr)); err != nil {
 		s.table.Close()
 		return nil, err
@@ -140,9 +147,11 @@ func runKVServe(args []string, stdout, stderr io.Writer) int {
 	var tf kvTableFlags
 	fs := flag.NewFlagSet("kv serve", flag.ContinueOnError)
 	ef.register(fs, false)
+	registerKVServerSpin(&ef, fs)
 	tf.register(fs)
 	cmPort := fs.Uint("cm-port", kvCMPort, "rdma_cm `port`")
 	tcpAddr := fs.String("tcp", "", "TCP `address` (default the first --addr, port 7472)")
+	handlerCPU := fs.Bool("handler-cpu", false, handlerCPUUsage)
 	dur := fs.Duration("for", 0, "stop after this `duration` (default: until SIGINT/SIGTERM)")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
@@ -154,7 +163,7 @@ func runKVServe(args []string, stdout, stderr io.Writer) int {
 	if *tcpAddr == "" {
 		*tcpAddr = netip.AddrPortFrom(ef.addrs[0], kvTCPPort).String()
 	}
-	s, err := startKVServer(&ef, tf, *cmPort, *tcpAddr, stderr)
+	s, err := startKVServer(&ef, tf, *handlerCPU, *cmPort, *tcpAddr, stderr)
 	if err != nil {
 		return fail(stderr, "kv serve", err)
 	}
@@ -249,9 +258,9 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func kvRDMADialer(ctx context.Context, dev *ib.Device, srv netip.AddrPort) func() (kv.Client, error) {
+func kvRDMADialer(ctx context.Context, dev *ib.Device, srv netip.AddrPort, spin time.Duration) func() (kv.Client, error) {
 	return func() (kv.Client, error) {
-		c, err := kv.DialRDMA(ctx, dev, srv, nil)
+		c, err := kv.DialRDMA(ctx, dev, srv, &kv.RDMAClientConfig{Spin: kvClientSpin(spin)})
 		if err != nil {
 			return nil, cmError(err)
 		}
@@ -285,31 +294,35 @@ func splitComma(s string) func(func(string) bool) {
 }
 
 type kvBenchOpts struct {
-	ef       engineFlags
-	tf       kvTableFlags
-	server   netip.Addr
-	cmPort   uint
-	tcpPort  uint
-	spawn    bool
-	inproc   bool
-	clients  []int
-	gets     []int
-	dur      time.Duration
-	ops      int
-	keys     int
-	valueLen int
+	ef      engineFlags
+	tf      kvTableFlags
+	server  netip.Addr
+	cmPort  uint
+	tcpPort uint
+	spawn   bool
+	inproc  bool
+	// handlerCPU: the server measures its handlers' CPU (kv.App.MeasureHandlerCPU)
+	handlerCPU bool
+	clients    []int
+	gets       []int
+	dur        time.Duration
+	ops        int
+	keys       int
+	valueLen   int
 }
 
 func parseKVBench(args []string, stderr io.Writer) (*kvBenchOpts, int, bool) {
 	o := &kvBenchOpts{}
 	fs := flag.NewFlagSet("kv bench", flag.ContinueOnError)
 	o.ef.register(fs, false)
+	o.ef.registerSpin(fs)
 	o.tf.register(fs)
 	server := fs.String("server", "", "the server's `address` (its engine, rdma_cm and TCP)")
 	fs.UintVar(&o.cmPort, "cm-port", kvCMPort, "server's rdma_cm `port`")
 	fs.UintVar(&o.tcpPort, "tcp-port", kvTCPPort, "server's TCP `port`")
 	fs.BoolVar(&o.spawn, "spawn", true, "start `rxed kv serve` on --server as a child process (its CPU is then measured)")
 	fs.BoolVar(&o.inproc, "inproc", false, "run the server in this process instead (no separate server CPU)")
+	fs.BoolVar(&o.handlerCPU, "handler-cpu", false, handlerCPUUsage)
 	clients := fs.String("clients", "1,4,16", "client `counts`")
 	gets := fs.String("get", "100,90", "GET `percentages` (the rest are PUTs)")
 	fs.DurationVar(&o.dur, "D", 2*time.Second, "`duration` of each cell")
@@ -367,7 +380,7 @@ func runKVBench(args []string, stdout, stderr io.Writer) int {
 		sf := o.ef
 		sf.addrs = addrList{o.server}
 		sf.pcap, sf.countersOut = "", ""
-		s, err := startKVServer(&sf, o.tf, o.cmPort, tcpAddr, stderr)
+		s, err := startKVServer(&sf, o.tf, o.handlerCPU, o.cmPort, tcpAddr, stderr)
 		if err != nil {
 			return fail(stderr, "kv bench", fmt.Errorf("server: %v", err))
 		}
@@ -393,8 +406,9 @@ func runKVBench(args []string, stdout, stderr io.Writer) int {
 	cm := netip.AddrPortFrom(o.server, uint16(o.cmPort))
 	cfg := kv.BenchConfig{Clients: o.clients, GetPercents: o.gets, Duration: o.dur, Ops: o.ops, Keys: o.keys,
 		ValueLen: o.valueLen, Seed: 1, ServerStats: stats.ServerStats, ServerCPU: serverCPU, ClientCPU: processCPU,
+		HandlerCPU: o.handlerCPU && (o.inproc || o.spawn),
 		Transports: []kv.BenchTransport{
-			{Name: "rdma", Dial: func(ctx context.Context) (kv.Client, error) { return kvRDMADialer(ctx, en.dev, cm)() }},
+			{Name: "rdma", Dial: func(ctx context.Context) (kv.Client, error) { return kvRDMADialer(ctx, en.dev, cm, o.ef.spin)() }},
 			{Name: "tcp", Dial: func(ctx context.Context) (kv.Client, error) { return kv.DialTCP(ctx, tcpAddr) }},
 		}}
 	fmt.Fprintf(stdout, "# kv bench: server %v (%s), clients on %v, %d keys, %d-byte values, %s per cell, load %s\n",
@@ -434,15 +448,21 @@ type kvChild struct {
 	cmd *exec.Cmd
 }
 
+// kvServeArgs is the command line of the server kv bench spawns: its
+// table, addresses and --spin are the bench's.
+func kvServeArgs(o *kvBenchOpts, tcpAddr string) []string {
+	return []string{"kv", "serve", "--addr", o.server.String(), "--port", strconv.Itoa(int(o.ef.port)),
+		"--cm-port", strconv.Itoa(int(o.cmPort)), "--tcp", tcpAddr,
+		"--buckets", strconv.Itoa(o.tf.buckets), "--extent", o.tf.extent.String(), "--probe", strconv.Itoa(o.tf.probe),
+		"--spin", (*spinFlag)(&o.ef.spin).String(), "--handler-cpu=" + strconv.FormatBool(o.handlerCPU)}
+}
+
 func spawnKVServer(o *kvBenchOpts, tcpAddr string, stderr io.Writer) (*kvChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"kv", "serve", "--addr", o.server.String(), "--port", strconv.Itoa(int(o.ef.port)),
-		"--cm-port", strconv.Itoa(int(o.cmPort)), "--tcp", tcpAddr,
-		"--buckets", strconv.Itoa(o.tf.buckets), "--extent", o.tf.extent.String(), "--probe", strconv.Itoa(o.tf.probe)}
-	cmd := exec.Command(exe, args...)
+	cmd := exec.Command(exe, kvServeArgs(o, tcpAddr)...)
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -506,3 +526,29 @@ func (c *kvChild) stop() {
 		<-done
 	}
 }
+
+// registerKVServerSpin adds kv serve's --spin: how long its engine keeps
+// polling after traffic stops (ib.Config.BusyPoll).
+func registerKVServerSpin(e *engineFlags, fs *flag.FlagSet) {
+	e.spin = defaultSpin
+	fs.Var((*spinFlag)(&e.spin), "spin", "keep the engine polling its socket this long after the last packet before it sleeps (`duration`; -1: the default budget; 0: sleep at once, a thread wake-up per GET)")
+}
+
+// kvClientSpin maps the tools' --spin to kv.RDMAClientConfig.Spin: 0
+// (sleep at once) is the client's negative, and -1 (never sleep) a
+// budget no wait reaches (the wait still ends with its context).
+func kvClientSpin(spin time.Duration) time.Duration {
+	switch {
+	case spin == 0:
+		return -1
+	case spin < 0:
+		return kvSpinForever
+	}
+	return spin
+}
+
+// kvSpinForever is the client's spin budget for --spin -1.
+const kvSpinForever = 24 * time.Hour
+
+// handlerCPUUsage is kv serve's and kv bench's --handler-cpu.
+const handlerCPUUsage = "measure the server's request handlers' CPU (the app CPU columns): locks each handler goroutine to its thread, which costs a thread switch per request wake-up, TCP's and RDMA's"

@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/netip"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,7 +47,7 @@ func TestKVServeAndOps(t *testing.T) {
 // transports, RDMA GETs running no server code, TCP GETs one handler call.
 func TestKVBenchInProcess(t *testing.T) {
 	srv, cli := addrPair(t)
-	r := runCmd("kv", "bench", "--inproc", "--addr", cli, "--server", srv, "--tcp-port", "17473",
+	r := runCmd("kv", "bench", "--inproc", "--handler-cpu", "--addr", cli, "--server", srv, "--tcp-port", "17473",
 		"--clients", "1,3", "--get", "100,90", "-n", "60", "--keys", "50", "--buckets", "256", "--extent", "256", "-s", "100")
 	requireOK(t, "bench", r)
 	rows := map[string][]string{}
@@ -61,6 +67,27 @@ func TestKVBenchInProcess(t *testing.T) {
 	}
 	require.Equal(t, "0", rows["rdma/1/100"][6+8], "no PUTs, no torn reads") // retries column
 	require.Contains(t, r.stdout, "rdma/tcp")
+	if runtime.GOOS == "linux" { // threadCPU
+		for _, k := range []string{"tcp/1/100", "rdma/1/90"} {
+			ns, err := strconv.Atoi(rows[k][9])
+			require.NoError(t, err, "%s: app CPU/op %q", k, rows[k][9])
+			require.Positive(t, ns, "%s: the handlers' CPU is measured", k)
+		}
+	}
+
+	// Without --handler-cpu the handlers run unlocked and their CPU is
+	// not measured: the columns say so instead of showing 0.
+	r = runCmd("kv", "bench", "--inproc", "--addr", cli, "--server", srv, "--tcp-port", "17473",
+		"--clients", "1", "--get", "90", "-n", "40", "--keys", "50", "--buckets", "256", "--extent", "256")
+	requireOK(t, "bench without --handler-cpu", r)
+	n := 0
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(line); len(f) == 15 && (f[0] == "rdma" || f[0] == "tcp") {
+			require.Equal(t, []string{"-", "-"}, f[8:10], "app CPU columns of %q", line)
+			n++
+		}
+	}
+	require.Equal(t, 2, n, r.stdout)
 }
 
 func TestKVBadInput(t *testing.T) {
@@ -75,4 +102,42 @@ func TestKVBadInput(t *testing.T) {
 	// Nobody serves: the error names the server, on one line, within --timeout.
 	srv, cli := addrPair(t)
 	requireOneLineError(t, runCmd("kv", "get", "--addr", cli, "--timeout", "1s", srv, "k"), "connecting to "+srv+":7471")
+}
+
+// --spin for kv: the clients' wait (sleep at once for 0, never sleep for
+// -1), the spawned server's copy of the flag, and the server's busy poll
+// (an idle server's: its engine serves the GETs alone).
+func TestKVSpin(t *testing.T) {
+	for _, c := range []struct {
+		spin, client, server time.Duration
+	}{
+		{defaultSpin, defaultSpin, defaultSpin},
+		{80 * time.Microsecond, 80 * time.Microsecond, 80 * time.Microsecond},
+		{0, -1, 0},
+		{-1, kvSpinForever, defaultSpin},
+	} {
+		require.Equal(t, c.client, kvClientSpin(c.spin), "client wait for --spin %v", c.spin)
+
+		o, code, ok := parseKVBench([]string{"--addr", "127.0.2.1", "--server", "127.0.2.2",
+			"--spin", (*spinFlag)(&c.spin).String()}, io.Discard)
+		require.True(t, ok, "exit %d", code)
+		require.Equal(t, c.spin, o.ef.spin)
+		args := kvServeArgs(o, "127.0.2.2:7472")
+		i := slices.Index(args, "--spin")
+		require.GreaterOrEqual(t, i, 0, "spawned server's args %q", args)
+		var got spinFlag
+		require.NoError(t, got.Set(args[i+1]))
+		require.Equal(t, c.spin, time.Duration(got), "spawned server's --spin %q", args[i+1])
+
+		srv, _ := addrPair(t)
+		ef := engineFlags{addrs: addrList{netip.MustParseAddr(srv)}, port: transport.RoCEv2Port, timeout: 5 * time.Second, spin: c.spin}
+		s, err := startKVServer(&ef, kvTableFlags{buckets: 64, extent: 256, probe: 8}, false, 17474, srv+":17475", io.Discard)
+		require.NoError(t, err)
+		require.Equal(t, c.server, ef.busyPoll, "server's busy poll for --spin %v", c.spin)
+		require.NoError(t, s.close())
+	}
+	o, _, ok := parseKVBench([]string{"--addr", "127.0.2.1", "--server", "127.0.2.2", "--handler-cpu"}, io.Discard)
+	require.True(t, ok)
+	require.Contains(t, kvServeArgs(o, "127.0.2.2:7472"), "--handler-cpu=true", "the spawned server measures what the bench reports")
+	requireOneLineError(t, runCmd("kv", "serve", "--addr", "127.0.2.1", "--spin", "fast"), "invalid value \"fast\" for flag -spin")
 }

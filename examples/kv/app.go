@@ -2,6 +2,7 @@ package kv
 
 import (
 	"encoding/binary"
+	"runtime"
 	"sync/atomic"
 )
 
@@ -10,13 +11,45 @@ import (
 // handlers count separately so a benchmark can say how much server code
 // a GET ran on each path (over RDMA: none, the engine answers the READs).
 type App struct {
-	table *Table
-	rdma  handlerStats
-	tcp   handlerStats
+	table      *Table
+	rdma       handlerStats
+	tcp        handlerStats
+	measureCPU bool // set before serving (MeasureHandlerCPU), read only after
 }
 
 // NewApp returns the application serving t.
 func NewApp(t *Table) *App { return &App{table: t} }
+
+// MeasureHandlerCPU makes the servers' handler goroutines measure their
+// CPU time (HandlerStats.CPUNanos), which locks each to its OS thread so
+// that the thread's CPU clock is the handler's alone. Call it before
+// ServeRDMA and ServeTCP. Off by default because the lock is not free:
+// every time a locked goroutine is woken, the scheduler hands its P to
+// that one thread, a thread switch per request on a busy server. On the
+// 2-core VM, with the handlers locked, 16 TCP clients got 24,000-40,000
+// GETs/s instead of 83,000-118,000, and one RDMA client's GET p99 among
+// 10% PUTs was 281-317 us instead of 45-63 (docs/performance.md,
+// session X).
+func (a *App) MeasureHandlerCPU() { a.measureCPU = true }
+
+// handlerThread locks the calling handler goroutine to its thread when
+// the handlers' CPU is measured, and returns the matching unlock.
+func (a *App) handlerThread() (unlock func()) {
+	if !a.measureCPU {
+		return func() {}
+	}
+	runtime.LockOSThread()
+	return runtime.UnlockOSThread
+}
+
+// handlerCPU is the calling thread's CPU time when the handlers' CPU is
+// measured, else 0 (so every difference is 0).
+func (a *App) handlerCPU() uint64 {
+	if !a.measureCPU {
+		return 0
+	}
+	return threadCPU()
+}
 
 // Table returns the application's table.
 func (a *App) Table() *Table { return a.table }
@@ -30,10 +63,10 @@ type handlerStats struct {
 
 // HandlerStats is a snapshot of one transport's request handlers: how
 // many requests of each kind they ran, the CPU time of the goroutines
-// running them (thread CPU time: each handler goroutine is locked to its
-// OS thread, so this is the server application's work including its
-// socket system calls, and excludes the engine's), and the value bytes
-// the handlers copied.
+// running them (with App.MeasureHandlerCPU, else 0: thread CPU time of
+// handler goroutines locked to their OS threads, so this is the server
+// application's work including its socket system calls, and excludes
+// the engine's), and the value bytes the handlers copied.
 type HandlerStats struct {
 	Gets, Puts, Deletes, Bad uint64
 	CPUNanos                 uint64

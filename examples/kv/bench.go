@@ -32,6 +32,10 @@ type BenchConfig struct {
 	ServerCPU func() (time.Duration, error)
 	// ClientCPU, if set, is this process's CPU time so far.
 	ClientCPU func() (time.Duration, error)
+	// HandlerCPU says the server measures its handlers' CPU
+	// (App.MeasureHandlerCPU); without it the handler CPU columns are
+	// not measured (-1, printed as -).
+	HandlerCPU bool
 }
 
 // BenchTransport is one way to reach the server.
@@ -51,8 +55,8 @@ type BenchResult struct {
 	GetsPerSec     float64
 	OpsPerSec      float64
 	AppCallsPerGet float64       // server application handler invocations per GET
-	AppCPUPerOp    time.Duration // server application handler CPU per operation
-	AppCPUPerGet   time.Duration // handler CPU spent on GETs, per GET (0 when no handler ran for GETs)
+	AppCPUPerOp    time.Duration // server application handler CPU per operation (-1: not measured)
+	AppCPUPerGet   time.Duration // handler CPU spent on GETs, per GET (0 when no handler ran for GETs; -1: not measured)
 	ServerCPUPerOp time.Duration // server process CPU per operation (-1: not measured)
 	ClientCPUPerOp time.Duration // client process CPU per operation (-1: not measured)
 	CopiedPerGet   float64       // user-space bytes copied per GET (client and server application)
@@ -222,8 +226,12 @@ func benchCell(ctx context.Context, cfg BenchConfig, tr BenchTransport, nc, pct 
 			r.AppCPUPerGet = time.Duration(app.CPUNanos / app.Calls()) // the handler does not split its CPU by kind
 		}
 	}
-	if ops > 0 {
+	if !cfg.HandlerCPU {
+		r.AppCPUPerGet, r.AppCPUPerOp = -1, -1
+	} else if ops > 0 {
 		r.AppCPUPerOp = time.Duration(float64(app.CPUNanos) / ops)
+	}
+	if ops > 0 {
 		if cfg.ServerCPU != nil {
 			if c, err := cfg.ServerCPU(); err == nil {
 				r.ServerCPUPerOp = time.Duration(float64(c-scpu0) / ops)
@@ -244,9 +252,9 @@ func WriteBenchTable(w io.Writer, rs []BenchResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "transport\tclients\tGET%\tGET/s\top/s\tp50 us\tp99 us\tapp calls/GET\tapp CPU/GET ns\tapp CPU/op ns\tserver CPU/op us\tclient CPU/op us\tcopied B/GET\twire B/GET\tretries\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.1f\t%.1f\t%.2f\t%d\t%d\t%s\t%s\t%.0f\t%.0f\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.1f\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%d\t\n",
 			r.Transport, r.Clients, r.GetPercent, r.GetsPerSec, r.OpsPerSec, us(r.P50), us(r.P99), r.AppCallsPerGet,
-			r.AppCPUPerGet.Nanoseconds(), r.AppCPUPerOp.Nanoseconds(), cpuUS(r.ServerCPUPerOp), cpuUS(r.ClientCPUPerOp),
+			cpuNS(r.AppCPUPerGet), cpuNS(r.AppCPUPerOp), cpuUS(r.ServerCPUPerOp), cpuUS(r.ClientCPUPerOp),
 			r.CopiedPerGet, r.WirePerGet, r.Retries)
 	}
 	tw.Flush()
@@ -270,6 +278,13 @@ func WriteBenchTable(w io.Writer, rs []BenchResult) {
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+func cpuNS(d time.Duration) string {
+	if d < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d", d.Nanoseconds())
+}
 
 func cpuUS(d time.Duration) string {
 	if d < 0 {

@@ -36,4 +36,16 @@
 // Table writes are serialised by the table's mutex (the server's handler is
 // the only writer); RDMA readers take no lock. A Client is used by one
 // goroutine at a time; open one per goroutine, each gets its own RC QP.
+//
+// # Waiting
+//
+// A client waits for its READ the hybrid way (ib.HybridWaiter): it spins
+// on its CQ for a bounded budget, its polls receiving the reply, and
+// sleeps only when none came (RDMAClientConfig.Spin). The server's
+// engine answers a READ with no application turn at all; rxed kv serve
+// keeps it polling its socket while GETs come in (ib.Config.BusyPoll),
+// as a NIC never sleeps. With both, one client's GET through two
+// processes takes 12 us at the median against TCP's 51-63 us on the
+// 2-core VM; with both ends sleeping, each GET paid two thread wake-ups
+// and took 78-118 us (docs/performance.md, session X).
 package kv

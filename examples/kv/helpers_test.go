@@ -37,12 +37,16 @@ func openDev(t *testing.T, n *transport.MemNetwork, addr string) *ib.Device {
 	return dev
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T) *rig { return newRigWith(t, func(*App) {}) }
+
+// newRigWith is newRig with setup run on the App before it is served.
+func newRigWith(t *testing.T, setup func(*App)) *rig {
 	t.Helper()
 	tab, err := NewTable(testTable)
 	require.NoError(t, err)
 	n := transport.NewMemNetwork()
 	r := &rig{t: t, app: NewApp(tab), cmAddr: netip.MustParseAddrPort("10.0.0.1:7471")}
+	setup(r.app)
 	r.srvDev = openDev(t, n, "10.0.0.1")
 	r.cliDev = openDev(t, n, "10.0.0.2")
 	r.rdma, err = ServeRDMA(r.app, r.srvDev, r.cmAddr, nil)

@@ -53,6 +53,14 @@ type RDMAClientConfig struct {
 	ACKTimeout uint8
 	// MaxRetries bounds the re-reads of one GET (default 100000).
 	MaxRetries int
+	// Spin is how the client waits for its READs and replies: it spins
+	// on its CQ this long before it sleeps (ib.HybridWaiter's base
+	// budget, which adapts up to four times it); 0 is
+	// ib.DefaultHybridSpin. Negative: it sleeps at once (CQ.WaitPoll),
+	// which costs a thread wake-up per READ: with one client and a
+	// server in another process, a GET then took 78-118 us at the
+	// median instead of 12 (docs/performance.md, session X).
+	Spin time.Duration
 }
 
 // RDMAClient is one client connection: its own RC QP, CQ and buffer. Not
@@ -62,15 +70,16 @@ type RDMAClient struct {
 	server netip.AddrPort
 	cfg    RDMAClientConfig
 
-	pd   *ib.PD
-	cq   *ib.CQ
-	mr   *ib.MR
-	buf  []byte
-	qp   *ib.QP
-	conn *rdmacm.Conn
-	h    hello
-	id   uint32
-	wcs  []ib.WC
+	pd     *ib.PD
+	cq     *ib.CQ
+	mr     *ib.MR
+	buf    []byte
+	qp     *ib.QP
+	conn   *rdmacm.Conn
+	h      hello
+	id     uint32
+	wcs    []ib.WC
+	waiter ib.HybridWaiter // one per client: it keeps its adapted budget
 
 	stats ClientStats
 
@@ -96,6 +105,7 @@ func DialRDMA(ctx context.Context, dev *ib.Device, server netip.AddrPort, cfg *R
 	if c.cfg.MaxRetries == 0 {
 		c.cfg.MaxRetries = 100000
 	}
+	c.waiter.Spin = c.cfg.Spin
 	var err error
 	if c.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
@@ -211,7 +221,7 @@ func (c *RDMAClient) usable() error {
 // wait waits for n completions and fails on the first bad one.
 func (c *RDMAClient) wait(ctx context.Context, n int) error {
 	for n > 0 {
-		k, err := c.cq.WaitPoll(ctx, c.wcs[:n])
+		k, err := c.waiter.Wait(ctx, c.cq, c.wcs[:n])
 		if err != nil {
 			// Work is still outstanding: this QP cannot be trusted to
 			// pair completions with requests any more.

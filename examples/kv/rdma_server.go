@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"runtime"
 	"sync"
 	"time"
 
@@ -238,12 +237,12 @@ func (s *RDMAServer) postRecv(c *serverConn, slot int) error {
 }
 
 // handlerLoop is the server application: it is the only code the server
-// runs per request, and it runs only for SENDs (PUT, DELETE). Its
-// goroutine is locked to a thread so the thread's CPU time is its own.
+// runs per request, and it runs only for SENDs (PUT, DELETE). When the
+// handlers' CPU is measured its goroutine is locked to a thread, so the
+// thread's CPU time is its own (App.MeasureHandlerCPU).
 func (s *RDMAServer) handlerLoop() {
 	defer s.wg.Done()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	defer s.app.handlerThread()()
 	wcs := make([]ib.WC, 32)
 	sends := make([]ib.WC, 64)
 	var out []byte
@@ -253,7 +252,7 @@ func (s *RDMAServer) handlerLoop() {
 		if err != nil {
 			return
 		}
-		t0 := threadCPU()
+		t0 := s.app.handlerCPU()
 		for _, wc := range wcs[:n] {
 			s.mu.Lock()
 			c := s.conns[wc.QPNum]
@@ -270,7 +269,7 @@ func (s *RDMAServer) handlerLoop() {
 		}
 		for s.sendCQ.Poll(sends) > 0 {
 		}
-		s.app.rdma.cpuNanos.Add(threadCPU() - t0)
+		s.app.rdma.cpuNanos.Add(s.app.handlerCPU() - t0)
 	}
 }
 

@@ -3,7 +3,9 @@ package kv
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -183,4 +185,64 @@ func TestTCPServerRestart(t *testing.T) {
 	v, err := c.Get(ctx, []byte("k"))
 	require.NoError(t, err)
 	require.Equal(t, "v", string(v))
+}
+
+// A client waits hybrid unless told to sleep at once, and GETs and PUTs
+// complete either way: spinning, the client's own polls receive the
+// replies; sleeping, the engine's receive goroutine delivers them.
+func TestRDMAClientWaitsAsConfigured(t *testing.T) {
+	r := newRig(t)
+	ctx := ctxT(t)
+	for _, c := range []struct {
+		name string
+		cfg  *RDMAClientConfig
+		spin time.Duration // the waiter's base budget, ib.HybridWaiter's
+	}{
+		{"default", nil, 0},
+		{"spin 80us", &RDMAClientConfig{Spin: 80 * time.Microsecond}, 80 * time.Microsecond},
+		{"sleep at once", &RDMAClientConfig{Spin: -1}, -1},
+	} {
+		cl, err := DialRDMA(ctx, r.cliDev, r.cmAddr, c.cfg)
+		require.NoError(t, err, c.name)
+		require.Equal(t, c.spin, cl.waiter.Spin, c.name)
+		key, val := []byte("k-"+c.name), []byte("v-"+c.name)
+		require.NoError(t, cl.Put(ctx, key, val), c.name)
+		for range 50 {
+			got, err := cl.Get(ctx, key)
+			require.NoError(t, err, c.name)
+			require.Equal(t, val, got, c.name)
+		}
+		require.NoError(t, cl.Close(), c.name)
+	}
+}
+
+// The handlers' CPU is measured only when asked for (their goroutines
+// are then locked to their threads); otherwise CPUNanos stays 0.
+func TestHandlerCPUMeasuredOnlyWhenAsked(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("thread CPU time is read on Linux only (cpu_linux.go)")
+	}
+	for _, measure := range []bool{false, true} {
+		r := newRigWith(t, func(a *App) {
+			if measure {
+				a.MeasureHandlerCPU()
+			}
+		})
+		ctx := ctxT(t)
+		c, tc := r.rdmaClient(), r.tcpClient()
+		for i := range 20 {
+			require.NoError(t, c.Put(ctx, []byte("k"), []byte{byte(i)}))
+			require.NoError(t, tc.Put(ctx, []byte("t"), []byte{byte(i)}))
+		}
+		rs, ts := r.app.Stats()
+		require.Equal(t, uint64(20), rs.Puts)
+		require.Equal(t, uint64(20), ts.Puts)
+		if measure {
+			require.Positive(t, rs.CPUNanos, "RDMA handler CPU")
+			require.Positive(t, ts.CPUNanos, "TCP handler CPU")
+		} else {
+			require.Zero(t, rs.CPUNanos, "RDMA handler CPU, not measured")
+			require.Zero(t, ts.CPUNanos, "TCP handler CPU, not measured")
+		}
+	}
 }

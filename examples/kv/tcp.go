@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"sync"
 	"time"
 )
@@ -58,13 +57,13 @@ func (s *TCPServer) acceptLoop() {
 	}
 }
 
-// serve handles one connection. The goroutine is locked to its thread so
-// the thread's CPU time (read, handle, write) is the application's work
-// for this connection.
+// serve handles one connection. When the handlers' CPU is measured the
+// goroutine is locked to its thread, so the thread's CPU time (read,
+// handle, write) is the application's work for this connection
+// (App.MeasureHandlerCPU).
 func (s *TCPServer) serve(c net.Conn) {
 	defer s.wg.Done()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	defer s.app.handlerThread()()
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
@@ -75,7 +74,7 @@ func (s *TCPServer) serve(c net.Conn) {
 	r := bufio.NewReaderSize(c, 2*maxMsg)
 	msg := make([]byte, maxMsg)
 	out := make([]byte, 0, respHdrLen+s.app.table.Config().ExtentSize+2*statsFields*8)
-	t0 := threadCPU()
+	t0 := s.app.handlerCPU()
 	for {
 		if _, err := io.ReadFull(r, msg[:reqHdrLen]); err != nil {
 			return
@@ -89,7 +88,7 @@ func (s *TCPServer) serve(c net.Conn) {
 		}
 		out = s.app.handle(&s.app.tcp, msg[:reqHdrLen+n], out[:0])
 		_, err := c.Write(out)
-		t1 := threadCPU()
+		t1 := s.app.handlerCPU()
 		s.app.tcp.cpuNanos.Add(t1 - t0)
 		t0 = t1
 		if err != nil {
