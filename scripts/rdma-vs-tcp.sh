@@ -41,7 +41,7 @@ procs() { # procs N RUN: N rank processes on 127.0.8.1.., one ring sweep
 for run in $(seq 1 "$RUNS"); do
 	echo "run $run: load $(cat /proc/loadavg)"
 	{ echo "# load before: $(cat /proc/loadavg)"
-	  "$RXED" kv bench --addr 127.0.3.2 --server 127.0.3.1 -D "$KV_D" || echo "kv bench failed"
+	  "$RXED" kv bench --handler-cpu --addr 127.0.3.2 --server 127.0.3.1 -D "$KV_D" || echo "kv bench failed"
 	  echo "# load after: $(cat /proc/loadavg)"; } >"$OUT/kv-run$run.txt" 2>&1
 	"$RXED" allreduce --addr 127.0.7.1 --ranks 2,4,8 -b 4K -e "$AR_MAX" -n "$AR_ITERS" >"$OUT/allreduce-run$run.txt" 2>&1 ||
 		echo "allreduce run $run failed (see $OUT/allreduce-run$run.txt)"
