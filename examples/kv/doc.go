@@ -42,9 +42,11 @@
 // A client waits for its READ the hybrid way (ib.HybridWaiter): it spins
 // on its CQ for a bounded budget, its polls receiving the reply, and
 // sleeps only when none came (RDMAClientConfig.Spin). The server's
-// engine answers a READ with no application turn at all; rxed kv serve
-// keeps it polling its socket while GETs come in (ib.Config.BusyPoll),
-// as a NIC never sleeps. With both, one client's GET through two
+// engine answers a READ with no application turn at all, so nothing
+// polls the server's device between GETs: rxed kv serve opens it with
+// ib.Config.BusyPoll, which keeps the engine polling its socket while
+// GETs come in, as a NIC never sleeps (a program of its own serving with
+// ServeRDMA should do the same). With both, one client's GET through two
 // processes takes 12 us at the median against TCP's 51-63 us on the
 // 2-core VM; with both ends sleeping, each GET paid two thread wake-ups
 // and took 78-118 us (docs/performance.md, session X).
