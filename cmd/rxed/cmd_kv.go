@@ -411,9 +411,9 @@ func runKVBench(args []string, stdout, stderr io.Writer) int {
 			{Name: "rdma", Dial: func(ctx context.Context) (kv.Client, error) { return kvRDMADialer(ctx, en.dev, cm, o.ef.spin)() }},
 			{Name: "tcp", Dial: func(ctx context.Context) (kv.Client, error) { return kv.DialTCP(ctx, tcpAddr) }},
 		}}
-	fmt.Fprintf(stdout, "# kv bench: server %v (%s), clients on %v, %d keys, %d-byte values, %s per cell, load %s\n",
+	fmt.Fprintf(stdout, "# kv bench: server %v (%s), clients on %v, %d keys, %d-byte values, %s per cell, %s, load %s\n",
 		o.server, map[bool]string{true: "in process", false: "own process"}[o.inproc || !o.spawn], o.ef.addrs[0],
-		o.keys, o.valueLen, cellLen(o), loadAvg())
+		o.keys, o.valueLen, cellLen(o), kvWaitDescr(o.ef.spin), loadAvg())
 	rs, err := kv.Bench(ctx, cfg)
 	kv.WriteBenchTable(stdout, rs)
 	if err != nil {
@@ -552,3 +552,14 @@ const kvSpinForever = 24 * time.Hour
 
 // handlerCPUUsage is kv serve's and kv bench's --handler-cpu.
 const handlerCPUUsage = "measure the server's request handlers' CPU (the app CPU columns): locks each handler goroutine to its thread, which costs a thread switch per request wake-up, TCP's and RDMA's"
+
+// kvWaitDescr says how a kv bench run waits (--spin), for its header.
+func kvWaitDescr(spin time.Duration) string {
+	switch {
+	case spin == 0:
+		return "clients and server sleep at once (--spin 0)"
+	case spin < 0:
+		return fmt.Sprintf("clients never sleep, the server's engine polls %v after traffic (--spin -1)", defaultSpin)
+	}
+	return fmt.Sprintf("clients spin %v then sleep, the server's engine polls %v after traffic (--spin)", spin, spin)
+}

@@ -67,6 +67,7 @@ func TestKVBenchInProcess(t *testing.T) {
 	}
 	require.Equal(t, "0", rows["rdma/1/100"][6+8], "no PUTs, no torn reads") // retries column
 	require.Contains(t, r.stdout, "rdma/tcp")
+	require.Contains(t, r.stdout, "clients spin 50µs then sleep, the server's engine polls 50µs after traffic", "the header says how the run waits")
 	if runtime.GOOS == "linux" { // threadCPU
 		for _, k := range []string{"tcp/1/100", "rdma/1/90"} {
 			ns, err := strconv.Atoi(rows[k][9])
@@ -110,13 +111,15 @@ func TestKVBadInput(t *testing.T) {
 func TestKVSpin(t *testing.T) {
 	for _, c := range []struct {
 		spin, client, server time.Duration
+		header               string
 	}{
-		{defaultSpin, defaultSpin, defaultSpin},
-		{80 * time.Microsecond, 80 * time.Microsecond, 80 * time.Microsecond},
-		{0, -1, 0},
-		{-1, kvSpinForever, defaultSpin},
+		{defaultSpin, defaultSpin, defaultSpin, "clients spin 50µs then sleep"},
+		{80 * time.Microsecond, 80 * time.Microsecond, 80 * time.Microsecond, "clients spin 80µs then sleep, the server's engine polls 80µs"},
+		{0, -1, 0, "clients and server sleep at once"},
+		{-1, kvSpinForever, defaultSpin, "clients never sleep, the server's engine polls 50µs"},
 	} {
 		require.Equal(t, c.client, kvClientSpin(c.spin), "client wait for --spin %v", c.spin)
+		require.Contains(t, kvWaitDescr(c.spin), c.header, "header for --spin %v", c.spin)
 
 		o, code, ok := parseKVBench([]string{"--addr", "127.0.2.1", "--server", "127.0.2.2",
 			"--spin", (*spinFlag)(&c.spin).String()}, io.Discard)
