@@ -316,6 +316,7 @@ func parseKVBench(args []string, stderr io.Writer) (*kvBenchOpts, int, bool) {
 	fs := flag.NewFlagSet("kv bench", flag.ContinueOnError)
 	o.ef.register(fs, false)
 	o.ef.registerSpin(fs)
+	fs.DurationVar(&o.ef.doorbell, "doorbell", kvDoorbell, "let the clients' posts wait up to this `duration` to leave together while four or more of them spin (ib.Config.DoorbellBatch; 0: each post leaves at once)")
 	o.tf.register(fs)
 	server := fs.String("server", "", "the server's `address` (its engine, rdma_cm and TCP)")
 	fs.UintVar(&o.cmPort, "cm-port", kvCMPort, "server's rdma_cm `port`")
@@ -411,9 +412,9 @@ func runKVBench(args []string, stdout, stderr io.Writer) int {
 			{Name: "rdma", Dial: func(ctx context.Context) (kv.Client, error) { return kvRDMADialer(ctx, en.dev, cm, o.ef.spin)() }},
 			{Name: "tcp", Dial: func(ctx context.Context) (kv.Client, error) { return kv.DialTCP(ctx, tcpAddr) }},
 		}}
-	fmt.Fprintf(stdout, "# kv bench: server %v (%s), clients on %v, %d keys, %d-byte values, %s per cell, %s, load %s\n",
+	fmt.Fprintf(stdout, "# kv bench: server %v (%s), clients on %v, %d keys, %d-byte values, %s per cell, %s, %s, load %s\n",
 		o.server, map[bool]string{true: "in process", false: "own process"}[o.inproc || !o.spawn], o.ef.addrs[0],
-		o.keys, o.valueLen, cellLen(o), kvWaitDescr(o.ef.spin), loadAvg())
+		o.keys, o.valueLen, cellLen(o), kvWaitDescr(o.ef.spin), kvDoorbellDescr(o.ef.doorbell), loadAvg())
 	rs, err := kv.Bench(ctx, cfg)
 	kv.WriteBenchTable(stdout, rs)
 	if err != nil {
@@ -562,4 +563,19 @@ func kvWaitDescr(spin time.Duration) string {
 		return fmt.Sprintf("clients never sleep, the server's engine polls %v after traffic (--spin -1)", defaultSpin)
 	}
 	return fmt.Sprintf("clients spin %v then sleep, the server's engine polls %v after traffic (--spin)", spin, spin)
+}
+
+// kvDoorbell is kv bench's --doorbell: the clients' device batches the
+// posts of its spinning connections (ib.Config.DoorbellBatch). 20 us:
+// 16 clients made 172,000-191,000 GETs/s with it, 120,000-137,000 with
+// 5 us, 89,500-91,500 without (docs/performance.md, session X).
+const kvDoorbell = 20 * time.Microsecond
+
+// kvDoorbellDescr says whether the clients' posts are batched, for the
+// header.
+func kvDoorbellDescr(d time.Duration) string {
+	if d <= 0 {
+		return "each post sent at once (--doorbell 0)"
+	}
+	return fmt.Sprintf("posts batched for up to %v while 4 or more clients spin (--doorbell)", d)
 }

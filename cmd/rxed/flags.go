@@ -58,6 +58,7 @@ type engineFlags struct {
 	verbose     bool
 	spin        time.Duration // --spin of the tools that wait for completions (cqwait.go)
 	busyPoll    time.Duration // ib.Config.BusyPoll the command asks for (idleServerBusyPoll); not a flag
+	doorbell    time.Duration // ib.Config.DoorbellBatch (kv bench's --doorbell)
 	cpus        int           // --cpus: GOMAXPROCS (cpus.go); 0 automatic
 	cpuChoice   cpuChoice     // what --cpus or its default changed (check)
 	// peerInProcess: the command holds its peers itself (kv bench
@@ -139,7 +140,7 @@ const cmLinger = 3 * time.Second
 // --pcap it creates the capture file, which the caller closes.
 func (e *engineFlags) deviceConfig(log *slog.Logger) (ib.Config, *os.File, error) {
 	e.logCPUs(log)
-	cfg := ib.Config{Addrs: e.addrs, Port: uint16(e.port), Logger: log, ActiveMTU: e.activeMTU, BusyPoll: e.busyPoll}
+	cfg := ib.Config{Addrs: e.addrs, Port: uint16(e.port), Logger: log, ActiveMTU: e.activeMTU, BusyPoll: e.busyPoll, DoorbellBatch: e.doorbell}
 	if fc := e.faultCfg; fc.Loss != 0 || fc.Dup != 0 || fc.Reorder != 0 || fc.Corrupt != 0 || fc.Delay != 0 || fc.Jitter != 0 {
 		cfg.Fault = &fc
 	}

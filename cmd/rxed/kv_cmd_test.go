@@ -68,6 +68,7 @@ func TestKVBenchInProcess(t *testing.T) {
 	require.Equal(t, "0", rows["rdma/1/100"][6+8], "no PUTs, no torn reads") // retries column
 	require.Contains(t, r.stdout, "rdma/tcp")
 	require.Contains(t, r.stdout, "clients spin 50µs then sleep, the server's engine polls 50µs after traffic", "the header says how the run waits")
+	require.Contains(t, r.stdout, "posts batched for up to 20µs while 4 or more clients spin", "and whether posts are batched")
 	if runtime.GOOS == "linux" { // threadCPU
 		for _, k := range []string{"tcp/1/100", "rdma/1/90"} {
 			ns, err := strconv.Atoi(rows[k][9])
@@ -141,6 +142,11 @@ func TestKVSpin(t *testing.T) {
 	}
 	o, _, ok := parseKVBench([]string{"--addr", "127.0.2.1", "--server", "127.0.2.2", "--handler-cpu"}, io.Discard)
 	require.True(t, ok)
+	require.Equal(t, kvDoorbell, o.ef.doorbell, "the clients' device batches posts by default")
+	o2, _, ok := parseKVBench([]string{"--addr", "127.0.2.1", "--server", "127.0.2.2", "--doorbell", "0"}, io.Discard)
+	require.True(t, ok)
+	require.Zero(t, o2.ef.doorbell)
+	require.Contains(t, kvDoorbellDescr(0), "sent at once")
 	require.Contains(t, kvServeArgs(o, "127.0.2.2:7472"), "--handler-cpu=true", "the spawned server measures what the bench reports")
 	requireOneLineError(t, runCmd("kv", "serve", "--addr", "127.0.2.1", "--spin", "fast"), "invalid value \"fast\" for flag -spin")
 }

@@ -48,7 +48,9 @@ func (e *Engine) pollWhileBusy() {
 			return false
 		}
 	}
-	e.SpinWhileBusy(poll, closed, e.busyPoll, e.busyPoll)
+	// Not SpinWhileBusy: the receive loop is no application waiting for
+	// completions (spinners).
+	spinWhileBusy(poll, e.ReceivedBatches, time.Now, closed, time.Now(), e.busyPoll, e.busyPoll)
 }
 
 // SpinWhileBusy calls poll until it returns more than 0, stop reports
@@ -61,7 +63,12 @@ func (e *Engine) pollWhileBusy() {
 // (its budget, then MaxSpin after each batch). poll is typically a
 // non-blocking receive, a system call, so a clock read per round costs
 // little beside it.
+//
+// While it spins the caller counts as a spinner for the doorbell batch
+// (doorbell.go).
 func (e *Engine) SpinWhileBusy(poll func() int, stop func() bool, budget, top time.Duration) (n int, quiet time.Time) {
+	e.spinners.Add(1)
+	defer e.spinners.Add(-1)
 	return spinWhileBusy(poll, e.ReceivedBatches, time.Now, stop, time.Now(), budget, top)
 }
 

@@ -91,6 +91,11 @@ type Config struct {
 	// serves (rxed perf's WRITE and READ servers). 0: block at once. Only
 	// a Conn that can be polled (transport.Poller) busy-polls.
 	BusyPoll time.Duration
+	// DoorbellBatch, when positive, lets posts of several goroutines
+	// leave in one send while at least doorbellSpinners goroutines spin
+	// on the engine's completions: a post waits in its shard's batch for
+	// up to DoorbellBatch (doorbell.go). 0: every post is sent at once.
+	DoorbellBatch time.Duration
 }
 
 // EventType is the kind of an asynchronous event.
@@ -127,6 +132,9 @@ type Engine struct {
 	// keptBatches counts the shards whose batch a poller kept for its
 	// application's answer (worker.keep): an empty poll sends them.
 	keptBatches atomic.Int32
+	// spinners counts the goroutines spinning on the engine's
+	// completions now (SpinWhileBusy), for the doorbell batch.
+	spinners atomic.Int32
 	// streamingAt is when the engine last received a batch longer than
 	// inlineBatch (nanotime; 0: never): a stream, which its receive
 	// goroutine carries and other engines' pollers leave to it
@@ -159,6 +167,7 @@ type Engine struct {
 	gs        transport.GatherSender // nil: the Conn sends whole datagrams only
 	inlineAll bool                   // see inlineProcs
 	busyPoll  time.Duration          // Config.BusyPoll (0 without a poller)
+	doorbell  time.Duration          // Config.DoorbellBatch
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -241,6 +250,7 @@ func New(cfg Config) (*Engine, error) {
 	if e.poller != nil {
 		e.busyPoll = max(cfg.BusyPoll, 0)
 	}
+	e.doorbell = max(cfg.DoorbellBatch, 0)
 	for i := 0; i < n; i++ {
 		w := newWorker(e, i)
 		e.workers = append(e.workers, w)
@@ -480,7 +490,13 @@ func (e *Engine) kick(q *qp.QP) {
 	num := q.Num()
 	// An idle worker's work is done by the posting goroutine itself, as
 	// ibv_post_send does in a provider library; a busy one is asked to.
-	if w.tryInline(false, func() { w.runQP(w.qps[num]) }) {
+	if e.batchDoorbells() {
+		if w.tryAcquire(false) {
+			w.runQP(w.qps[num])
+			w.releasePosted()
+			return
+		}
+	} else if w.tryInline(false, func() { w.runQP(w.qps[num]) }) {
 		return
 	}
 	w.kick(num)

@@ -154,6 +154,9 @@ type worker struct {
 	// worker's timer is armed for it (rearm) and flush clears it. Zero:
 	// no batch is kept.
 	keptUntil time.Time
+	// keptPosts says the kept batch holds posts waiting for others to
+	// join them (releasePosted), not ACKs kept for an answer.
+	keptPosts bool
 
 	// now caches the clock for the owner's current stretch of work:
 	// reading it per packet cost a few percent of a bandwidth run. It is

@@ -75,9 +75,12 @@ func (w *worker) release(polled, keep bool) {
 	}
 	w.settle()
 	w.inline = false
-	if keepBatch {
+	switch {
+	case w.holdsPosts():
+		keepBatch = true // posts wait for others (doorbell.go)
+	case keepBatch:
 		w.keep()
-	} else {
+	default:
 		w.unkeep() // the flush below sends it
 	}
 	// Rearm before the flush: its clock reading is then the one this
@@ -105,6 +108,7 @@ func (w *worker) keep() {
 
 // unkeep ends keep, the batch being sent (flush) or let go unkept.
 func (w *worker) unkeep() {
+	w.keptPosts = false
 	if !w.keptUntil.IsZero() {
 		w.keptUntil = time.Time{}
 		w.e.keptBatches.Add(-1)
