@@ -49,5 +49,8 @@
 // ServeRDMA should do the same). With both, one client's GET through two
 // processes takes 12 us at the median against TCP's 51-63 us on the
 // 2-core VM; with both ends sleeping, each GET paid two thread wake-ups
-// and took 78-118 us (docs/performance.md, session X).
+// and took 78-118 us (docs/performance.md, session X). Many clients on
+// one device (rxed kv bench's 16 connections) post and spin together:
+// with ib.Config.DoorbellBatch their READ requests leave in one send, and
+// the server's answers then leave together too.
 package kv
