@@ -46,30 +46,16 @@ func (e *Engine) batchDoorbells() bool {
 
 // releasePosted ends an inline ownership taken to run a posting QP
 // (Engine.kick with batchDoorbells): as releaseInline, but what the post
-// built stays kept for later posts to join, unless the batch is full or
-// already late (holdsPosts). A batch kept for an answer (keep) is sent
-// with the post, as releaseInline sends it.
+// built stays kept for later posts to join (release keeps a batch while
+// holdsPosts), unless the batch is full or already late. A batch kept
+// for an answer (keep) is sent with the post, as releaseInline sends it.
 func (w *worker) releasePosted() {
-	w.runAfterRx()
-	w.settle()
-	w.inline = false
 	if w.txN > 0 && w.keptUntil.IsZero() {
 		w.keptUntil = w.clockNow().Add(w.e.doorbell)
 		w.keptPosts = true
 		w.e.keptBatches.Add(1)
 	}
-	if !w.holdsPosts() {
-		w.unkeep()
-	}
-	w.rearm()
-	if w.keptUntil.IsZero() {
-		w.flush()
-	}
-	wake := len(w.ready) > 0
-	w.own.Unlock()
-	if wake {
-		w.offer(event{kind: evWake})
-	}
+	w.release(false, false)
 }
 
 // holdsPosts reports whether the shard's batch is posts still waiting

@@ -59,7 +59,9 @@ func (w *worker) releaseInline() { w.release(false, false) }
 // shard sends it (the application's post, a poll that receives more: a
 // batch is kept once), or the poller's next empty poll does
 // (Engine.sendKept), or the worker's timer, armed for keepSpan, makes the
-// worker goroutine do it if nobody else has.
+// worker goroutine do it if nobody else has. A batch of posts kept for
+// others to join (doorbell.go) stays kept the same way until it is full
+// or late.
 //
 // Why not wake the worker at once (an evWake, before): the application
 // answers within microseconds, so the woken worker found nothing to do,
