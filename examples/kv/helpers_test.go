@@ -23,15 +23,22 @@ type rig struct {
 	tcp     *TCPServer
 	cmAddr  netip.AddrPort
 	tcpAddr string
+	net     *transport.MemNetwork
 }
 
 var testTable = TableConfig{NBuckets: 256, ExtentSize: 512, MaxProbe: 16}
 
 func openDev(t *testing.T, n *transport.MemNetwork, addr string) *ib.Device {
+	return openDevWith(t, n, addr, ib.Config{})
+}
+
+// openDevWith is openDev with cfg (its Conn is set here).
+func openDevWith(t *testing.T, n *transport.MemNetwork, addr string, cfg ib.Config) *ib.Device {
 	t.Helper()
 	c, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), transport.RoCEv2Port))
 	require.NoError(t, err)
-	dev, err := ib.OpenDevice(ib.Config{Conn: c})
+	cfg.Conn = c
+	dev, err := ib.OpenDevice(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = dev.Close() })
 	return dev
@@ -45,7 +52,7 @@ func newRigWith(t *testing.T, setup func(*App)) *rig {
 	tab, err := NewTable(testTable)
 	require.NoError(t, err)
 	n := transport.NewMemNetwork()
-	r := &rig{t: t, app: NewApp(tab), cmAddr: netip.MustParseAddrPort("10.0.0.1:7471")}
+	r := &rig{t: t, app: NewApp(tab), cmAddr: netip.MustParseAddrPort("10.0.0.1:7471"), net: n}
 	setup(r.app)
 	r.srvDev = openDev(t, n, "10.0.0.1")
 	r.cliDev = openDev(t, n, "10.0.0.2")

@@ -54,6 +54,7 @@ func (w *worker) releasePosted() {
 		w.keptUntil = w.clockNow().Add(w.e.doorbell)
 		w.keptPosts = true
 		w.e.keptBatches.Add(1)
+		w.e.doorbellBatches.Add(1)
 	}
 	w.release(false, false)
 }

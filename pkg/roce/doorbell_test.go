@@ -55,6 +55,7 @@ func TestDoorbellBatchHoldsPostsWhileFourSpin(t *testing.T) {
 	}
 	require.Zero(t, n, "the batch left when it held %d packets", doorbellBatchMax)
 	require.False(t, kept)
+	require.Equal(t, uint64(1), r.e.Counters()[CounterDoorbellBatches], "one batch of posts so far")
 	r.expect(t, want, "the batch's posts, in post order")
 
 	// One more waits for company until its deadline, when the worker's
@@ -71,6 +72,7 @@ func TestDoorbellBatchHoldsPostsWhileFourSpin(t *testing.T) {
 	require.Equal(t, 1, n, "still waiting a nanosecond before its deadline")
 	r.clock.Advance(time.Nanosecond)
 	r.expect(t, []int{0}, "the worker's timer sent the lone post at its deadline")
+	require.Equal(t, uint64(2), r.e.Counters()[CounterDoorbellBatches])
 	n, kept = batched()
 	require.Zero(t, n)
 	require.False(t, kept)
@@ -80,6 +82,7 @@ func TestDoorbellBatchHoldsPostsWhileFourSpin(t *testing.T) {
 	post(0)
 	n, _ = batched()
 	require.Zero(t, n, "without DoorbellBatch a post leaves at once")
+	require.Equal(t, uint64(2), r.e.Counters()[CounterDoorbellBatches], "and starts no batch")
 	r.expect(t, []int{0}, "the post without DoorbellBatch")
 }
 

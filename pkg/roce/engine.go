@@ -155,6 +155,9 @@ type Engine struct {
 	// mcastNoMember counts datagrams for a multicast group with no QP
 	// attached here (mcast.go): not a drop, as in rdma_rxe.
 	mcastNoMember atomic.Uint64
+	// doorbellBatches counts the batches of posts kept for others to
+	// join (CounterDoorbellBatches).
+	doorbellBatches atomic.Uint64
 
 	workers []*worker
 	qpns    *qpnAllocator
@@ -183,6 +186,11 @@ const CounterIPv4IDResync = "ipv4_id_resync"
 // CounterMcastNoMember counts multicast datagrams for a group no QP of the
 // device is attached to (it left, or never joined): ignored, not dropped.
 const CounterMcastNoMember = "mcast_no_member"
+
+// CounterDoorbellBatches counts the batches of posts kept for other
+// posts to join them (Config.DoorbellBatch): 0 when the option is off or
+// fewer than four goroutines ever spun at once.
+const CounterDoorbellBatches = "doorbell_batches"
 
 // ErrClosed is returned by operations on a closed engine.
 var ErrClosed = errors.New("roce: engine closed")
@@ -516,6 +524,7 @@ func (e *Engine) Counters() map[string]uint64 {
 	}
 	m[CounterIPv4IDResync] = e.idResyncs.Load()
 	m[CounterMcastNoMember] = e.mcastNoMember.Load()
+	m[CounterDoorbellBatches] = e.doorbellBatches.Load()
 	return m
 }
 
