@@ -105,10 +105,7 @@ func startKVServer(ef *engineFlags, tf kvTableFlags, handlerCPU bool, cmPort uin
 	if handlerCPU {
 		s.app.MeasureHandlerCPU()
 	}
-	// The server's application runs for PUTs and DELETEs only; a GET is
-	// a READ its engine serves alone, as a NIC would, so nothing polls
-	// the device between GETs (deviceBusyPoll's idle server).
-	ef.busyPoll = deviceBusyPoll(true, false, ef.spin)
+	ef.busyPoll = kvServerBusyPoll(ef.spin)
 	if s.en, err = ef.open(ef.logger(stderr)); err != nil {
 		s.table.Close()
 		return nil, err
@@ -147,7 +144,7 @@ func runKVServe(args []string, stdout, stderr io.Writer) int {
 	var tf kvTableFlags
 	fs := flag.NewFlagSet("kv serve", flag.ContinueOnError)
 	ef.register(fs, false)
-	registerKVServerSpin(&ef, fs)
+	ef.registerSpinUsage(fs, "keep the engine polling its socket this long after the last packet before it sleeps (`duration`; -1: the default budget; 0: sleep at once, a thread wake-up per GET)")
 	tf.register(fs)
 	cmPort := fs.Uint("cm-port", kvCMPort, "rdma_cm `port`")
 	tcpAddr := fs.String("tcp", "", "TCP `address` (default the first --addr, port 7472)")
@@ -528,13 +525,6 @@ func (c *kvChild) stop() {
 	}
 }
 
-// registerKVServerSpin adds kv serve's --spin: how long its engine keeps
-// polling after traffic stops (ib.Config.BusyPoll).
-func registerKVServerSpin(e *engineFlags, fs *flag.FlagSet) {
-	e.spin = defaultSpin
-	fs.Var((*spinFlag)(&e.spin), "spin", "keep the engine polling its socket this long after the last packet before it sleeps (`duration`; -1: the default budget; 0: sleep at once, a thread wake-up per GET)")
-}
-
 // kvClientSpin maps the tools' --spin to kv.RDMAClientConfig.Spin: 0
 // (sleep at once) is the client's negative, and -1 (never sleep) a
 // budget no wait reaches (the wait still ends with its context).
@@ -548,6 +538,12 @@ func kvClientSpin(spin time.Duration) time.Duration {
 	return spin
 }
 
+// kvServerBusyPoll is kv serve's device BusyPoll for --spin. The server's
+// application runs for PUTs and DELETEs only; a GET is a READ its engine
+// serves alone, as a NIC would, so nothing polls the device between GETs
+// (deviceBusyPoll's idle server).
+func kvServerBusyPoll(spin time.Duration) time.Duration { return deviceBusyPoll(true, false, spin) }
+
 // kvSpinForever is the client's spin budget for --spin -1.
 const kvSpinForever = 24 * time.Hour
 
@@ -560,9 +556,9 @@ func kvWaitDescr(spin time.Duration) string {
 	case spin == 0:
 		return "clients and server sleep at once (--spin 0)"
 	case spin < 0:
-		return fmt.Sprintf("clients never sleep, the server's engine polls %v after traffic (--spin -1)", defaultSpin)
+		return fmt.Sprintf("clients never sleep, the server's engine polls %v after traffic (--spin -1)", kvServerBusyPoll(spin))
 	}
-	return fmt.Sprintf("clients spin %v then sleep, the server's engine polls %v after traffic (--spin)", spin, spin)
+	return fmt.Sprintf("clients spin %v then sleep, the server's engine polls %v after traffic (--spin)", spin, kvServerBusyPoll(spin))
 }
 
 // kvDoorbell is kv bench's --doorbell: the clients' device batches the

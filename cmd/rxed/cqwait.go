@@ -194,8 +194,14 @@ func nextCompletions(ctx context.Context, cq *ib.CQ, wcs []ib.WC, events bool, s
 
 // registerSpin adds --spin, for the commands that wait for completions.
 func (e *engineFlags) registerSpin(fs *flag.FlagSet) {
+	e.registerSpinUsage(fs, "busy-poll the CQ this long before sleeping until the completion arrives (`duration`; -1: never sleep, perftest's pure busy poll; 0: sleep at once, as -e; the budget adapts up to 4 times this)")
+}
+
+// registerSpinUsage adds --spin (default defaultSpin, -1 accepted) with
+// a command's own usage text.
+func (e *engineFlags) registerSpinUsage(fs *flag.FlagSet, usage string) {
 	e.spin = defaultSpin
-	fs.Var((*spinFlag)(&e.spin), "spin", "busy-poll the CQ this long before sleeping until the completion arrives (`duration`; -1: never sleep, perftest's pure busy poll; 0: sleep at once, as -e; the budget adapts up to 4 times this)")
+	fs.Var((*spinFlag)(&e.spin), "spin", usage)
 }
 
 // spinFlag is a duration that also accepts -1 (spin forever).

@@ -222,15 +222,8 @@ func benchCell(ctx context.Context, cfg BenchConfig, tr BenchTransport, nc, pct 
 		}
 		r.CopiedPerGet = copied / g
 		r.WirePerGet = float64(st.BytesRead) / g
-		if app.Gets > 0 {
-			r.AppCPUPerGet = time.Duration(app.CPUNanos / app.Calls()) // the handler does not split its CPU by kind
-		}
 	}
-	if !cfg.HandlerCPU {
-		r.AppCPUPerGet, r.AppCPUPerOp = -1, -1
-	} else if ops > 0 {
-		r.AppCPUPerOp = time.Duration(float64(app.CPUNanos) / ops)
-	}
+	r.AppCPUPerGet, r.AppCPUPerOp = appCPU(cfg.HandlerCPU, app, ops)
 	if ops > 0 {
 		if cfg.ServerCPU != nil {
 			if c, err := cfg.ServerCPU(); err == nil {
@@ -275,6 +268,22 @@ func WriteBenchTable(w io.Writer, rs []BenchResult) {
 		}
 	}
 	tw.Flush()
+}
+
+// appCPU is the handlers' CPU per GET and per operation (-1 each when
+// not measured): per GET only if a handler ran for GETs, and then its
+// CPU per call, since a handler does not split its CPU by kind.
+func appCPU(measured bool, app HandlerStats, ops float64) (perGet, perOp time.Duration) {
+	if !measured {
+		return -1, -1
+	}
+	if app.Gets > 0 {
+		perGet = time.Duration(app.CPUNanos / app.Calls())
+	}
+	if ops > 0 {
+		perOp = time.Duration(float64(app.CPUNanos) / ops)
+	}
+	return perGet, perOp
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }

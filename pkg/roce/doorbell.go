@@ -51,16 +51,16 @@ func (e *Engine) batchDoorbells() bool {
 // for an answer (keep) is sent with the post, as releaseInline sends it.
 func (w *worker) releasePosted() {
 	if w.txN > 0 && w.keptUntil.IsZero() {
-		w.keptUntil = w.clockNow().Add(w.e.doorbell)
+		w.keepFor(w.e.doorbell)
 		w.keptPosts = true
-		w.e.keptBatches.Add(1)
 		w.e.doorbellBatches.Add(1)
 	}
 	w.release(false, false)
 }
 
 // holdsPosts reports whether the shard's batch is posts still waiting
-// for others: kept for them, not yet full, and not yet late.
+// for others: kept for them (never empty then: every flush unkeeps), not
+// yet full, and not yet late.
 func (w *worker) holdsPosts() bool {
-	return w.keptPosts && w.txN > 0 && w.txN < min(doorbellBatchMax, w.txSize) && w.clockNow().Before(w.keptUntil)
+	return w.keptPosts && w.txN < min(doorbellBatchMax, w.txSize) && w.clockNow().Before(w.keptUntil)
 }

@@ -498,13 +498,13 @@ func (e *Engine) kick(q *qp.QP) {
 	num := q.Num()
 	// An idle worker's work is done by the posting goroutine itself, as
 	// ibv_post_send does in a provider library; a busy one is asked to.
-	if e.batchDoorbells() {
-		if w.tryAcquire(false) {
-			w.runQP(w.qps[num])
+	if w.tryAcquire(false) {
+		w.runQP(w.qps[num])
+		if e.batchDoorbells() {
 			w.releasePosted()
-			return
+		} else {
+			w.releaseInline()
 		}
-	} else if w.tryInline(false, func() { w.runQP(w.qps[num]) }) {
 		return
 	}
 	w.kick(num)

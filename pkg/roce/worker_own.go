@@ -103,8 +103,12 @@ func (w *worker) release(polled, keep bool) {
 // keep marks the batch kept for the application's answer (release): the
 // timer is armed for keptUntil, and the engine's next empty poll sends it
 // (Engine.sendKept).
-func (w *worker) keep() {
-	w.keptUntil = w.clockNow().Add(keepSpan)
+func (w *worker) keep() { w.keepFor(keepSpan) }
+
+// keepFor keeps the batch unsent for up to span: the worker's timer is
+// armed for keptUntil (rearm), and an empty poll finds it (keptBatches).
+func (w *worker) keepFor(span time.Duration) {
+	w.keptUntil = w.clockNow().Add(span)
 	w.e.keptBatches.Add(1)
 }
 
