@@ -3,12 +3,14 @@
 // reduce-scatter steps then N-1 all-gather steps, one chunk (a 1/N of the
 // vector) per step to the next rank.
 //
-// Over RDMA each rank advertises two receive slots (the REP's private data:
-// address, rkey, size) to the rank before it; that rank RDMA WRITEs a chunk
-// with immediate data into a slot, the immediate (the step number) tells
-// the receiver which chunk arrived, and the receiver hands the slot back by
-// a zero-length SEND (a credit) once it has reduced or copied it out. Over
-// TCP the same steps are a length-prefixed message on a stream.
+// Over RDMA each rank advertises one receive slot per rank (the REP's
+// private data: address, rkey, size, count) to the rank before it; that
+// rank RDMA WRITEs step t's chunk with immediate data into slot t mod
+// ranks, and the immediate (the step number) tells the receiver which
+// chunk arrived. No slot is handed back: the ring's own order keeps the
+// previous rank at most ranks-1 steps ahead, so a slot is always used
+// before it is written again (slotsFor says why). Over TCP the same steps
+// are a length-prefixed message on a stream.
 //
 // Reduction order: chunk c is summed as (((x_c + x_{c+1}) + x_{c+2}) + ...)
 // over ranks c, c+1, ... mod N, which Reference reproduces, so results are

@@ -10,25 +10,35 @@ import (
 // (dialing its next rank) in the request, the receiver in the answer,
 // with the receive slots it advertises (RDMA).
 //
-//	magic "RXAR" | rank u16 | ranks u16 | count u64 | slot address u64 | slot rkey u32 | slot size u32
+//	magic "RXA2" | rank u16 | ranks u16 | count u64 | slot address u64 | slot rkey u32 | slot size u32 | slots u32
+//
+// The magic names the ring's protocol: "RXAR", the rings before
+// slotsFor, advertised two slots and handed each back by SEND; a rank of
+// either kind takes the other for something that is not a ring and
+// refuses it, rather than wait for credits that never come.
 type hello struct {
 	rank, ranks int
 	count       int
 	slotAddr    uint64
 	slotRKey    uint32
 	slotSize    uint32
+	slots       uint32
 }
 
-const helloLen = 32
+const (
+	helloMagic = "RXA2"
+	helloLen   = 36
+)
 
 func (h hello) append(b []byte) []byte {
-	b = append(b, "RXAR"...)
+	b = append(b, helloMagic...)
 	b = binary.LittleEndian.AppendUint16(b, uint16(h.rank))
 	b = binary.LittleEndian.AppendUint16(b, uint16(h.ranks))
 	b = binary.LittleEndian.AppendUint64(b, uint64(h.count))
 	b = binary.LittleEndian.AppendUint64(b, h.slotAddr)
 	b = binary.LittleEndian.AppendUint32(b, h.slotRKey)
-	return binary.LittleEndian.AppendUint32(b, h.slotSize)
+	b = binary.LittleEndian.AppendUint32(b, h.slotSize)
+	return binary.LittleEndian.AppendUint32(b, h.slots)
 }
 
 var errNotRing = errors.New("the peer is not an allreduce rank")
@@ -42,7 +52,7 @@ func (e *mismatchError) Error() string { return e.msg }
 func (e *mismatchError) Unwrap() error { return errMismatch }
 
 func parseHello(b []byte) (hello, error) {
-	if len(b) < helloLen || string(b[:4]) != "RXAR" {
+	if len(b) < helloLen || string(b[:4]) != helloMagic {
 		return hello{}, errNotRing
 	}
 	return hello{
@@ -52,6 +62,7 @@ func parseHello(b []byte) (hello, error) {
 		slotAddr: binary.LittleEndian.Uint64(b[16:]),
 		slotRKey: binary.LittleEndian.Uint32(b[24:]),
 		slotSize: binary.LittleEndian.Uint32(b[28:]),
+		slots:    binary.LittleEndian.Uint32(b[32:]),
 	}, nil
 }
 

@@ -57,13 +57,31 @@ func (r *Ring) Close() error {
 	return err
 }
 
-const (
-	nSlots    = 2 // receive slots per rank: one step of pipelining
-	recvDepth = 2 * nSlots
-)
+// slotsFor is how many receive slots a rank of a ring of ranks advertises:
+// one per rank, which is what lets the ring run without credits.
+//
+// Why that is enough: a rank sends step t's chunk only after it has
+// received and used step t-1's (ring.allReduce's phases run in order),
+// and that chunk came from its previous rank's send of step t-1, which
+// waited in turn for step t-2's from the rank before. Followed back
+// around the ring, the previous rank's WRITE of step t waits for this
+// rank's own send of step t-(ranks-1), which this rank made only after it
+// had used step t-ranks's chunk. Step t's slot (t mod ranks) last held
+// step t-ranks's chunk, so it is free before the WRITE that reuses it is
+// posted, and the previous rank is never more than ranks-1 steps ahead.
+// With two slots, a zero-length SEND handed each slot back (a credit):
+// two more packets per step, each acknowledged, on every rank, and the
+// small allreduces (4-64 KiB, latency-bound) took 1.3-1.45x as long with 4
+// and 8 ranks (docs/workloads.md).
+func slotsFor(ranks int) int { return ranks }
+
+// recvsFor is the receives a QP keeps posted: one per chunk that may
+// arrive before the rank gets to it (slotsFor), one for the neighbour's
+// bye, and as many again so a repost never lags an arrival.
+func recvsFor(ranks int) int { return 2 * slotsFor(ranks) }
 
 // rdmaLink moves chunks by RDMA WRITE with immediate into the next rank's
-// slots; credits come back as zero-length SENDs.
+// slots (slotsFor says why no credits come back).
 type rdmaLink struct {
 	cfg            Config
 	pd             *ib.PD
@@ -76,7 +94,6 @@ type rdmaLink struct {
 	dataMR         *ib.MR
 	remote         hello // the next rank's slots
 
-	credits  int             // slots of the next rank we may write
 	arrived  map[uint32]bool // steps whose chunk is in our slot
 	inFlight int             // WRITEs not completed
 	// leave: byeIn[i], the neighbour on side i (toNext, toPrev) said it
@@ -85,8 +102,8 @@ type rdmaLink struct {
 	wcs           []ib.WC
 }
 
-// A bye is a zero-length SEND with this immediate (credits carry none):
-// "I am done with this ring". byeID marks our bye sends' completions.
+// A bye is a zero-length SEND with this immediate: "I am done with this
+// ring". It is the only SEND of the ring. byeID marks our bye sends' completions.
 const (
 	byeImm = 0xFFFFFFFF
 	byeID  = 1
@@ -105,6 +122,14 @@ func (l *rdmaLink) side(qpn uint32) int {
 	return toNext
 }
 
+// peerOf is the rank at the other end of qpn.
+func (l *rdmaLink) peerOf(qpn uint32) int {
+	if l.side(qpn) == toPrev {
+		return l.cfg.prev()
+	}
+	return l.cfg.next()
+}
+
 // RDMAConfig says where a rank listens and where its next rank is.
 type RDMAConfig struct {
 	Listen netip.AddrPort // our rdma_cm address
@@ -118,7 +143,7 @@ func DialRDMA(ctx context.Context, dev *ib.Device, cfg Config, rc RDMAConfig) (*
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	l := &rdmaLink{cfg: cfg, arrived: map[uint32]bool{}, credits: nSlots, wcs: make([]ib.WC, 16)}
+	l := &rdmaLink{cfg: cfg, arrived: map[uint32]bool{}, wcs: make([]ib.WC, 16)}
 	r := &Ring{ring: ring{cfg: cfg, l: l, data: make([]float32, cfg.Count)}}
 	r.closeFn = l.close
 	if err := l.setup(ctx, dev, r.data, rc); err != nil {
@@ -153,7 +178,7 @@ func (l *rdmaLink) setup(ctx context.Context, dev *ib.Device, data []float32, rc
 	if l.cq, err = dev.CreateCQ(64); err != nil {
 		return err
 	}
-	l.slots = make([]byte, nSlots*maxChunk(l.cfg.Count, l.cfg.Ranks)*4)
+	l.slots = make([]byte, slotsFor(l.cfg.Ranks)*maxChunk(l.cfg.Count, l.cfg.Ranks)*4)
 	if l.slotsMR, err = l.pd.RegMR(l.slots, ib.AccessLocalWrite|ib.AccessRemoteWrite); err != nil {
 		return err
 	}
@@ -205,7 +230,8 @@ func (l *rdmaLink) setup(ctx context.Context, dev *ib.Device, data []float32, rc
 // no completions behind.
 func (l *rdmaLink) acceptPrev(ctx context.Context) error {
 	mine := hello{rank: l.cfg.Rank, ranks: l.cfg.Ranks, count: l.cfg.Count,
-		slotAddr: l.slotsMR.IOVA(), slotRKey: l.slotsMR.RKey(), slotSize: uint32(len(l.slots) / nSlots)}
+		slotAddr: l.slotsMR.IOVA(), slotRKey: l.slotsMR.RKey(), slotSize: uint32(len(l.slots) / slotsFor(l.cfg.Ranks)),
+		slots: uint32(slotsFor(l.cfg.Ranks))}
 	// The listener outlives ctx until we return: after a mismatch (which
 	// may cancel ctx) refuseLate still answers the previous rank.
 	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
@@ -266,7 +292,7 @@ func (l *rdmaLink) acceptPrev(ctx context.Context) error {
 			cur = nil
 			if r.err == nil {
 				l.cPrev = r.c
-				return postRecvs(l.qpPrev)
+				return postRecvs(l.qpPrev, recvsFor(l.cfg.Ranks))
 			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("allreduce: rank %d accepting rank %d: %w", l.cfg.Rank, l.cfg.prev(), r.err)
@@ -313,7 +339,7 @@ func (a *acceptAttempt) stop() (*rdmacm.Conn, error) {
 // posted if recvs.
 func (l *rdmaLink) newQP(recvs bool) (*ib.QP, error) {
 	q, err := l.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: l.cq, RecvCQ: l.cq,
-		Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: uint32(recvsFor(l.cfg.Ranks)), MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +347,7 @@ func (l *rdmaLink) newQP(recvs bool) (*ib.QP, error) {
 		return q, err
 	}
 	if recvs {
-		return q, postRecvs(q)
+		return q, postRecvs(q, recvsFor(l.cfg.Ranks))
 	}
 	return q, nil
 }
@@ -335,8 +361,8 @@ func resetQP(q *ib.QP) error {
 	return ib.InitQP(q, ib.ConnectAttr{})
 }
 
-func postRecvs(q *ib.QP) error {
-	for range recvDepth {
+func postRecvs(q *ib.QP, n int) error {
+	for range n {
 		if err := q.PostRecv(ib.RecvWR{}); err != nil {
 			return err
 		}
@@ -415,6 +441,9 @@ func (l *rdmaLink) dialNext(ctx context.Context, next netip.AddrPort) error {
 			if err == nil {
 				err = l.cfg.agree(h, l.cfg.next())
 			}
+			if err == nil {
+				err = l.slotsOK(h)
+			}
 			if err != nil {
 				_ = c.Disconnect(context.Background())
 				return fmt.Errorf("allreduce: %w", err)
@@ -458,6 +487,17 @@ func (l *rdmaLink) dialNext(ctx context.Context, next netip.AddrPort) error {
 	}
 }
 
+// slotsOK checks the slots the next rank advertised: as many as slotsFor
+// asks, each large enough for a chunk.
+func (l *rdmaLink) slotsOK(h hello) error {
+	want, size := slotsFor(l.cfg.Ranks), maxChunk(l.cfg.Count, l.cfg.Ranks)*4
+	if int(h.slots) < want || int(h.slotSize) < size {
+		return mismatchf("rank %d advertised %d slots of %d bytes; a ring of %d ranks of %d floats needs %d of %d",
+			h.rank, h.slots, h.slotSize, l.cfg.Ranks, l.cfg.Count, want, size)
+	}
+	return nil
+}
+
 func trimNUL(b []byte) string {
 	for i, c := range b {
 		if c == 0 {
@@ -486,10 +526,7 @@ func (l *rdmaLink) poll(ctx context.Context, cond func() bool) error {
 // handle accounts for one completion.
 func (l *rdmaLink) handle(wc ib.WC) error {
 	if wc.Status != ib.WCSuccess {
-		peer := l.cfg.next()
-		if l.side(wc.QPNum) == toPrev {
-			peer = l.cfg.prev()
-		}
+		peer := l.peerOf(wc.QPNum)
 		why := ""
 		switch wc.Status {
 		case ib.WCRetryExcErr:
@@ -510,11 +547,10 @@ func (l *rdmaLink) handle(wc ib.WC) error {
 		if wc.QPNum == l.qpPrev.Num() {
 			q = l.qpPrev
 		}
-		if wc.Flags&ib.WCWithImm != 0 && wc.Imm == byeImm {
-			l.byeIn[l.side(wc.QPNum)] = true
-		} else {
-			l.credits++
+		if wc.Flags&ib.WCWithImm == 0 || wc.Imm != byeImm {
+			return fmt.Errorf("a SEND from rank %d that is not a bye (an older rxed, whose ring hands slots back by SEND?)", l.peerOf(wc.QPNum))
 		}
+		l.byeIn[l.side(wc.QPNum)] = true
 		if err := q.PostRecv(ib.RecvWR{}); err != nil {
 			return err
 		}
@@ -529,11 +565,7 @@ func (l *rdmaLink) handle(wc ib.WC) error {
 }
 
 func (l *rdmaLink) send(ctx context.Context, step uint32, b []byte) error {
-	if err := l.poll(ctx, func() bool { return l.credits > 0 }); err != nil {
-		return err
-	}
-	l.credits--
-	slot := uint64(step % nSlots)
+	slot := uint64(step % l.remote.slots)
 	off := uint64(len(b))
 	if len(b) > 0 {
 		off = uint64(uintptrOf(b) - l.dataMR.IOVA())
@@ -556,21 +588,18 @@ func (l *rdmaLink) recv(ctx context.Context, step uint32, n int) ([]byte, error)
 		return nil, err
 	}
 	delete(l.arrived, step)
-	// The previous rank may be one step ahead (two slots), never more:
-	// its credits stop it.
+	// The previous rank may be up to ranks-1 steps ahead, never more
+	// (slotsFor): a chunk beyond that would have overwritten one we had
+	// not used yet.
 	for s := range l.arrived {
-		if s != step+1 {
+		if s-step-1 >= uint32(l.cfg.Ranks-1) {
 			return nil, fmt.Errorf("chunk of step %d arrived while expecting step %d", s, step)
 		}
 	}
-	size := len(l.slots) / nSlots
-	off := int(step%nSlots) * size
+	slots := slotsFor(l.cfg.Ranks)
+	size := len(l.slots) / slots
+	off := int(step%uint32(slots)) * size
 	return l.slots[off : off+n], nil
-}
-
-// release hands the slot back to the previous rank.
-func (l *rdmaLink) release(ctx context.Context, step uint32) error {
-	return l.qpPrev.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendSignaled})
 }
 
 func (l *rdmaLink) waitSent(ctx context.Context) error {

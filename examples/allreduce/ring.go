@@ -52,9 +52,8 @@ type link interface {
 	// until waitSent returns.
 	send(ctx context.Context, step uint32, b []byte) error
 	// recv waits for step's chunk from the previous rank and returns it;
-	// it stays valid until release.
+	// it stays valid until the next recv.
 	recv(ctx context.Context, step uint32, n int) ([]byte, error)
-	release(ctx context.Context, step uint32) error
 	waitSent(ctx context.Context) error
 	// leave returns once both neighbours are done with this rank.
 	leave(ctx context.Context) error
@@ -107,9 +106,6 @@ func (r *ring) allReduce(ctx context.Context) error {
 			for i := range dst {
 				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[i*4:]))
 			}
-		}
-		if err := r.l.release(sctx, step); err != nil {
-			return r.stepErr(ctx, name, s, err)
 		}
 		if err := r.l.waitSent(sctx); err != nil {
 			return r.stepErr(ctx, name, s, err)

@@ -189,8 +189,6 @@ func (l *tcpLink) recvErr(err error) error {
 	return fmt.Errorf("rank %d left the ring (%v)", l.cfg.prev(), err)
 }
 
-func (l *tcpLink) release(context.Context, uint32) error { return nil }
-
 func (l *tcpLink) waitSent(ctx context.Context) error {
 	select {
 	case err := <-l.sendErr:

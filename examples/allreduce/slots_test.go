@@ -1,0 +1,46 @@
+package allreduce
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/stretchr/testify/require"
+)
+
+// A ring hands no slot back (slotsFor): a rank that is late finds up to
+// ranks-1 chunks waiting, each in a slot of its own. Rank 0 starts only
+// once its previous rank has written as far ahead as the ring lets it
+// (ranks-1 WRITEs with immediate completed in rank 0's CQ, and no more),
+// and every rank's sum is still bit-exact. With fewer slots than ranks
+// (2, as when slots were handed back by SEND) the third chunk lands on
+// the first: at 4 and 5 ranks the sums come out wrong (1000 and 4800
+// wrong elements when slotsFor returned 2).
+func TestLateRankFindsEveryChunkInItsOwnSlot(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range []int{2, 3, 4, 5} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			ms, err := Join(ctx, n, rdmaDialer(t, transport.NewMemNetwork(), same(n, n), same(n, 1000), 20*time.Second))
+			require.NoError(t, err)
+			defer closeAll(ms)
+			for i, m := range ms {
+				copy(m.Data(), Input(i, len(m.Data())))
+			}
+			errs := make(chan error, n)
+			for _, m := range ms[1:] {
+				go func() { errs <- m.AllReduce(ctx) }()
+			}
+			late := ms[0].(*RDMARank).Ring.l.(*rdmaLink)
+			require.Eventually(t, func() bool { return late.cq.Len() >= n-1 }, 20*time.Second, time.Millisecond,
+				"rank %d wrote fewer than %d chunks ahead", n-1, n-1)
+			require.Equal(t, n-1, late.cq.Len(), "rank %d wrote more than ranks-1 chunks ahead", n-1)
+			go func() { errs <- ms[0].AllReduce(ctx) }()
+			for range n {
+				require.NoError(t, <-errs)
+			}
+			require.Zero(t, Check(ms))
+		})
+	}
+}
