@@ -80,6 +80,10 @@ func slotsFor(ranks int) int { return ranks }
 // bye, and as many again so a repost never lags an arrival.
 func recvsFor(ranks int) int { return 2 * slotsFor(ranks) }
 
+// sendDepth is the WRITEs a rank keeps in flight to the next (its send
+// queue; the byes are sent with none in flight).
+const sendDepth = 8
+
 // rdmaLink moves chunks by RDMA WRITE with immediate into the next rank's
 // slots (slotsFor says why no credits come back).
 type rdmaLink struct {
@@ -339,7 +343,7 @@ func (a *acceptAttempt) stop() (*rdmacm.Conn, error) {
 // posted if recvs.
 func (l *rdmaLink) newQP(recvs bool) (*ib.QP, error) {
 	q, err := l.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: l.cq, RecvCQ: l.cq,
-		Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: uint32(recvsFor(l.cfg.Ranks)), MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: ib.QPCap{MaxSendWR: sendDepth, MaxRecvWR: uint32(recvsFor(l.cfg.Ranks)), MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, err
 	}
@@ -565,6 +569,12 @@ func (l *rdmaLink) handle(wc ib.WC) error {
 }
 
 func (l *rdmaLink) send(ctx context.Context, step uint32, b []byte) error {
+	// Room in the send queue: the ring waits for its sends only twice per
+	// allreduce (ring.allReduce), and a ring of more than sendDepth+1
+	// ranks posts more WRITEs than that in a phase.
+	if err := l.poll(ctx, func() bool { return l.inFlight < sendDepth }); err != nil {
+		return err
+	}
 	slot := uint64(step % l.remote.slots)
 	off := uint64(len(b))
 	if len(b) > 0 {

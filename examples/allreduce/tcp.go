@@ -21,6 +21,7 @@ type tcpLink struct {
 	r       *bufio.Reader
 	buf     []byte
 	sendErr chan error
+	sending bool // a send's goroutine has not reported to sendErr yet
 }
 
 // TCPConfig says where a rank listens and where its next rank is.
@@ -150,6 +151,10 @@ func (l *tcpLink) dialNext(ctx context.Context, addr string) error {
 }
 
 func (l *tcpLink) send(ctx context.Context, step uint32, b []byte) error {
+	if err := l.waitSent(ctx); err != nil { // one write at a time on the stream
+		return err
+	}
+	l.sending = true
 	dl, _ := ctx.Deadline()
 	_ = l.next.SetWriteDeadline(dl)
 	go func() {
@@ -190,6 +195,10 @@ func (l *tcpLink) recvErr(err error) error {
 }
 
 func (l *tcpLink) waitSent(ctx context.Context) error {
+	if !l.sending {
+		return nil
+	}
+	l.sending = false
 	select {
 	case err := <-l.sendErr:
 		return err
