@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -28,4 +29,48 @@ func TestAllreduceBadFlags(t *testing.T) {
 	requireOneLineError(t, runCmd("allreduce", "--ranks", "1"), "at least 2")
 	requireOneLineError(t, runCmd("allreduce", "-b", "8K", "-e", "4K"), "-e")
 	requireOneLineError(t, runCmd("allreduce", "--net", "ib"), "--net")
+}
+
+// --spin says how the RDMA ranks wait, with the tools' meaning (0 sleeps
+// at once, -1 never sleeps: waiterSpin), in the header; every mode is
+// bit-exact, and a bad value is a usage error.
+func TestAllreduceSpin(t *testing.T) {
+	for _, c := range []struct {
+		spin, header string
+	}{
+		{"", "RDMA ranks spin 50µs then sleep (--spin)"},
+		{"80us", "RDMA ranks spin 80µs then sleep (--spin)"},
+		{"0", "RDMA ranks sleep at once (--spin 0)"},
+		{"-1", "RDMA ranks never sleep (--spin -1)"},
+	} {
+		args := []string{"allreduce", "--net", "mem", "--addr", "10.9.0.1", "--tcp-port", "17660", "--ranks", "2", "-b", "4K", "-e", "4K", "-n", "1", "--timeout", "10s"}
+		if c.spin != "" {
+			args = append(args, "--spin", c.spin)
+		}
+		r := runCmd(args...)
+		requireOK(t, "allreduce --spin "+c.spin, r)
+		require.Contains(t, r.stdout, c.header)
+		f := strings.Fields(strings.Split(strings.TrimSpace(r.stdout), "\n")[3])
+		require.Len(t, f, 13, r.stdout)
+		require.Equal(t, "0", f[8], "rdma #wrong with --spin %s: %s", c.spin, r.stdout)
+	}
+	requireOneLineError(t, runCmd("allreduce", "--spin", "soon"), "spin")
+}
+
+// A rank process spins by default only while the ring has no more ranks
+// than the host has CPUs (rankProcessSpin says why).
+func TestRankProcessSpin(t *testing.T) {
+	for _, c := range []struct {
+		ranks, cpus int
+		want        time.Duration
+	}{
+		{2, 2, defaultSpin},
+		{2, 8, defaultSpin},
+		{8, 8, defaultSpin},
+		{3, 2, 0},
+		{4, 2, 0},
+		{64, 16, 0},
+	} {
+		require.Equal(t, c.want, rankProcessSpin(c.ranks, c.cpus), "%d ranks on %d CPUs", c.ranks, c.cpus)
+	}
 }

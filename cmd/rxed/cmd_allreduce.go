@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +38,7 @@ type allreduceOpts struct {
 	tcpBase  int
 	cmPort   int
 	timeout  time.Duration
+	spin     time.Duration // --spin, the tools' meaning (waiterSpin)
 	// One rank per process: rank >= 0 and the peers' addresses.
 	rank    int
 	peers   []netip.Addr
@@ -56,14 +58,19 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.tcpBase, "tcp-port", 17600, "TCP ring: rank i listens on this `port` + i")
 	fs.IntVar(&o.cmPort, "cm-port", 7600, "rdma_cm `port` every rank listens on")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "connection setup and per-step deadline")
+	o.spin = defaultSpin
+	fs.Var((*spinFlag)(&o.spin), "spin", "RDMA ranks busy-poll their CQ this long before sleeping until a chunk arrives (`duration`; -1: never sleep; 0: sleep at once; the budget adapts up to 4 times this; with --rank the default is 0 when the ring has more ranks than this host has CPUs)")
 	fs.IntVar(&o.rank, "rank", -1, "run only this `rank` (0-based) in this process, the others run in theirs (needs --peers)")
 	fs.BoolVar(&o.verbose, "v", false, "with --rank: a comment line each time a ring is joined")
 	peers := fs.String("peers", "", "every rank's IPv4 `addresses`, comma-separated, in rank order (with --rank): rank i's engine (UDP 4791), rdma_cm (--cm-port) and TCP (--tcp-port) listen on the i-th")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
 	}
-	ranksSet := false
-	fs.Visit(func(f *flag.Flag) { ranksSet = ranksSet || f.Name == "ranks" })
+	ranksSet, spinSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		ranksSet = ranksSet || f.Name == "ranks"
+		spinSet = spinSet || f.Name == "spin"
+	})
 	// Usage errors exit 2, as every command's; a failed run exits 1.
 	usage := func(err error) int {
 		fail(stderr, "allreduce", err)
@@ -98,6 +105,9 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 		if err := o.parsePeers(*peers, ranksSet); err != nil {
 			return usage(err)
 		}
+		if !spinSet {
+			o.spin = rankProcessSpin(len(o.peers), runtime.NumCPU())
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -109,7 +119,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	}
 	failed := false
 	for _, n := range o.ranks {
-		fmt.Fprintf(stdout, "# ring allreduce, %d ranks in one process (%s), %d iterations per size, load %s\n", n, o.net, o.iters, loadAvg())
+		fmt.Fprintf(stdout, "# ring allreduce, %d ranks in one process (%s), %d iterations per size, %s, load %s\n", n, o.net, o.iters, rankWaitDescr(o.spin), loadAvg())
 		fmt.Fprint(stdout, allreduce.FormatHeader("rdma", "tcp"))
 		for size := o.minBytes; size <= o.maxBytes; size *= 2 {
 			count := size / 4
@@ -145,7 +155,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 // leaves the ring.
 func (o *allreduceOpts) measure(ctx context.Context, tr string, n, count int) (allreduce.Result, error) {
 	cfgOf := func(i int) allreduce.Config {
-		return allreduce.Config{Rank: i, Ranks: n, Count: count, Timeout: o.timeout}
+		return allreduce.Config{Rank: i, Ranks: n, Count: count, Timeout: o.timeout, Spin: waiterSpin(o.spin)}
 	}
 	var dial func(ctx context.Context, i int) (allreduce.Member, error)
 	if tr == "tcp" {
@@ -278,7 +288,7 @@ func (o *allreduceOpts) runRank(ctx context.Context, stdout io.Writer) error {
 	}
 	defer dev.Close()
 	next := o.peers[(me+1)%n]
-	fmt.Fprintf(stdout, "# ring allreduce, rank %d of %d (pid %d, %v), %d iterations per size, load %s\n", me, n, os.Getpid(), o.peers[me], o.iters, loadAvg())
+	fmt.Fprintf(stdout, "# ring allreduce, rank %d of %d (pid %d, %v), %d iterations per size, %s, load %s\n", me, n, os.Getpid(), o.peers[me], o.iters, rankWaitDescr(o.spin), loadAvg())
 	fmt.Fprint(stdout, allreduce.FormatHeader("rdma", "tcp"))
 	var cpu []string // the CPU lines printed after the table
 	for size := o.minBytes; size <= o.maxBytes; size *= 2 {
@@ -286,7 +296,7 @@ func (o *allreduceOpts) runRank(ctx context.Context, stdout io.Writer) error {
 		if count < n {
 			continue
 		}
-		cfg := allreduce.Config{Rank: me, Ranks: n, Count: count, Timeout: o.timeout}
+		cfg := allreduce.Config{Rank: me, Ranks: n, Count: count, Timeout: o.timeout, Spin: waiterSpin(o.spin)}
 		var rs []allreduce.Result
 		for _, tr := range []string{"rdma", "tcp"} {
 			var r *allreduce.Ring
@@ -330,4 +340,31 @@ func (o *allreduceOpts) runRank(ctx context.Context, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "# load after: %s\n", loadAvg())
 	return nil
+}
+
+// rankWaitDescr says how the RDMA ranks wait (--spin), for the header.
+func rankWaitDescr(spin time.Duration) string {
+	switch {
+	case spin == 0:
+		return "RDMA ranks sleep at once (--spin 0)"
+	case spin < 0:
+		return "RDMA ranks never sleep (--spin -1)"
+	}
+	return fmt.Sprintf("RDMA ranks spin %v then sleep (--spin)", spin)
+}
+
+// rankProcessSpin is --spin's default for one rank per process (--rank)
+// in a ring of ranks on a host of cpus: ranks that spin are processes,
+// which yield their CPU only when the kernel takes it from them, so more
+// of them than CPUs (if they share this host; a rank cannot tell where
+// its peers run) spin on each other's time. Measured on 2 CPUs
+// (docs/workloads.md): 2 rank processes spinning took 56-79 us per 4-16
+// KiB allreduce where sleeping ones took 415-617 us; 4 spinning took
+// 1.3-1.6x as long as 4 sleeping. Ranks in one process are goroutines,
+// which yield to each other while they spin, and keep the default.
+func rankProcessSpin(ranks, cpus int) time.Duration {
+	if ranks > cpus {
+		return 0
+	}
+	return defaultSpin
 }

@@ -257,7 +257,7 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 
 func kvRDMADialer(ctx context.Context, dev *ib.Device, srv netip.AddrPort, spin time.Duration) func() (kv.Client, error) {
 	return func() (kv.Client, error) {
-		c, err := kv.DialRDMA(ctx, dev, srv, &kv.RDMAClientConfig{Spin: kvClientSpin(spin)})
+		c, err := kv.DialRDMA(ctx, dev, srv, &kv.RDMAClientConfig{Spin: waiterSpin(spin)})
 		if err != nil {
 			return nil, cmError(err)
 		}
@@ -525,27 +525,11 @@ func (c *kvChild) stop() {
 	}
 }
 
-// kvClientSpin maps the tools' --spin to kv.RDMAClientConfig.Spin: 0
-// (sleep at once) is the client's negative, and -1 (never sleep) a
-// budget no wait reaches (the wait still ends with its context).
-func kvClientSpin(spin time.Duration) time.Duration {
-	switch {
-	case spin == 0:
-		return -1
-	case spin < 0:
-		return kvSpinForever
-	}
-	return spin
-}
-
 // kvServerBusyPoll is kv serve's device BusyPoll for --spin. The server's
 // application runs for PUTs and DELETEs only; a GET is a READ its engine
 // serves alone, as a NIC would, so nothing polls the device between GETs
 // (deviceBusyPoll's idle server).
 func kvServerBusyPoll(spin time.Duration) time.Duration { return deviceBusyPoll(true, false, spin) }
-
-// kvSpinForever is the client's spin budget for --spin -1.
-const kvSpinForever = 24 * time.Hour
 
 // handlerCPUUsage is kv serve's and kv bench's --handler-cpu.
 const handlerCPUUsage = "measure the server's request handlers' CPU (the app CPU columns): locks each handler goroutine to its thread, which costs a thread switch per request wake-up, TCP's and RDMA's"

@@ -192,6 +192,23 @@ func nextCompletions(ctx context.Context, cq *ib.CQ, wcs []ib.WC, events bool, s
 	return w.next(cq, wcs)
 }
 
+// waiterSpin maps the tools' --spin to the Spin of an example's config
+// (kv.RDMAClientConfig, allreduce.Config), an ib.HybridWaiter's: 0 (sleep
+// at once) is the waiter's negative, and -1 (never sleep) a budget no
+// wait reaches (the wait still ends with its context).
+func waiterSpin(spin time.Duration) time.Duration {
+	switch {
+	case spin == 0:
+		return -1
+	case spin < 0:
+		return spinForever
+	}
+	return spin
+}
+
+// spinForever is the waiter's budget for --spin -1.
+const spinForever = 24 * time.Hour
+
 // registerSpin adds --spin, for the commands that wait for completions.
 func (e *engineFlags) registerSpin(fs *flag.FlagSet) {
 	e.registerSpinUsage(fs, "busy-poll the CQ this long before sleeping until the completion arrives (`duration`; -1: never sleep, perftest's pure busy poll; 0: sleep at once, as -e; the budget adapts up to 4 times this)")

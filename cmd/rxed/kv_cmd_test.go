@@ -117,9 +117,9 @@ func TestKVSpin(t *testing.T) {
 		{defaultSpin, defaultSpin, defaultSpin, "clients spin 50µs then sleep"},
 		{80 * time.Microsecond, 80 * time.Microsecond, 80 * time.Microsecond, "clients spin 80µs then sleep, the server's engine polls 80µs"},
 		{0, -1, 0, "clients and server sleep at once"},
-		{-1, kvSpinForever, defaultSpin, "clients never sleep, the server's engine polls 50µs"},
+		{-1, spinForever, defaultSpin, "clients never sleep, the server's engine polls 50µs"},
 	} {
-		require.Equal(t, c.client, kvClientSpin(c.spin), "client wait for --spin %v", c.spin)
+		require.Equal(t, c.client, waiterSpin(c.spin), "client wait for --spin %v", c.spin)
 		require.Contains(t, kvWaitDescr(c.spin), c.header, "header for --spin %v", c.spin)
 
 		o, code, ok := parseKVBench([]string{"--addr", "127.0.2.1", "--server", "127.0.2.2",

@@ -104,6 +104,7 @@ type rdmaLink struct {
 	// is done; byeOut[i], ours to it was acknowledged.
 	byeIn, byeOut [2]bool
 	wcs           []ib.WC
+	waiter        ib.HybridWaiter // Config.Spin; it keeps its adapted budget
 }
 
 // A bye is a zero-length SEND with this immediate: "I am done with this
@@ -148,6 +149,7 @@ func DialRDMA(ctx context.Context, dev *ib.Device, cfg Config, rc RDMAConfig) (*
 		return nil, err
 	}
 	l := &rdmaLink{cfg: cfg, arrived: map[uint32]bool{}, wcs: make([]ib.WC, 16)}
+	l.waiter.Spin = cfg.Spin
 	r := &Ring{ring: ring{cfg: cfg, l: l, data: make([]float32, cfg.Count)}}
 	r.closeFn = l.close
 	if err := l.setup(ctx, dev, r.data, rc); err != nil {
@@ -514,7 +516,7 @@ func trimNUL(b []byte) string {
 // poll handles completions until cond holds.
 func (l *rdmaLink) poll(ctx context.Context, cond func() bool) error {
 	for !cond() {
-		n, err := l.cq.WaitPoll(ctx, l.wcs)
+		n, err := l.waiter.Wait(ctx, l.cq, l.wcs)
 		if err != nil {
 			return err
 		}

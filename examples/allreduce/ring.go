@@ -15,6 +15,14 @@ type Config struct {
 	Count       int // float32 elements per vector (the same on every rank)
 	// Timeout bounds connection setup and each step (a rank that died).
 	Timeout time.Duration
+	// Spin is how an RDMA rank waits for its completions: it spins on
+	// its CQ this long before it sleeps (ib.HybridWaiter's base budget,
+	// which adapts up to four times it); 0 is ib.DefaultHybridSpin.
+	// Negative: it sleeps at once (CQ.WaitPoll), a thread wake-up per
+	// chunk, which made the RDMA ring's time 1.1-1.6x as long at 4 KiB-1
+	// MiB with 2-8 ranks in one process (docs/workloads.md). The TCP ring
+	// ignores it: its reads sleep in the netpoller.
+	Spin time.Duration
 }
 
 func (c Config) check() error {
