@@ -71,7 +71,7 @@ func (r *Ring) Close() error {
 // posted, and the previous rank is never more than ranks-1 steps ahead.
 // With two slots, a zero-length SEND handed each slot back (a credit):
 // two more packets per step, each acknowledged, on every rank, and the
-// small allreduces (4-64 KiB, latency-bound) took 1.3-1.45x as long with 4
+// small allreduces (4-64 KiB, latency-bound) took 1.2-1.7x as long with 4
 // and 8 ranks (docs/workloads.md).
 func slotsFor(ranks int) int { return ranks }
 
@@ -108,7 +108,7 @@ type rdmaLink struct {
 }
 
 // A bye is a zero-length SEND with this immediate: "I am done with this
-// ring". It is the only SEND of the ring. byeID marks our bye sends' completions.
+// ring", the only SEND a ring makes. byeID marks our byes' completions.
 const (
 	byeImm = 0xFFFFFFFF
 	byeID  = 1
