@@ -21,11 +21,13 @@ med() {
 echo "## load (/proc/loadavg, before and after each run)"
 grep -h "load" $(files 'kv-run*.txt' "$@") $(files 'allreduce-run*.txt' "$@") | sed 's/^# *//' | cut -c1-100
 
-echo "## kv bench: GET/s, p50 us, p99 us, app CPU/GET ns, server CPU/op us, copied B/GET per transport/clients/GET%"
-for col in 4:GET/s 6:p50 7:p99 9:appCPU/GET 11:serverCPU/op 12:clientCPU/op 13:copiedB/GET 14:wireB/GET; do
+echo "## kv bench: GET/s, p50 us, p99 us, server CPU/op us, copied B/GET per transport/clients/GET%"
+for col in 4:GET/s 6:p50 7:p99 11:serverCPU/op 12:clientCPU/op 13:copiedB/GET 14:wireB/GET; do
 	c=${col%%:*} name=${col#*:}
 	awk -v c="$c" -v name="$name" '($1 == "rdma" || $1 == "tcp") && NF >= 15 { print $1 "/" $2 "c/" $3 "%/" name, $c }' $(files 'kv-run*.txt' "$@") | med
 done
+echo "## kv bench --handler-cpu: app CPU/GET ns (handlers locked to their threads to be timed)"
+awk '($1 == "rdma" || $1 == "tcp") && NF >= 15 { print $1 "/" $2 "c/" $3 "%/appCPU/GET", $9 }' $(files 'kv-cpu-run*.txt' "$@") | med
 echo "## kv bench: rdma/tcp ratios of the same run (GET/s, p50, p99, server CPU/op)"
 awk '/^# load after/ { r = 0 } /rdma\/tcp/ { r = 1; next } r && NF == 6 { for (i = 3; i <= 6; i++) { sub("x", "", $i) }
 	print $1 "c/" $2 "%/GET/s", $3; print $1 "c/" $2 "%/p50", $4; print $1 "c/" $2 "%/p99", $5; print $1 "c/" $2 "%/serverCPU", $6 }

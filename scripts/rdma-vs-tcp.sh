@@ -1,6 +1,9 @@
 #!/bin/sh
 # Regenerates the measurements behind docs/rdma-vs-tcp.md: RUNS runs each of
-# `rxed kv bench` and `rxed allreduce` (ranks in one process), and of
+# `rxed kv bench` (twice: as a Go developer's servers run, and with
+# --handler-cpu, whose locked handler threads measure the handlers' CPU
+# but cost TCP's server a thread switch per request, so only that column
+# is read from the second), `rxed allreduce` (ranks in one process), and of
 # `rxed allreduce --rank R --peers ...` (one process per rank), over
 # loopback, with /proc/loadavg before and after every run. Raw outputs go to
 # OUT (default ./rdma-vs-tcp.out); scripts/rdma-vs-tcp-summary.sh OUT prints
@@ -41,8 +44,11 @@ procs() { # procs N RUN: N rank processes on 127.0.8.1.., one ring sweep
 for run in $(seq 1 "$RUNS"); do
 	echo "run $run: load $(cat /proc/loadavg)"
 	{ echo "# load before: $(cat /proc/loadavg)"
-	  "$RXED" kv bench --handler-cpu --addr 127.0.3.2 --server 127.0.3.1 -D "$KV_D" || echo "kv bench failed"
+	  "$RXED" kv bench --addr 127.0.3.2 --server 127.0.3.1 -D "$KV_D" || echo "kv bench failed"
 	  echo "# load after: $(cat /proc/loadavg)"; } >"$OUT/kv-run$run.txt" 2>&1
+	{ echo "# load before: $(cat /proc/loadavg)"
+	  "$RXED" kv bench --handler-cpu --addr 127.0.3.2 --server 127.0.3.1 -D "$KV_D" || echo "kv bench failed"
+	  echo "# load after: $(cat /proc/loadavg)"; } >"$OUT/kv-cpu-run$run.txt" 2>&1
 	"$RXED" allreduce --addr 127.0.7.1 --ranks 2,4,8 -b 4K -e "$AR_MAX" -n "$AR_ITERS" >"$OUT/allreduce-run$run.txt" 2>&1 ||
 		echo "allreduce run $run failed (see $OUT/allreduce-run$run.txt)"
 	if [ "${PROCS:-1}" = 1 ]; then
