@@ -99,7 +99,10 @@ type rdmaLink struct {
 	remote         hello // the next rank's slots
 
 	arrived  map[uint32]bool // steps whose chunk is in our slot
-	inFlight int             // WRITEs not completed
+	inFlight int             // WRITEs not known to be complete
+	// unsignaled is the WRITEs posted since the last signaled one, and
+	// writeWCs counts the WRITE completions handled (tests).
+	unsignaled, writeWCs int
 	// leave: byeIn[i], the neighbour on side i (toNext, toPrev) said it
 	// is done; byeOut[i], ours to it was acknowledged.
 	byeIn, byeOut [2]bool
@@ -565,7 +568,8 @@ func (l *rdmaLink) handle(wc ib.WC) error {
 			l.byeOut[l.side(wc.QPNum)] = true
 		}
 	case ib.WCRDMAWrite:
-		l.inFlight--
+		l.inFlight -= int(wc.ID) // the WRITEs this signaled one stands for (send)
+		l.writeWCs++
 	}
 	return nil
 }
@@ -586,12 +590,30 @@ func (l *rdmaLink) send(ctx context.Context, step uint32, b []byte) error {
 	if len(b) > 0 {
 		sgl = []ib.SGE{{Addr: l.dataMR.IOVA() + off, Length: uint32(len(b)), LKey: l.dataMR.LKey()}}
 	}
-	err := l.qpNext.PostSend(ib.SendWR{Opcode: ib.WRRDMAWriteWithImm, Flags: ib.SendSignaled, SGL: sgl, Imm: step,
+	// Only the WRITEs the ring waits for are signaled: the last of each
+	// phase (ring.allReduce waits for its sends after it), and one in
+	// every sendDepth/2 so that the send queue's room is known in time.
+	// A signaled completion says that every WRITE before it completed
+	// too (its ID counts them), and the others make no completion to
+	// wake the rank for: with every WRITE signaled, a rank that sleeps
+	// on its CQ woke once for the chunk it waits for and once more for
+	// each ACK of its own.
+	var flags ib.SendFlags
+	var covers uint64
+	if last := (step+1)%uint32(l.cfg.Ranks-1) == 0; last || l.unsignaled+1 >= sendDepth/2 {
+		flags, covers = ib.SendSignaled, uint64(l.unsignaled+1)
+	}
+	err := l.qpNext.PostSend(ib.SendWR{ID: covers, Opcode: ib.WRRDMAWriteWithImm, Flags: flags, SGL: sgl, Imm: step,
 		RemoteAddr: l.remote.slotAddr + slot*uint64(l.remote.slotSize), RKey: l.remote.slotRKey})
 	if err != nil {
 		return err
 	}
 	l.inFlight++
+	if covers > 0 {
+		l.unsignaled = 0
+	} else {
+		l.unsignaled++
+	}
 	return nil
 }
 

@@ -87,3 +87,32 @@ func TestRDMARanksWaitAsConfigured(t *testing.T) {
 		})
 	}
 }
+
+// A rank signals only the WRITEs it waits for (rdmaLink.send): the last
+// of each phase, and one in every sendDepth/2 of a longer phase, so its
+// CQ holds 2 WRITE completions per allreduce up to 5 ranks (phases of at
+// most 4 steps) and 6 with 12 ranks (phases of 11: the 4th, 8th and
+// 11th), where it held one per step; every sum stays bit-exact.
+func TestOnlyTheWritesARankWaitsForSignal(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct{ n, perAllreduce int }{{2, 2}, {3, 2}, {5, 2}, {12, 6}} {
+		t.Run(fmt.Sprintf("n=%d", c.n), func(t *testing.T) {
+			ms, err := Join(ctx, c.n, rdmaDialer(t, transport.NewMemNetwork(), same(c.n, c.n), same(c.n, 1000), 20*time.Second))
+			require.NoError(t, err)
+			defer closeAll(ms)
+			for range 3 {
+				_, errs := Run(ctx, ms)
+				for _, err := range errs {
+					require.NoError(t, err)
+				}
+				require.Zero(t, Check(ms))
+			}
+			for i, m := range ms {
+				l := m.(*RDMARank).Ring.l.(*rdmaLink)
+				require.Equal(t, 3*c.perAllreduce, l.writeWCs, "rank %d's WRITE completions", i)
+				require.Zero(t, l.inFlight, "rank %d", i)
+				require.Zero(t, l.unsignaled, "rank %d", i)
+			}
+		})
+	}
+}
