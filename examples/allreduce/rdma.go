@@ -239,7 +239,7 @@ func (l *rdmaLink) setup(ctx context.Context, dev *ib.Device, data []float32, rc
 // no completions behind.
 func (l *rdmaLink) acceptPrev(ctx context.Context) error {
 	mine := hello{rank: l.cfg.Rank, ranks: l.cfg.Ranks, count: l.cfg.Count,
-		slotAddr: l.slotsMR.IOVA(), slotRKey: l.slotsMR.RKey(), slotSize: uint32(len(l.slots) / slotsFor(l.cfg.Ranks)),
+		slotAddr: l.slotsMR.IOVA(), slotRKey: l.slotsMR.RKey(), slotSize: uint32(l.slotSize()),
 		slots: uint32(slotsFor(l.cfg.Ranks))}
 	// The listener outlives ctx until we return: after a mismatch (which
 	// may cancel ctx) refuseLate still answers the previous rank.
@@ -574,7 +574,7 @@ func (l *rdmaLink) handle(wc ib.WC) error {
 	return nil
 }
 
-func (l *rdmaLink) send(ctx context.Context, step uint32, b []byte) error {
+func (l *rdmaLink) send(ctx context.Context, step uint32, b []byte, last bool) error {
 	// Room in the send queue: the ring waits for its sends only twice per
 	// allreduce (ring.allReduce), and a ring of more than sendDepth+1
 	// ranks posts more WRITEs than that in a phase.
@@ -590,9 +590,9 @@ func (l *rdmaLink) send(ctx context.Context, step uint32, b []byte) error {
 	if len(b) > 0 {
 		sgl = []ib.SGE{{Addr: l.dataMR.IOVA() + off, Length: uint32(len(b)), LKey: l.dataMR.LKey()}}
 	}
-	// Only the WRITEs the ring waits for are signaled: the last of each
-	// phase (ring.allReduce waits for its sends after it), and one in
-	// every sendDepth/2 so that the send queue's room is known in time.
+	// Only the WRITEs the ring waits for are signaled: the last before a
+	// waitSent (last), and one in every sendDepth/2 so that the send
+	// queue's room is known in time.
 	// A signaled completion says that every WRITE before it completed
 	// too (its ID counts them), and the others make no completion to
 	// wake the rank for: with every WRITE signaled, a rank that sleeps
@@ -600,7 +600,7 @@ func (l *rdmaLink) send(ctx context.Context, step uint32, b []byte) error {
 	// each ACK of its own.
 	var flags ib.SendFlags
 	var covers uint64
-	if last := (step+1)%uint32(l.cfg.Ranks-1) == 0; last || l.unsignaled+1 >= sendDepth/2 {
+	if last || l.unsignaled+1 >= sendDepth/2 {
 		flags, covers = ib.SendSignaled, uint64(l.unsignaled+1)
 	}
 	err := l.qpNext.PostSend(ib.SendWR{ID: covers, Opcode: ib.WRRDMAWriteWithImm, Flags: flags, SGL: sgl, Imm: step,
@@ -630,11 +630,12 @@ func (l *rdmaLink) recv(ctx context.Context, step uint32, n int) ([]byte, error)
 			return nil, fmt.Errorf("chunk of step %d arrived while expecting step %d", s, step)
 		}
 	}
-	slots := slotsFor(l.cfg.Ranks)
-	size := len(l.slots) / slots
-	off := int(step%uint32(slots)) * size
+	off := int(step%uint32(slotsFor(l.cfg.Ranks))) * l.slotSize()
 	return l.slots[off : off+n], nil
 }
+
+// slotSize is the size of each of our slots (what we advertise).
+func (l *rdmaLink) slotSize() int { return len(l.slots) / slotsFor(l.cfg.Ranks) }
 
 func (l *rdmaLink) waitSent(ctx context.Context) error {
 	return l.poll(ctx, func() bool { return l.inFlight == 0 })

@@ -58,8 +58,10 @@ func maxChunk(count, ranks int) int { return (count + ranks - 1) / ranks }
 // previous. Steps are numbered from 0 over the ring's life.
 type link interface {
 	// send starts sending b (chunk data) for step, after the sends
-	// before it; b stays untouched until waitSent returns.
-	send(ctx context.Context, step uint32, b []byte) error
+	// before it; b stays untouched until waitSent returns. last says
+	// that waitSent comes before the next send (the ring's last step of a
+	// phase).
+	send(ctx context.Context, step uint32, b []byte, last bool) error
 	// recv waits for step's chunk from the previous rank and returns it;
 	// it stays valid until the next recv.
 	recv(ctx context.Context, step uint32, n int) ([]byte, error)
@@ -101,7 +103,7 @@ func (r *ring) allReduce(ctx context.Context) error {
 		rlo, rhi := chunk(r.cfg.Count, n, recvChunk)
 		sctx, scancel := context.WithTimeout(ctx, r.cfg.Timeout)
 		defer scancel()
-		if err := r.l.send(sctx, step, f32bytes(r.data[slo:shi])); err != nil {
+		if err := r.l.send(sctx, step, f32bytes(r.data[slo:shi]), s == n-2); err != nil {
 			return r.stepErr(ctx, name, s, err)
 		}
 		b, err := r.l.recv(sctx, step, (rhi-rlo)*4)

@@ -40,16 +40,23 @@ func rdmaDialer(t *testing.T, net *transport.MemNetwork, ranks, counts []int, ti
 
 // rdmaDialerOver is rdmaDialer with each rank's network wrapped (memDev).
 func rdmaDialerOver(t *testing.T, net *transport.MemNetwork, wrap func(int, transport.Conn) transport.Conn, ranks, counts []int, timeout time.Duration) func(context.Context, int) (Member, error) {
+	return rdmaDialerWith(t, net, wrap, len(ranks), func(i int) Config {
+		return Config{Rank: i, Ranks: ranks[i], Count: counts[i], Timeout: timeout}
+	})
+}
+
+// rdmaDialerWith dials rank i of n with cfgOf(i), each rank on its own
+// device (wrap as in memDev).
+func rdmaDialerWith(t *testing.T, net *transport.MemNetwork, wrap func(int, transport.Conn) transport.Conn, n int, cfgOf func(i int) Config) func(context.Context, int) (Member, error) {
 	base := netip.MustParseAddr("10.0.1.1")
-	devs := make([]*ib.Device, len(ranks))
+	devs := make([]*ib.Device, n)
 	for i := range devs { // every engine up before anyone dials
 		devs[i] = memDev(t, net, i, wrap)
 		require.NoError(t, rdmacm.Enable(devs[i], nil))
 	}
 	return func(ctx context.Context, i int) (Member, error) {
 		dev := devs[i]
-		cfg := Config{Rank: i, Ranks: ranks[i], Count: counts[i], Timeout: timeout}
-		r, err := DialRDMA(ctx, dev, cfg, RDMAConfig{Listen: CMAddr(base, i, cmPort), Next: CMAddr(base, (i+1)%len(ranks), cmPort)})
+		r, err := DialRDMA(ctx, dev, cfgOf(i), RDMAConfig{Listen: CMAddr(base, i, cmPort), Next: CMAddr(base, (i+1)%n, cmPort)})
 		if err != nil {
 			dev.Close()
 			return nil, err
@@ -93,25 +100,28 @@ func TestAllReduceBitExact(t *testing.T) {
 				require.NoError(t, err)
 				defer closeAll(ms)
 				for range 2 { // the ring is reusable: steps go on counting
-					_, errs := Run(ctx, ms)
-					for _, err := range errs {
-						require.NoError(t, err)
-					}
-					require.Zero(t, Check(ms))
+					requireAllReduce(t, ctx, ms)
 				}
 			})
 			t.Run(fmt.Sprintf("tcp/n=%d/count=%d", n, count), func(t *testing.T) {
 				ms, err := Join(ctx, n, tcpDialer(freePortBase(t, n), same(n, n), same(n, count), 10*time.Second))
 				require.NoError(t, err)
 				defer closeAll(ms)
-				_, errs := Run(ctx, ms)
-				for _, err := range errs {
-					require.NoError(t, err)
-				}
-				require.Zero(t, Check(ms))
+				requireAllReduce(t, ctx, ms)
 			})
 		}
 	}
+}
+
+// requireAllReduce runs one allreduce on every member (Run) and requires
+// every rank to succeed and every sum to be bit-exact (Check).
+func requireAllReduce(t *testing.T, ctx context.Context, ms []Member) {
+	t.Helper()
+	_, errs := Run(ctx, ms)
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.Zero(t, Check(ms))
 }
 
 // The check is meaningful: summing in another order changes some bits.

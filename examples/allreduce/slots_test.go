@@ -3,12 +3,9 @@ package allreduce
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"testing"
 	"time"
 
-	"github.com/rxed/rxed/pkg/ib"
-	"github.com/rxed/rxed/pkg/rdmacm"
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
@@ -56,33 +53,17 @@ func TestRDMARanksWaitAsConfigured(t *testing.T) {
 	ctx := context.Background()
 	for _, spin := range []time.Duration{0, 80 * time.Microsecond, -1} {
 		t.Run(spin.String(), func(t *testing.T) {
-			net, n := transport.NewMemNetwork(), 3
-			base := netip.MustParseAddr("10.0.1.1")
-			devs := make([]*ib.Device, n)
-			for i := range devs { // every engine up before anyone dials
-				devs[i] = memDev(t, net, i, nil)
-				require.NoError(t, rdmacm.Enable(devs[i], nil))
-			}
-			ms, err := Join(ctx, n, func(ctx context.Context, i int) (Member, error) {
-				cfg := Config{Rank: i, Ranks: n, Count: 1000, Timeout: 20 * time.Second, Spin: spin}
-				r, err := DialRDMA(ctx, devs[i], cfg, RDMAConfig{Listen: CMAddr(base, i, cmPort), Next: CMAddr(base, (i+1)%n, cmPort)})
-				if err != nil {
-					devs[i].Close()
-					return nil, err
-				}
-				return &RDMARank{Ring: r, Dev: devs[i]}, nil
-			})
+			n := 3
+			ms, err := Join(ctx, n, rdmaDialerWith(t, transport.NewMemNetwork(), nil, n, func(i int) Config {
+				return Config{Rank: i, Ranks: n, Count: 1000, Timeout: 20 * time.Second, Spin: spin}
+			}))
 			require.NoError(t, err)
 			defer closeAll(ms)
 			for _, m := range ms {
 				require.Equal(t, spin, m.(*RDMARank).Ring.l.(*rdmaLink).waiter.Spin)
 			}
 			for range 3 {
-				_, errs := Run(ctx, ms)
-				for _, err := range errs {
-					require.NoError(t, err)
-				}
-				require.Zero(t, Check(ms))
+				requireAllReduce(t, ctx, ms)
 			}
 		})
 	}
@@ -101,11 +82,7 @@ func TestOnlyTheWritesARankWaitsForSignal(t *testing.T) {
 			require.NoError(t, err)
 			defer closeAll(ms)
 			for range 3 {
-				_, errs := Run(ctx, ms)
-				for _, err := range errs {
-					require.NoError(t, err)
-				}
-				require.Zero(t, Check(ms))
+				requireAllReduce(t, ctx, ms)
 			}
 			for i, m := range ms {
 				l := m.(*RDMARank).Ring.l.(*rdmaLink)

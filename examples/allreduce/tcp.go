@@ -150,7 +150,7 @@ func (l *tcpLink) dialNext(ctx context.Context, addr string) error {
 	}
 }
 
-func (l *tcpLink) send(ctx context.Context, step uint32, b []byte) error {
+func (l *tcpLink) send(ctx context.Context, step uint32, b []byte, _ bool) error {
 	if err := l.waitSent(ctx); err != nil { // one write at a time on the stream
 		return err
 	}
