@@ -327,7 +327,7 @@ func parseKVBench(args []string, stderr io.Writer) (*kvBenchOpts, int, bool) {
 	fs.IntVar(&o.ops, "n", 0, "operations per client per cell instead of -D")
 	fs.IntVar(&o.keys, "keys", 1000, "`keys` preloaded and read uniformly")
 	var valueLen sizeFlag
-	sizeVar(fs, &valueLen, "s", 256, "value `size` in bytes, K suffix (at most 64 is one READ, else two)")
+	sizeVar(fs, &valueLen, "s", 256, "value `size` in bytes, K suffix (at most 64 is one READ, else two: bucket and value, posted together once a client has found a value out of line)")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return nil, code, false
 	}

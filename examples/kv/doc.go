@@ -16,7 +16,9 @@
 // A key hashes to a home bucket and lives in the first of MaxProbe buckets
 // from there (linear probing; DELETE leaves a tombstone, so probes pass it).
 // Values of at most InlineMax bytes live in the bucket (a GET is one READ),
-// larger ones in the bucket's extent (two READs: bucket, then value).
+// larger ones in the bucket's extent (two READs: bucket and value). A
+// client whose last value was out of line posts both READs at once, one
+// round trip (readahead.go); otherwise it reads the value after its bucket.
 //
 // # Why a reader can trust what it read
 //

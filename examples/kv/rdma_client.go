@@ -33,6 +33,7 @@ func (e *ConnLostError) Unwrap() []error { return []error{ErrConnLost, e.Cause} 
 type ClientStats struct {
 	Gets, Puts, Deletes uint64
 	Reads               uint64 // RDMA READs posted
+	ReadAheads          uint64 // bucket READs posted with a READ of the bucket's extent beside them (one round trip for both)
 	BytesRead           uint64 // bytes those READs brought (the engine copied them into our buffer)
 	BytesCopiedOut      uint64 // value bytes copied from our buffer into results
 	RetryWriting        uint64 // bucket read with an odd version
@@ -83,8 +84,13 @@ type RDMAClient struct {
 
 	stats ClientStats
 
+	// readAhead is how many bytes of a bucket's extent a GET reads beside
+	// the bucket (readahead.go); 0: the bucket alone.
+	readAhead int
+
 	// afterBucketRead, if set (tests), runs between a GET's bucket READ
-	// and its value READ: a writer injected there makes the read stale.
+	// and its value READ, or after a read-ahead: a writer injected there
+	// makes the read stale.
 	afterBucketRead func()
 }
 
@@ -129,7 +135,7 @@ func (c *RDMAClient) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	conn, err := rdmacm.Dial(ctx, q, c.server, &rdmacm.ConnParam{Local: c.cfg.Local, InitiatorDepth: 1,
+	conn, err := rdmacm.Dial(ctx, q, c.server, &rdmacm.ConnParam{Local: c.cfg.Local, InitiatorDepth: readsInFlight,
 		RetryCount: 7, RNRRetryCount: 7, ACKTimeout: c.cfg.ACKTimeout, Timeout: 10 * time.Second})
 	if err != nil {
 		_ = q.Destroy()
@@ -307,9 +313,11 @@ const (
 	stepRetry
 )
 
-// getAt reads bucket i and, when it holds key out of line, its extent.
+// getAt reads bucket i and, when it holds key out of line, its extent:
+// beside the bucket when the client reads ahead, after it otherwise.
 func (c *RDMAClient) getAt(ctx context.Context, i int, key []byte) ([]byte, step, error) {
-	if err := c.read(ctx, 0, c.h.bucketAddr(i), BucketSize); err != nil {
+	ahead := min(c.readAhead, int(c.h.extentSize))
+	if err := c.readBucket(ctx, i, ahead); err != nil {
 		return nil, 0, err
 	}
 	b := bucket(c.buf[:BucketSize])
@@ -339,8 +347,10 @@ func (c *RDMAClient) getAt(ctx context.Context, i int, key []byte) ([]byte, step
 		if c.afterBucketRead != nil {
 			c.afterBucketRead()
 		}
-		if err := c.read(ctx, c.offValue(), c.h.extentAddr(i), n); err != nil {
-			return nil, 0, err
+		if n > ahead {
+			if err := c.read(ctx, c.offValue()+ahead, c.h.extentAddr(i)+uint64(ahead), n-ahead); err != nil {
+				return nil, 0, err
+			}
 		}
 		val = c.buf[c.offValue() : c.offValue()+n]
 		if crc32c(val) != want {
@@ -348,6 +358,7 @@ func (c *RDMAClient) getAt(ctx context.Context, i int, key []byte) ([]byte, step
 			return nil, stepRetry, nil
 		}
 	}
+	c.readAhead = readAheadFor(b.flags()&flagInline != 0, n)
 	c.stats.BytesCopiedOut += uint64(n)
 	return append([]byte(nil), val...), stepFound, nil
 }

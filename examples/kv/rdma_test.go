@@ -64,26 +64,30 @@ func TestRDMAPutGetDelete(t *testing.T) {
 // value.
 func TestRDMAGetRetriesWhileWriting(t *testing.T) {
 	for _, size := range []int{40, 400} { // inline, extent
-		r := newRig(t)
-		c := r.rdmaClient()
-		ctx := ctxT(t)
-		key := []byte("k")
-		require.NoError(t, c.Put(ctx, key, bytes.Repeat([]byte("a"), size)))
-		at, _ := r.app.table.find(key)
+		for _, ahead := range []int{0, 448} { // the bucket alone, the extent beside it
+			r := newRig(t)
+			c := r.rdmaClient()
+			ctx := ctxT(t)
+			key := []byte("k")
+			require.NoError(t, c.Put(ctx, key, bytes.Repeat([]byte("a"), size)))
+			at, _ := r.app.table.find(key)
 
-		var verdicts []step
-		r.app.table.midWrite = func() {
-			r.app.table.midWrite = nil
-			_, st, err := c.getAt(ctx, at, key)
+			var verdicts []step
+			r.app.table.midWrite = func() {
+				r.app.table.midWrite = nil
+				c.readAhead = ahead
+				_, st, err := c.getAt(ctx, at, key)
+				require.NoError(t, err)
+				verdicts = append(verdicts, st)
+			}
+			require.NoError(t, r.app.table.Put(key, bytes.Repeat([]byte("b"), size)))
+			require.Equal(t, []step{stepRetry}, verdicts, "size %d, read-ahead %d", size, ahead)
+			require.Equal(t, uint64(1), c.Stats().RetryWriting)
+			require.Equal(t, uint64(min(ahead, 1)), c.Stats().ReadAheads)
+			v, err := c.Get(ctx, key)
 			require.NoError(t, err)
-			verdicts = append(verdicts, st)
+			require.Equal(t, bytes.Repeat([]byte("b"), size), v)
 		}
-		require.NoError(t, r.app.table.Put(key, bytes.Repeat([]byte("b"), size)))
-		require.Equal(t, []step{stepRetry}, verdicts, "size %d", size)
-		require.Equal(t, uint64(1), c.Stats().RetryWriting)
-		v, err := c.Get(ctx, key)
-		require.NoError(t, err)
-		require.Equal(t, bytes.Repeat([]byte("b"), size), v)
 	}
 }
 

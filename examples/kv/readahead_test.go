@@ -1,0 +1,98 @@
+package kv
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestReadAheadFor(t *testing.T) {
+	for _, tc := range []struct {
+		inline bool
+		n      int
+		want   int
+	}{
+		{true, 40, 0}, // an inline value: read the bucket alone
+		{true, 0, 0},
+		{false, 1, 64},
+		{false, 64, 64},
+		{false, 65, 128},
+		{false, 256, 256},
+		{false, 300, 320},
+	} {
+		require.Equal(t, tc.want, readAheadFor(tc.inline, tc.n), "inline %v, %d bytes", tc.inline, tc.n)
+	}
+}
+
+// A client reads a bucket's extent beside the bucket once its last value
+// was out of line, and only then; a value longer than the guess gets a
+// second READ for the rest.
+func TestRDMAGetReadsAheadAfterAnOutOfLineValue(t *testing.T) {
+	r := newRig(t)
+	c := r.rdmaClient()
+	ctx := ctxT(t)
+	small, big, bigger := []byte("inline value"), bytes.Repeat([]byte("b"), 300), bytes.Repeat([]byte("B"), 500)
+	require.NoError(t, c.Put(ctx, []byte("small"), small))
+	require.NoError(t, c.Put(ctx, []byte("big"), big))
+	require.NoError(t, c.Put(ctx, []byte("bigger"), bigger))
+
+	for i, step := range []struct {
+		key               string
+		want              []byte
+		reads, readAheads uint64
+		bytesRead         uint64
+	}{
+		{"big", big, 2, 0, BucketSize + 300},             // nothing found yet: bucket, then value
+		{"big", big, 2, 1, BucketSize + 320},             // both at once, 300 rounded up
+		{"bigger", bigger, 3, 1, BucketSize + 320 + 180}, // the guess, then the rest
+		{"big", big, 2, 1, BucketSize + 512},             // the guess is now 512
+		{"small", small, 2, 1, BucketSize + 320},         // read ahead for nothing
+		{"small", small, 1, 0, BucketSize},               // the last value was inline
+		{"big", big, 2, 0, BucketSize + 300},
+	} {
+		before := c.Stats()
+		v, err := c.Get(ctx, []byte(step.key))
+		require.NoError(t, err, "step %d", i)
+		require.Equal(t, step.want, v, "step %d", i)
+		after := c.Stats()
+		require.Equal(t, step.reads, after.Reads-before.Reads, "step %d: READs", i)
+		require.Equal(t, step.readAheads, after.ReadAheads-before.ReadAheads, "step %d: read-aheads", i)
+		require.Equal(t, step.bytesRead, after.BytesRead-before.BytesRead, "step %d: bytes read", i)
+	}
+	require.Zero(t, c.Stats().Retries())
+}
+
+// An extent read beside its bucket that holds a newer value than the
+// bucket names (what a READ pair racing a PUT sees: the server writes the
+// extent before the bucket's header) fails the bucket's checksum: stale,
+// read again.
+func TestRDMAReadAheadDetectsStaleValue(t *testing.T) {
+	r := newRig(t)
+	c := r.rdmaClient()
+	ctx := ctxT(t)
+	key, val := []byte("stale"), bytes.Repeat([]byte("o"), 300)
+	require.NoError(t, c.Put(ctx, key, val))
+	_, err := c.Get(ctx, key) // learns to read ahead
+	require.NoError(t, err)
+	require.Equal(t, 320, c.readAhead)
+
+	at, _ := r.app.table.find(key)
+	ext := r.app.table.extent(at)
+	ext[100] = 'n'
+	restored := 0
+	c.afterBucketRead = func() {
+		if restored == 0 {
+			restored++
+			ext[100] = 'o'
+		}
+	}
+	before := c.Stats()
+	v, err := c.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, val, v)
+	require.Equal(t, 1, restored)
+	after := c.Stats()
+	require.Equal(t, uint64(1), after.RetryStale-before.RetryStale)
+	require.Equal(t, uint64(2), after.ReadAheads-before.ReadAheads, "the retry reads ahead too")
+}
