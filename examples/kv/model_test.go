@@ -173,10 +173,11 @@ func TestModelConcurrentRDMA(t *testing.T) {
 		st.RetryTorn += s.RetryTorn
 		st.RetryStale += s.RetryStale
 		st.Reads += s.Reads
+		st.ReadAheads += s.ReadAheads
 	}
 	rs, _ := r.app.Stats()
-	t.Logf("RDMA: %d GETs, %d writes checked; %d READs; retries: writing %d, torn %d, stale %d; server handler: %d GETs, %d PUTs, %d DELETEs",
-		gets, writes, st.Reads, st.RetryWriting, st.RetryTorn, st.RetryStale, rs.Gets, rs.Puts, rs.Deletes)
+	t.Logf("RDMA: %d GETs, %d writes checked; %d READs (%d pairs posted together); retries: writing %d, torn %d, stale %d; server handler: %d GETs, %d PUTs, %d DELETEs",
+		gets, writes, st.Reads, st.ReadAheads, st.RetryWriting, st.RetryTorn, st.RetryStale, rs.Gets, rs.Puts, rs.Deletes)
 	require.Equal(t, nc*ops, gets+writes)
 	require.Zero(t, rs.Gets, "an RDMA GET ran server code")
 	require.Equal(t, uint64(writes), rs.Puts+rs.Deletes)
