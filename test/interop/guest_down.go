@@ -120,30 +120,57 @@ func (r *Runner) RunRecovering(ctx context.Context, c Cell, d Direction) Result 
 		func(prefix string) []GuestDown { return r.RecoverGuests(ctx, prefix) })
 }
 
-// runRecovering is RunRecovering's policy over its two steps: run (one try of the cell) and
-// recoverDown (RecoverGuests with the given prefix).
-func runRecovering(ctx context.Context, run func() Result, recoverDown func(prefix string) []GuestDown) Result {
+// recoverable is what runRecovering needs of a try's result (a matrix cell's Result, a
+// conform run's ConformResult).
+type recoverable[R any] interface {
+	broke() bool       // the try failed (a cell that did not pass, a conform run that broke)
+	logPrefix() string // where the try's files are
+	// rebootFailed is the result when a guest found down did not come back: problem added.
+	rebootFailed(down []GuestDown, problem string) R
+	// retried is the retry's result carrying first, the try before it, and the guests down
+	// after that one (WithFirstTry).
+	retried(first R, down []GuestDown) R
+	withDown(down []GuestDown) R // more guests found down, after the retry
+}
+
+// runRecovering is the recovery policy (RunRecovering, RunConformRecovering) over its two
+// steps: run (one try) and recoverDown (RecoverGuests with the given prefix).
+func runRecovering[R recoverable[R]](ctx context.Context, run func() R, recoverDown func(prefix string) []GuestDown) R {
 	res := run()
-	if res.Pass || ctx.Err() != nil {
+	if !res.broke() || ctx.Err() != nil {
 		return res
 	}
-	down := recoverDown(res.LogPrefix)
+	down := recoverDown(res.logPrefix())
 	if len(down) == 0 {
 		return res
 	}
 	for _, g := range down {
 		if g.Reboot != "" {
-			res.Down = down
-			res.Problems = append(res.Problems, fmt.Sprintf("guest %d went down and did not reboot: %s", g.VM, g.Reboot))
-			return res
+			return res.rebootFailed(down, fmt.Sprintf("guest %d went down and did not reboot: %s", g.VM, g.Reboot))
 		}
 	}
-	keepFirstTry(res.LogPrefix) // only when there is a retry to write the same names
-	retry := WithFirstTry(run(), res, down)
-	if !retry.Pass && ctx.Err() == nil {
-		retry.Down = append(retry.Down, recoverDown(retry.LogPrefix+".retry")...)
+	keepFirstTry(res.logPrefix()) // only when there is a retry to write the same names
+	retry := run().retried(res, down)
+	if retry.broke() && ctx.Err() == nil {
+		retry = retry.withDown(recoverDown(retry.logPrefix() + ".retry"))
 	}
 	return retry
+}
+
+func (r Result) broke() bool       { return !r.Pass }
+func (r Result) logPrefix() string { return r.LogPrefix }
+
+func (r Result) rebootFailed(down []GuestDown, problem string) Result {
+	r.Down = down
+	r.Problems = append(r.Problems, problem)
+	return r
+}
+
+func (r Result) retried(first Result, down []GuestDown) Result { return WithFirstTry(r, first, down) }
+
+func (r Result) withDown(down []GuestDown) Result {
+	r.Down = append(r.Down, down...)
+	return r
 }
 
 // keepFirstTry renames the first try's output files (prefix.server.txt, ...) to
@@ -162,13 +189,19 @@ func keepFirstTry(prefix string) {
 // WithFirstTry is the retry's result carrying the first try: its problems become a note (they
 // did not decide the cell) and the guests found down after it are listed.
 func WithFirstTry(retry, first Result, down []GuestDown) Result {
+	retry.Notes = append([]string{firstTryNote("failed", first.Problems, down)}, retry.Notes...)
+	retry.Down = append(down[:len(down):len(down)], retry.Down...)
+	retry.Elapsed += first.Elapsed
+	return retry
+}
+
+// firstTryNote says that a try ran twice: how the first ended (verb), its problems, and the
+// guests found down after it.
+func firstTryNote(verb string, problems []string, down []GuestDown) string {
 	var who []string
 	for _, g := range down {
 		who = append(who, fmt.Sprintf("guest %d down (%s)", g.VM, g.Short()))
 	}
-	retry.Notes = append([]string{fmt.Sprintf("ran twice: the first try failed (%s) and left %s; rebooted",
-		oneLine(strings.Join(first.Problems, "; ")), strings.Join(who, ", "))}, retry.Notes...)
-	retry.Down = append(down[:len(down):len(down)], retry.Down...)
-	retry.Elapsed += first.Elapsed
-	return retry
+	return fmt.Sprintf("ran twice: the first try %s (%s) and left %s; rebooted",
+		verb, oneLine(strings.Join(problems, "; ")), strings.Join(who, ", "))
 }

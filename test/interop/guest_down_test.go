@@ -131,7 +131,7 @@ func TestReportListsTheGuestsThatWentDown(t *testing.T) {
 	buf.Reset()
 	WriteReport(&buf, RunInfo{Subject: SubjectRxed}, []Result{{Cell: c, Pass: true}})
 	require.NotContains(t, buf.String(), "went down")
-	require.Zero(t, DownCount(nil))
+	require.Zero(t, DownCount([]Result(nil)))
 }
 
 // TestGuestDownShortIsOneLine: the driver's log line and the retried cell's note name the

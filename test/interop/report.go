@@ -151,14 +151,18 @@ func writeDown(w io.Writer, s Subject, rs []Result) {
 	}
 }
 
-// DownCount is how many times a guest was found down during the runs rs.
-func DownCount(rs []Result) int {
+// DownCount is how many times a guest was found down during the runs rs (matrix cells'
+// Results or conform runs' ConformResults).
+func DownCount[R interface{ downs() []GuestDown }](rs []R) int {
 	n := 0
 	for _, r := range rs {
-		n += len(r.Down)
+		n += len(r.downs())
 	}
 	return n
 }
+
+func (r Result) downs() []GuestDown        { return r.Down }
+func (r ConformResult) downs() []GuestDown { return r.Down }
 
 func tail(s string, n int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")

@@ -159,6 +159,7 @@ func WriteConformReport(w io.Writer, info RunInfo, rs []ConformResult) {
 		for _, n := range r.Notes {
 			fmt.Fprintf(w, "- note: %s\n", n)
 		}
+		writeConformDown(w, r.Down)
 		fmt.Fprintf(w, "- captures: `%s/ID.pcap`, ladders: `%s.report.html`\n\n", r.PcapDir, r.LogPrefix)
 		fmt.Fprintln(w, "| ID | verdict | time | evidence |")
 		fmt.Fprintln(w, "|---|---|---|---|")
@@ -282,4 +283,19 @@ func writeBreakages(w io.Writer, rs []ConformResult) {
 		fmt.Fprintf(w, "\n```\n# rxed conform stderr (last lines)\n%s\n```\n", tail(r.Stderr, 10))
 	}
 	fmt.Fprintln(w)
+}
+
+// writeConformDown lists the guests found down after a conform run's try, with why
+// (RunConformRecovering).
+func writeConformDown(w io.Writer, down []GuestDown) {
+	for _, g := range down {
+		fmt.Fprintf(w, "- guest %d went down: %s", g.VM, g.Short())
+		if g.Console != "" {
+			fmt.Fprintf(w, " (console kept: `%s`)", g.Console)
+		}
+		if g.Reboot != "" {
+			fmt.Fprintf(w, "; **the reboot failed**: %s", g.Reboot)
+		}
+		fmt.Fprintln(w)
+	}
 }

@@ -62,7 +62,12 @@ type Runner struct {
 	// crashed (sysrq c) just before the first run of the first cell whose name contains it.
 	CrashGuest string
 	crashed    bool
-	port       int
+	// FreezeGuest checks the recovery of a conform run (guest_down_conform.go): the peer
+	// guest's qemu is stopped (SIGSTOP) a few seconds into the first conform run whose name
+	// contains it, a guest that hangs without a panic.
+	FreezeGuest string
+	froze       bool
+	port        int
 }
 
 // proc is a running tool: on a guest (over ssh) or on the host (inside the namespace).

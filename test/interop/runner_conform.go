@@ -42,6 +42,8 @@ type ConformResult struct {
 	Decoded   map[string]string
 	LogPrefix string
 	Stderr    string
+	// Down are the guests found down after a try that broke (RunConformRecovering).
+	Down []GuestDown
 }
 
 // OK reports whether the run itself held (verdicts aside).

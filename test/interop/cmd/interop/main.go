@@ -53,6 +53,7 @@ type options struct {
 	conform bool   // run the conformance part (rxed conform against the guest's tools)
 	confRes string // its results file
 	crash   string // crash the guest before the first run of this cell (checks the recovery)
+	freeze  string // freeze the guest a few seconds into this conform run (checks the recovery)
 
 	// the fabric cells selected (rxed hosts in namespaces of their own beside the guest, fabric.go)
 	fabric []interop.Cell
@@ -72,6 +73,7 @@ func run() int {
 	flag.BoolVar(&o.smoke, "smoke", false, "only build, boot one guest and run the host smoke check (namespace plumbing)")
 	flag.BoolVar(&o.conform, "conform", envOr("RXED_INTEROP_CONFORM", "1") == "1", "also run the conformance part (rxed conform against the guest's tools; rxed subject only)")
 	flag.StringVar(&o.confRes, "conform-results", "", "conformance results file (default <dir>/CONFORMANCE.md)")
+	flag.StringVar(&o.freeze, "freeze-guest", os.Getenv("RXED_INTEROP_FREEZE_GUEST"), "check the harness: stop the guest's qemu (SIGSTOP, a hang without a panic) a few seconds into the first conform run whose name contains this; the harness must reboot it and run it again")
 	flag.StringVar(&o.crash, "crash-guest", os.Getenv("RXED_INTEROP_CRASH_GUEST"), "check the harness: crash the guest's kernel (sysrq c) before the first run of the first cell whose name contains this; the harness must reboot it and run the cell again")
 	list := flag.Bool("list", false, "print the matrix and the command lines, then exit")
 	flag.Parse()
@@ -321,7 +323,7 @@ func runMatrix(ctx context.Context, o options, cells []interop.Cell, conf []inte
 		strict = v == "1"
 	}
 	info.Strict = strict
-	r := &interop.Runner{Lab: lab, Subject: o.subject, Rxed: rxedBin, LogDir: logDir, Strict: strict, CrashGuest: o.crash}
+	r := &interop.Runner{Lab: lab, Subject: o.subject, Rxed: rxedBin, LogDir: logDir, Strict: strict, CrashGuest: o.crash, FreezeGuest: o.freeze}
 	var results []interop.Result
 	dirs := []interop.Direction{interop.SubjectServer, interop.SubjectClient}
 	switch o.dirs {
@@ -423,7 +425,7 @@ func runConform(ctx context.Context, o options, r *interop.Runner, info interop.
 		if ctx.Err() != nil {
 			break
 		}
-		res := r.RunConform(ctx, c)
+		res := r.RunConformRecovering(ctx, c)
 		rs = append(rs, res)
 		n := res.Counts()
 		st := "ok"
@@ -442,6 +444,9 @@ func runConform(ctx context.Context, o options, r *interop.Runner, info interop.
 	}
 	ok, broken := interop.ConformSummary(rs)
 	fmt.Printf("\ninterop: conformance: %d runs held, %d broke (%s)\n", ok, broken, o.confRes)
+	if n := interop.DownCount(rs); n > 0 {
+		fmt.Printf("interop: conformance: a guest went down %d time(s) without a panic and was rebooted (see the runs' notes in %s)\n", n, o.confRes)
+	}
 	if ctx.Err() != nil && len(rs) < len(conf) {
 		broken++
 	}
