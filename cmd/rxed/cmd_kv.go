@@ -255,9 +255,9 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func kvRDMADialer(ctx context.Context, dev *ib.Device, srv netip.AddrPort, spin time.Duration) func() (kv.Client, error) {
+func kvRDMADialer(ctx context.Context, dev *ib.Device, srv netip.AddrPort, spin time.Duration, readAhead int) func() (kv.Client, error) {
 	return func() (kv.Client, error) {
-		c, err := kv.DialRDMA(ctx, dev, srv, &kv.RDMAClientConfig{Spin: waiterSpin(spin)})
+		c, err := kv.DialRDMA(ctx, dev, srv, &kv.RDMAClientConfig{Spin: waiterSpin(spin), ReadAhead: readAhead})
 		if err != nil {
 			return nil, cmError(err)
 		}
@@ -306,6 +306,7 @@ type kvBenchOpts struct {
 	ops        int
 	keys       int
 	valueLen   int
+	readAhead  int // kv.RDMAClientConfig.ReadAhead
 }
 
 func parseKVBench(args []string, stderr io.Writer) (*kvBenchOpts, int, bool) {
@@ -326,6 +327,7 @@ func parseKVBench(args []string, stderr io.Writer) (*kvBenchOpts, int, bool) {
 	fs.DurationVar(&o.dur, "D", 2*time.Second, "`duration` of each cell")
 	fs.IntVar(&o.ops, "n", 0, "operations per client per cell instead of -D")
 	fs.IntVar(&o.keys, "keys", 1000, "`keys` preloaded and read uniformly")
+	fs.IntVar(&o.readAhead, "read-ahead", 0, "`bytes` of a bucket's extent an RDMA GET reads beside the bucket, in one round trip: 0, the last out-of-line value's length; -1, none (bucket, then value: two round trips); N, always N")
 	var valueLen sizeFlag
 	sizeVar(fs, &valueLen, "s", 256, "value `size` in bytes, K suffix (at most 64 is one READ, else two: bucket and value, posted together once a client has found a value out of line)")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
@@ -406,12 +408,14 @@ func runKVBench(args []string, stdout, stderr io.Writer) int {
 		ValueLen: o.valueLen, Seed: 1, ServerStats: stats.ServerStats, ServerCPU: serverCPU, ClientCPU: processCPU,
 		HandlerCPU: o.handlerCPU && (o.inproc || o.spawn),
 		Transports: []kv.BenchTransport{
-			{Name: "rdma", Dial: func(ctx context.Context) (kv.Client, error) { return kvRDMADialer(ctx, en.dev, cm, o.ef.spin)() }},
+			{Name: "rdma", Dial: func(ctx context.Context) (kv.Client, error) {
+				return kvRDMADialer(ctx, en.dev, cm, o.ef.spin, o.readAhead)()
+			}},
 			{Name: "tcp", Dial: func(ctx context.Context) (kv.Client, error) { return kv.DialTCP(ctx, tcpAddr) }},
 		}}
-	fmt.Fprintf(stdout, "# kv bench: server %v (%s), clients on %v, %d keys, %d-byte values, %s per cell, %s, %s, load %s\n",
+	fmt.Fprintf(stdout, "# kv bench: server %v (%s), clients on %v, %d keys, %d-byte values, %s per cell, %s, %s, %s, load %s\n",
 		o.server, map[bool]string{true: "in process", false: "own process"}[o.inproc || !o.spawn], o.ef.addrs[0],
-		o.keys, o.valueLen, cellLen(o), kvWaitDescr(o.ef.spin), kvDoorbellDescr(o.ef.doorbell), loadAvg())
+		o.keys, o.valueLen, cellLen(o), kvReadAheadDescr(o.readAhead), kvWaitDescr(o.ef.spin), kvDoorbellDescr(o.ef.doorbell), loadAvg())
 	rs, err := kv.Bench(ctx, cfg)
 	kv.WriteBenchTable(stdout, rs)
 	if err != nil {
@@ -533,6 +537,18 @@ func kvServerBusyPoll(spin time.Duration) time.Duration { return deviceBusyPoll(
 
 // handlerCPUUsage is kv serve's and kv bench's --handler-cpu.
 const handlerCPUUsage = "measure the server's request handlers' CPU (the app CPU columns): locks each handler goroutine to its thread, which costs a thread switch per request wake-up, TCP's and RDMA's"
+
+// kvReadAheadDescr says how a kv bench run's RDMA GETs read a value out of
+// line (--read-ahead), for its header.
+func kvReadAheadDescr(n int) string {
+	switch {
+	case n < 0:
+		return "GETs read bucket, then value (--read-ahead -1)"
+	case n > 0:
+		return fmt.Sprintf("GETs read %d bytes of value beside the bucket (--read-ahead)", n)
+	}
+	return "GETs read the last value's length beside the bucket (--read-ahead)"
+}
 
 // kvWaitDescr says how a kv bench run waits (--spin), for its header.
 func kvWaitDescr(spin time.Duration) string {

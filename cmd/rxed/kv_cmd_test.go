@@ -69,6 +69,7 @@ func TestKVBenchInProcess(t *testing.T) {
 	require.Contains(t, r.stdout, "rdma/tcp")
 	require.Contains(t, r.stdout, "clients spin 50µs then sleep, the server's engine polls 50µs after traffic", "the header says how the run waits")
 	require.Contains(t, r.stdout, "posts batched for up to 20µs while 4 or more clients spin", "and whether posts are batched")
+	require.Contains(t, r.stdout, "GETs read the last value's length beside the bucket (--read-ahead)", "and how GETs read")
 	if runtime.GOOS == "linux" { // threadCPU
 		for _, k := range []string{"tcp/1/100", "rdma/1/90"} {
 			ns, err := strconv.Atoi(rows[k][9])
@@ -78,18 +79,30 @@ func TestKVBenchInProcess(t *testing.T) {
 	}
 
 	// Without --handler-cpu the handlers run unlocked and their CPU is
-	// not measured: the columns say so instead of showing 0.
+	// not measured: the columns say so instead of showing 0. With
+	// --read-ahead -1 a GET of a 200-byte value reads its 128-byte bucket
+	// and then the value (328 bytes, 128 more per extra probe); reading
+	// ahead, every GET after the first would read 128 + 256.
 	r = runCmd("kv", "bench", "--inproc", "--addr", cli, "--server", srv, "--tcp-port", "17473",
-		"--clients", "1", "--get", "90", "-n", "40", "--keys", "50", "--buckets", "256", "--extent", "256")
+		"--clients", "1", "--get", "90", "-n", "40", "--keys", "50", "--buckets", "256", "--extent", "256",
+		"-s", "200", "--read-ahead", "-1")
 	requireOK(t, "bench without --handler-cpu", r)
+	require.Contains(t, r.stdout, "GETs read bucket, then value (--read-ahead -1)")
 	n := 0
 	for _, line := range strings.Split(r.stdout, "\n") {
 		if f := strings.Fields(line); len(f) == 15 && (f[0] == "rdma" || f[0] == "tcp") {
 			require.Equal(t, []string{"-", "-"}, f[8:10], "app CPU columns of %q", line)
 			n++
+			if f[0] == "rdma" {
+				wire, err := strconv.ParseFloat(f[13], 64)
+				require.NoError(t, err)
+				require.GreaterOrEqual(t, wire, 328.0, "wire B/GET of %q", line)
+				require.Less(t, wire, 380.0, "wire B/GET of %q: no read-ahead", line)
+			}
 		}
 	}
 	require.Equal(t, 2, n, r.stdout)
+	require.Contains(t, kvReadAheadDescr(512), "GETs read 512 bytes of value beside the bucket")
 }
 
 func TestKVBadInput(t *testing.T) {

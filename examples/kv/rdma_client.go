@@ -62,6 +62,14 @@ type RDMAClientConfig struct {
 	// server in another process, a GET then took 78-118 us at the
 	// median instead of 12 (docs/performance.md, session X).
 	Spin time.Duration
+	// ReadAhead is how much of a bucket's extent a GET reads beside the
+	// bucket, in the same round trip (readahead.go): 0, the length of the
+	// last value the client found out of line (none after an inline one
+	// or before any); negative, none (bucket, then value: two round trips
+	// for a value out of line); positive, always that many bytes (capped
+	// at the server's extent size), for a client that knows its values'
+	// size, whose first GET then takes one round trip too.
+	ReadAhead int
 }
 
 // RDMAClient is one client connection: its own RC QP, CQ and buffer. Not
@@ -112,6 +120,7 @@ func DialRDMA(ctx context.Context, dev *ib.Device, server netip.AddrPort, cfg *R
 		c.cfg.MaxRetries = 100000
 	}
 	c.waiter.Spin = c.cfg.Spin
+	c.readAhead = max(c.cfg.ReadAhead, 0)
 	var err error
 	if c.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
@@ -358,7 +367,7 @@ func (c *RDMAClient) getAt(ctx context.Context, i int, key []byte) ([]byte, step
 			return nil, stepRetry, nil
 		}
 	}
-	c.readAhead = readAheadFor(b.flags()&flagInline != 0, n)
+	c.readAhead = c.nextReadAhead(b.flags()&flagInline != 0, n)
 	c.stats.BytesCopiedOut += uint64(n)
 	return append([]byte(nil), val...), stepFound, nil
 }

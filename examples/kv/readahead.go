@@ -25,6 +25,8 @@ import (
 // line, rounded up to readAheadAlign: values of one store tend to be of
 // one size. A client whose last value was inline (or that has found none
 // yet) reads the bucket alone, so stores of small values pay nothing.
+// RDMAClientConfig.ReadAhead fixes the length instead, or turns reading
+// ahead off.
 // Pilaf reads the bucket first; FaRM inlines small values in the bucket
 // instead, which costs index memory for every key.
 
@@ -36,8 +38,20 @@ const readsInFlight = 2
 // differ a little share one guess.
 const readAheadAlign = 64
 
-// readAheadFor is the read-ahead after a GET found a value of n bytes,
-// inline or not.
+// nextReadAhead is the read-ahead after a GET found a value of n bytes,
+// inline or not (RDMAClientConfig.ReadAhead).
+func (c *RDMAClient) nextReadAhead(inline bool, n int) int {
+	switch {
+	case c.cfg.ReadAhead < 0:
+		return 0
+	case c.cfg.ReadAhead > 0:
+		return c.cfg.ReadAhead
+	}
+	return readAheadFor(inline, n)
+}
+
+// readAheadFor is the adaptive read-ahead after a GET found a value of n
+// bytes, inline or not.
 func readAheadFor(inline bool, n int) int {
 	if inline {
 		return 0

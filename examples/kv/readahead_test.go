@@ -96,3 +96,38 @@ func TestRDMAReadAheadDetectsStaleValue(t *testing.T) {
 	require.Equal(t, uint64(1), after.RetryStale-before.RetryStale)
 	require.Equal(t, uint64(2), after.ReadAheads-before.ReadAheads, "the retry reads ahead too")
 }
+
+// RDMAClientConfig.ReadAhead: negative never reads ahead (two round trips
+// for every value out of line), positive always reads that much beside
+// the bucket (capped at the extent size), even before the first GET and
+// after an inline value.
+func TestRDMAClientReadsAheadAsConfigured(t *testing.T) {
+	r := newRig(t)
+	ctx := ctxT(t)
+	small, big := []byte("inline value"), bytes.Repeat([]byte("b"), 300)
+	setup := r.rdmaClient()
+	require.NoError(t, setup.Put(ctx, []byte("small"), small))
+	require.NoError(t, setup.Put(ctx, []byte("big"), big))
+	for _, tc := range []struct {
+		readAhead int
+		// per GET of big, small, big: READs posted and bytes they read
+		reads, bytesRead []uint64
+	}{
+		{-1, []uint64{2, 1, 2}, []uint64{BucketSize + 300, BucketSize, BucketSize + 300}},
+		{320, []uint64{2, 2, 2}, []uint64{BucketSize + 320, BucketSize + 320, BucketSize + 320}},
+		{100000, []uint64{2, 2, 2}, []uint64{BucketSize + 512, BucketSize + 512, BucketSize + 512}}, // testTable's extent
+	} {
+		c, err := DialRDMA(ctx, r.cliDev, r.cmAddr, &RDMAClientConfig{ReadAhead: tc.readAhead})
+		require.NoError(t, err)
+		for i, key := range []string{"big", "small", "big"} {
+			before := c.Stats()
+			v, err := c.Get(ctx, []byte(key))
+			require.NoError(t, err)
+			require.Equal(t, map[string][]byte{"big": big, "small": small}[key], v)
+			after := c.Stats()
+			require.Equal(t, tc.reads[i], after.Reads-before.Reads, "read-ahead %d, GET %d: READs", tc.readAhead, i)
+			require.Equal(t, tc.bytesRead[i], after.BytesRead-before.BytesRead, "read-ahead %d, GET %d: bytes", tc.readAhead, i)
+		}
+		require.NoError(t, c.Close())
+	}
+}
