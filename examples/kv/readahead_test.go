@@ -2,7 +2,11 @@ package kv
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/roce/transport"
 
 	"github.com/stretchr/testify/require"
 )
@@ -130,4 +134,35 @@ func TestRDMAClientReadsAheadAsConfigured(t *testing.T) {
 		}
 		require.NoError(t, c.Close())
 	}
+}
+
+// Two READs in flight through a lossy, reordering, duplicating link: the
+// requester's recovery (a lost bucket response, a lost extent response,
+// a duplicate) must leave every GET with the value PUT under its key.
+// Seeded, so the same datagrams are lost in every run.
+func TestRDMAReadAheadThroughLoss(t *testing.T) {
+	r := newRig(t)
+	ctx := ctxT(t)
+	dev := openDevWith(t, r.net, "10.0.0.3", ib.Config{Fault: &transport.FaultConfig{Loss: 0.05, Reorder: 0.05, Dup: 0.02, Seed: 14}})
+	c, err := DialRDMA(ctx, dev, r.cmAddr, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	const keys = 20
+	val := func(k int) []byte { return bytes.Repeat([]byte{byte('a' + k)}, 200+k*8) } // out of line, lengths differ
+	for k := range keys {
+		require.NoError(t, c.Put(ctx, []byte(fmt.Sprint("key", k)), val(k)))
+	}
+	for i := range 400 {
+		k := i * 7 % keys
+		v, err := c.Get(ctx, []byte(fmt.Sprint("key", k)))
+		require.NoError(t, err, "GET %d", i)
+		require.Equal(t, val(k), v, "GET %d of key%d", i, k)
+	}
+	st := c.Stats()
+	require.Greater(t, st.ReadAheads, uint64(300), "most GETs read ahead")
+	ctr := dev.Counters()
+	t.Logf("read-aheads %d, READs %d; completer_retry_err %d, implied_naks %d, fast_retransmits %d",
+		st.ReadAheads, st.Reads, ctr["completer_retry_err"], ctr["implied_naks"], ctr["fast_retransmits"])
+	require.Positive(t, ctr["completer_retry_err"], "READs were re-issued after losses")
+	require.Positive(t, ctr["implied_naks"], "a response that came while an earlier READ's was lost")
 }
