@@ -28,6 +28,14 @@ go build -o "$OUT/rxed" ./cmd/rxed
 RXED=$OUT/rxed
 { uname -a; nproc; grep -m1 'model name' /proc/cpuinfo || true; git rev-parse HEAD 2>/dev/null || true; } >"$OUT/machine.txt"
 
+kvbench() { # kvbench FILE [FLAGS...]: one kv bench run into FILE, with the load before and after
+	f=$1
+	shift
+	{ echo "# load before: $(cat /proc/loadavg)"
+	  "$RXED" kv bench "$@" --addr 127.0.3.2 --server 127.0.3.1 -D "$KV_D" || echo "kv bench failed"
+	  echo "# load after: $(cat /proc/loadavg)"; } >"$f" 2>&1
+}
+
 procs() { # procs N RUN: N rank processes on 127.0.8.1.., one ring sweep
 	n=$1
 	peers=""
@@ -43,12 +51,8 @@ procs() { # procs N RUN: N rank processes on 127.0.8.1.., one ring sweep
 
 for run in $(seq 1 "$RUNS"); do
 	echo "run $run: load $(cat /proc/loadavg)"
-	{ echo "# load before: $(cat /proc/loadavg)"
-	  "$RXED" kv bench --addr 127.0.3.2 --server 127.0.3.1 -D "$KV_D" || echo "kv bench failed"
-	  echo "# load after: $(cat /proc/loadavg)"; } >"$OUT/kv-run$run.txt" 2>&1
-	{ echo "# load before: $(cat /proc/loadavg)"
-	  "$RXED" kv bench --handler-cpu --addr 127.0.3.2 --server 127.0.3.1 -D "$KV_D" || echo "kv bench failed"
-	  echo "# load after: $(cat /proc/loadavg)"; } >"$OUT/kv-cpu-run$run.txt" 2>&1
+	kvbench "$OUT/kv-run$run.txt"
+	kvbench "$OUT/kv-cpu-run$run.txt" --handler-cpu
 	"$RXED" allreduce --addr 127.0.7.1 --ranks 2,4,8 -b 4K -e "$AR_MAX" -n "$AR_ITERS" >"$OUT/allreduce-run$run.txt" 2>&1 ||
 		echo "allreduce run $run failed (see $OUT/allreduce-run$run.txt)"
 	if [ "${PROCS:-1}" = 1 ]; then

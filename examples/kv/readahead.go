@@ -1,10 +1,6 @@
 package kv
 
-import (
-	"context"
-
-	"github.com/rxed/rxed/pkg/ib"
-)
+import "context"
 
 // Reading ahead: a GET of a value kept out of line needs its bucket (for
 // the key, the length and the value's checksum) and then its extent, two
@@ -62,24 +58,9 @@ func readAheadFor(inline bool, n int) int {
 // readBucket reads bucket i into the buffer and, when ahead > 0, the first
 // ahead bytes of its extent beside it, in one round trip.
 func (c *RDMAClient) readBucket(ctx context.Context, i, ahead int) error {
+	bucket := span{0, c.h.bucketAddr(i), BucketSize}
 	if ahead == 0 {
-		return c.read(ctx, 0, c.h.bucketAddr(i), BucketSize)
+		return c.read(ctx, bucket)
 	}
-	if err := c.usable(); err != nil {
-		return err
-	}
-	err := c.qp.PostSend(
-		ib.SendWR{Opcode: ib.WRRDMARead, // unsignaled: the extent's completion follows it
-			SGL:        []ib.SGE{{Addr: c.mr.IOVA(), Length: BucketSize, LKey: c.mr.LKey()}},
-			RemoteAddr: c.h.bucketAddr(i), RKey: c.h.rkey},
-		ib.SendWR{Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
-			SGL:        []ib.SGE{{Addr: c.mr.IOVA() + uint64(c.offValue()), Length: uint32(ahead), LKey: c.mr.LKey()}},
-			RemoteAddr: c.h.extentAddr(i), RKey: c.h.rkey})
-	if err != nil {
-		return c.lost(err)
-	}
-	c.stats.Reads += 2
-	c.stats.ReadAheads++
-	c.stats.BytesRead += uint64(BucketSize + ahead)
-	return c.wait(ctx, 1)
+	return c.read(ctx, bucket, span{c.offValue(), c.h.extentAddr(i), ahead})
 }
