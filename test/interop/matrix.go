@@ -159,6 +159,12 @@ func bwIters(size int) int {
 	return min(max(n, 5), 200)
 }
 
+// lossRun is one lossy twin of a clean cell: netem loss in percent and its message count.
+type lossRun struct {
+	pct   float64
+	iters int
+}
+
 // Matrix returns every cell, grouped so that all MTU 1024 cells come before the MTU 4096 ones
 // (the link MTU is switched once).
 func Matrix() []Cell {
@@ -170,21 +176,25 @@ func Matrix() []Cell {
 		cells = append(cells, c)
 	}
 	// lossy adds c's clean twin (Baseline; "{loss}" in c.Name reads "clean") and after it c at
-	// each loss in percent ("loss1%", ...)
-	lossy := func(c Cell, pcts ...float64) {
+	// each loss ("loss1%", ...) with that run's message count
+	lossy := func(c Cell, runs ...lossRun) {
 		clean := c
 		clean.Name = strings.Replace(c.Name, "{loss}", "clean", 1)
 		add(clean)
-		for _, pct := range pcts {
+		for _, r := range runs {
 			l := c
-			l.Name = strings.Replace(c.Name, "{loss}", fmt.Sprintf("loss%g%%", pct), 1)
-			l.LossPct, l.Baseline, l.Timeout = pct, clean.Name, 180*time.Second
+			l.Name = strings.Replace(c.Name, "{loss}", fmt.Sprintf("loss%g%%", r.pct), 1)
+			l.LossPct, l.Iters, l.Baseline, l.Timeout = r.pct, r.iters, clean.Name, 180*time.Second
 			add(l)
 		}
 	}
-	// Issue 14's loss goal is stated at 1% and 5% on both ends; 100 messages give each lossy
-	// run some 60 (1%) to 300 (5%) losses to recover from, so one run's ratio means something.
-	lossPcts := []float64{1, 5}
+	// Issue 14's loss goal is stated at 1% and 5% on both ends. At 1% a run of 100 messages
+	// had some 60 losses to recover from, and against rxe under TCG its ratio to the clean
+	// twin spread over 0.39-0.66x from one CI run to the next (WRITE, 10 runs), the twin's
+	// own bandwidth moving by a third; 400 messages (and a twin of 400) keep it within
+	// 0.44-0.55x (8 runs, docs/performance.md session AA). 5% keeps 100: some 300 losses,
+	// and rxe's own requester needs 19 s for them.
+	lossRuns := []lossRun{{1, 400}, {5, 100}}
 	for _, mtu := range []int{1024, 4096} {
 		for _, t := range []string{"rc", "uc"} {
 			for _, size := range []int{1, 1500, 8192} {
@@ -223,7 +233,7 @@ func Matrix() []Cell {
 	}
 	add(Cell{Name: "rc_pingpong/ipv6/4096B", Tool: "rc_pingpong", Size: 4096, Iters: 20, MTU: 1024, IPv6: true})
 	add(Cell{Name: "write_bw/ipv6/65536B", Tool: "write_bw", Size: 65536, Iters: 50, MTU: 1024, IPv6: true, Args: "-c RC"})
-	lossy(Cell{Name: "write_bw/{loss}/65536B", Tool: "write_bw", Size: 65536, Iters: 100, MTU: 1024, Args: "-c RC"}, lossPcts...)
+	lossy(Cell{Name: "write_bw/{loss}/65536B", Tool: "write_bw", Size: 65536, Iters: 400, MTU: 1024, Args: "-c RC"}, lossRuns...)
 	// rxed serve against unmodified perftest clients (rxed server only): two clients in a row
 	// per cell, then SIGTERM; the harness checks the exported file afterwards.
 	add(Cell{Name: "serve/write_bw/65536B", Tool: "write_bw", Size: 65536, Iters: 30, MTU: 1024, Args: "-c RC", Serve: true})
@@ -231,7 +241,7 @@ func Matrix() []Cell {
 	for _, op := range []string{"CMP_AND_SWAP", "FETCH_AND_ADD"} {
 		add(Cell{Name: "serve/atomic_bw/" + op, Tool: "atomic_bw", Size: 8, Iters: 200, MTU: 1024, Args: "-A " + op + " -o 4", Serve: true})
 	}
-	lossy(Cell{Name: "read_bw/{loss}/65536B", Tool: "read_bw", Size: 65536, Iters: 100, MTU: 1024, Args: "-o 8"}, lossPcts...)
+	lossy(Cell{Name: "read_bw/{loss}/65536B", Tool: "read_bw", Size: 65536, Iters: 400, MTU: 1024, Args: "-o 8"}, lossRuns...)
 	for _, c := range rdmacmCells() {
 		add(c)
 	}
