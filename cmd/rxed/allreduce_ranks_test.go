@@ -185,6 +185,13 @@ func TestAllreduceRanksProcesses(t *testing.T) {
 				require.Empty(t, stderr)
 				out := p.stdout.String()
 				require.Contains(t, out, fmt.Sprintf("rank %d of %d", r, n))
+				// each rank process of the loopback ring takes its share of the CPUs
+				// (chooseProcs), unless the environment says otherwise
+				want := fmt.Sprintf("GOMAXPROCS %d (every address is a loopback address", max(runtime.NumCPU()/n, 1))
+				if env := os.Getenv("GOMAXPROCS"); env != "" || runtime.NumCPU() < 2 {
+					want = fmt.Sprintf("GOMAXPROCS %d,", runtime.GOMAXPROCS(0))
+				}
+				require.Contains(t, out, want)
 				ls := tableLines(out)
 				require.Len(t, ls, 3, out) // 4K, 8K, 16K
 				for i, f := range ls {
@@ -281,4 +288,5 @@ func TestAllreduceRankBadFlags(t *testing.T) {
 	requireOneLineError(t, runCmd("allreduce", "--rank", "0", "--peers", "127.0.0.1,::1"), "IPv4")
 	requireOneLineError(t, runCmd("allreduce", "--rank", "0", "--peers", "127.0.0.1,127.0.0.2", "--ranks", "3"), "--ranks")
 	requireOneLineError(t, runCmd("allreduce", "--rank", "0", "--peers", "127.0.0.1,127.0.0.2", "--net", "mem"), "udp")
+	requireOneLineError(t, runCmd("allreduce", "--rank", "0", "--peers", "127.0.0.1,127.0.0.2", "--cpus", "-1"), "--cpus -1")
 }

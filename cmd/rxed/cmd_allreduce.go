@@ -43,6 +43,8 @@ type allreduceOpts struct {
 	rank    int
 	peers   []netip.Addr
 	verbose bool
+	cpus    int    // --cpus (0: automatic, chooseProcs)
+	procs   string // with --rank: the GOMAXPROCS the rank runs with and why, for the header
 }
 
 func runAllreduce(args []string, stdout, stderr io.Writer) int {
@@ -62,6 +64,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.Var((*spinFlag)(&o.spin), "spin", "RDMA ranks busy-poll their CQ this long before sleeping until a chunk arrives (`duration`; -1: never sleep; 0: sleep at once; the budget adapts up to 4 times this; with --rank the default is 0 when the ring has more ranks than this host has CPUs)")
 	fs.IntVar(&o.rank, "rank", -1, "run only this `rank` (0-based) in this process, the others run in theirs (needs --peers)")
 	fs.BoolVar(&o.verbose, "v", false, "with --rank: a comment line each time a ring is joined")
+	fs.IntVar(&o.cpus, "cpus", 0, "with --rank: CPUs the Go runtime uses (GOMAXPROCS; default: all, or this host's CPUs divided by the rank count when every --peers address is a loopback address)")
 	peers := fs.String("peers", "", "every rank's IPv4 `addresses`, comma-separated, in rank order (with --rank): rank i's engine (UDP 4791), rdma_cm (--cm-port) and TCP (--tcp-port) listen on the i-th")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
@@ -101,6 +104,9 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	if o.iters < 1 {
 		return usage(fmt.Errorf("-n %d: at least 1", o.iters))
 	}
+	if o.cpus < 0 {
+		return usage(fmt.Errorf("--cpus %d: want a positive count (0 or absent: automatic)", o.cpus))
+	}
 	if o.rank >= 0 || *peers != "" {
 		if err := o.parsePeers(*peers, ranksSet); err != nil {
 			return usage(err)
@@ -108,6 +114,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 		if !spinSet {
 			o.spin = rankProcessSpin(len(o.peers), runtime.NumCPU())
 		}
+		o.procs = applyRankProcs(o.cpus, os.Getenv("GOMAXPROCS"), o.peers)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -288,7 +295,7 @@ func (o *allreduceOpts) runRank(ctx context.Context, stdout io.Writer) error {
 	}
 	defer dev.Close()
 	next := o.peers[(me+1)%n]
-	fmt.Fprintf(stdout, "# ring allreduce, rank %d of %d (pid %d, %v), %d iterations per size, %s, load %s\n", me, n, os.Getpid(), o.peers[me], o.iters, rankWaitDescr(o.spin), loadAvg())
+	fmt.Fprintf(stdout, "# ring allreduce, rank %d of %d (pid %d, %v), %d iterations per size, %s, %s, load %s\n", me, n, os.Getpid(), o.peers[me], o.iters, rankWaitDescr(o.spin), o.procs, loadAvg())
 	fmt.Fprint(stdout, allreduce.FormatHeader("rdma", "tcp"))
 	var cpu []string // the CPU lines printed after the table
 	for size := o.minBytes; size <= o.maxBytes; size *= 2 {
@@ -351,6 +358,18 @@ func rankWaitDescr(spin time.Duration) string {
 		return "RDMA ranks never sleep (--spin -1)"
 	}
 	return fmt.Sprintf("RDMA ranks spin %v then sleep (--spin)", spin)
+}
+
+// applyRankProcs sets a rank process's GOMAXPROCS from --cpus, the
+// environment and its peers (chooseProcs: the rank processes of a
+// loopback ring share this host's CPUs) and says what it runs with.
+func applyRankProcs(cpus int, env string, peers []netip.Addr) string {
+	n, why := chooseProcs(runtime.NumCPU(), cpus, env, peers, len(peers))
+	if n > 0 && setMaxProcs != nil {
+		setMaxProcs(n)
+		return fmt.Sprintf("GOMAXPROCS %d (%s)", n, why)
+	}
+	return fmt.Sprintf("GOMAXPROCS %d", runtime.GOMAXPROCS(0))
 }
 
 // rankProcessSpin is --spin's default for one rank per process (--rank)

@@ -29,18 +29,31 @@ import (
 // may be remote and the tool keeps every CPU (its engine workers and the
 // application run in parallel). GOMAXPROCS in the environment and
 // --cpus win over this default.
+//
+// A ring of `rxed allreduce --rank` processes on loopback is the same
+// with more sharers: each rank process takes its share of the CPUs (one
+// of 2 with 4 ranks). Measured on the 2-core VM (docs/performance.md,
+// session AA), 4 rank processes at GOMAXPROCS 1 against 2, alternating:
+// a 4 KiB allreduce over RDMA 600-1090 us against 900-1270, 64 KiB
+// 1010-1270 against 1530-2020, TCP's ring 320-490 against 510-570 at 4
+// KiB; from 1 MiB on within the spread. With two Ps each of the four
+// runtimes woke its second thread for every chunk (12 context switches
+// per 4 KiB allreduce where TCP's ring has 4).
 
 // chooseProcs returns the GOMAXPROCS a tool should run with and why, or
 // 0 to leave the runtime's choice alone. cpusFlag is --cpus (0: not
-// given), env the GOMAXPROCS environment variable, peerInProcess that
-// the command holds its peers itself (kv bench --inproc).
-func chooseProcs(numCPU, cpusFlag int, env string, addrs []netip.Addr, peerInProcess bool) (int, string) {
+// given), env the GOMAXPROCS environment variable, sharers how many
+// processes (this one included) share the host's CPUs when every address
+// is a loopback address: 2 for a tool and its peer, the rank count for a
+// ring of rank processes, 1 for a command that holds its peers itself
+// (kv bench --inproc).
+func chooseProcs(numCPU, cpusFlag int, env string, addrs []netip.Addr, sharers int) (int, string) {
 	switch {
 	case cpusFlag > 0:
 		return cpusFlag, "--cpus"
 	case env != "":
 		return 0, "" // the runtime already applied it
-	case peerInProcess || numCPU < 2 || len(addrs) == 0:
+	case sharers < 2 || numCPU < 2 || len(addrs) == 0:
 		return 0, ""
 	}
 	for _, a := range addrs {
@@ -48,7 +61,7 @@ func chooseProcs(numCPU, cpusFlag int, env string, addrs []netip.Addr, peerInPro
 			return 0, ""
 		}
 	}
-	return numCPU / 2, "every --addr is a loopback address: the peer shares this host's CPUs"
+	return max(numCPU/sharers, 1), fmt.Sprintf("every address is a loopback address: %d processes share this host's %d CPUs", sharers, numCPU)
 }
 
 // setMaxProcs applies chooseProcs' answer. main sets it to
@@ -66,7 +79,11 @@ type cpuChoice struct {
 // say (check calls it, so every engine-running command does), and keeps
 // the change for logCPUs.
 func (e *engineFlags) applyCPUs(env string) {
-	n, why := chooseProcs(runtime.NumCPU(), e.cpus, env, e.addrs, e.peerInProcess)
+	sharers := 2
+	if e.peerInProcess {
+		sharers = 1
+	}
+	n, why := chooseProcs(runtime.NumCPU(), e.cpus, env, e.addrs, sharers)
 	if n == 0 || setMaxProcs == nil {
 		return
 	}

@@ -22,7 +22,8 @@ func addrs(s ...string) []netip.Addr {
 
 // TestChooseProcs: a tool takes half the CPUs only when its peer is
 // certainly on this host (issue 14, goal 3: two runtimes of NumCPU Ps
-// each on a 2-core host got the tools 0.5-0.7x of the library).
+// each on a 2-core host got the tools 0.5-0.7x of the library), and a
+// rank process of a loopback ring its share.
 func TestChooseProcs(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -30,26 +31,31 @@ func TestChooseProcs(t *testing.T) {
 		flag   int
 		env    string
 		addrs  []netip.Addr
-		inproc bool
+		shares int
 		want   int
 		reason string
 	}{
-		{"loopback v4 halves", 2, 0, "", addrs("127.0.9.1"), false, 1, "loopback"},
-		{"loopback v6 halves", 8, 0, "", addrs("::1"), false, 4, "loopback"},
-		{"v4-mapped loopback halves", 4, 0, "", addrs("::ffff:127.0.0.1"), false, 2, "loopback"},
-		{"odd count rounds down", 3, 0, "", addrs("127.0.0.1"), false, 1, "loopback"},
-		{"every address must be loopback", 4, 0, "", addrs("127.0.0.1", "10.0.0.1"), false, 0, ""},
-		{"a routable address keeps every CPU", 4, 0, "", addrs("192.168.1.5"), false, 0, ""},
-		{"one CPU is left alone", 1, 0, "", addrs("127.0.0.1"), false, 0, ""},
-		{"no address", 4, 0, "", nil, false, 0, ""},
-		{"GOMAXPROCS wins over the default", 4, 0, "3", addrs("127.0.0.1"), false, 0, ""},
-		{"--cpus wins over GOMAXPROCS", 4, 3, "1", addrs("127.0.0.1"), false, 3, "--cpus"},
-		{"--cpus with a remote peer", 4, 4, "", addrs("10.0.0.1"), false, 4, "--cpus"},
-		{"peers in this process keep every CPU", 4, 0, "", addrs("127.0.0.1"), true, 0, ""},
-		{"--cpus with peers in this process", 4, 2, "", addrs("127.0.0.1"), true, 2, "--cpus"},
+		{"loopback v4 halves", 2, 0, "", addrs("127.0.9.1"), 2, 1, "loopback"},
+		{"loopback v6 halves", 8, 0, "", addrs("::1"), 2, 4, "loopback"},
+		{"v4-mapped loopback halves", 4, 0, "", addrs("::ffff:127.0.0.1"), 2, 2, "loopback"},
+		{"odd count rounds down", 3, 0, "", addrs("127.0.0.1"), 2, 1, "loopback"},
+		{"every address must be loopback", 4, 0, "", addrs("127.0.0.1", "10.0.0.1"), 2, 0, ""},
+		{"a routable address keeps every CPU", 4, 0, "", addrs("192.168.1.5"), 2, 0, ""},
+		{"one CPU is left alone", 1, 0, "", addrs("127.0.0.1"), 2, 0, ""},
+		{"no address", 4, 0, "", nil, 2, 0, ""},
+		{"GOMAXPROCS wins over the default", 4, 0, "3", addrs("127.0.0.1"), 2, 0, ""},
+		{"--cpus wins over GOMAXPROCS", 4, 3, "1", addrs("127.0.0.1"), 2, 3, "--cpus"},
+		{"--cpus with a remote peer", 4, 4, "", addrs("10.0.0.1"), 2, 4, "--cpus"},
+		{"peers in this process keep every CPU", 4, 0, "", addrs("127.0.0.1"), 1, 0, ""},
+		{"--cpus with peers in this process", 4, 2, "", addrs("127.0.0.1"), 1, 2, "--cpus"},
+		{"4 rank processes on 2 CPUs take 1 each", 2, 0, "", addrs("127.0.8.1", "127.0.8.2", "127.0.8.3", "127.0.8.4"), 4, 1, "4 processes share this host's 2 CPUs"},
+		{"3 rank processes on 8 CPUs take 2 each", 8, 0, "", addrs("127.0.8.1", "127.0.8.2", "127.0.8.3"), 3, 2, "3 processes"},
+		{"8 rank processes on 4 CPUs take at least 1", 4, 0, "", addrs("127.0.8.1"), 8, 1, "8 processes"},
+		{"rank processes with a remote peer keep every CPU", 4, 0, "", addrs("127.0.8.1", "10.0.0.2"), 4, 0, ""},
+		{"GOMAXPROCS wins for rank processes too", 2, 0, "2", addrs("127.0.8.1"), 4, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n, why := chooseProcs(tc.cpus, tc.flag, tc.env, tc.addrs, tc.inproc)
+			n, why := chooseProcs(tc.cpus, tc.flag, tc.env, tc.addrs, tc.shares)
 			require.Equal(t, tc.want, n)
 			require.Contains(t, why, tc.reason)
 			if n == 0 {
