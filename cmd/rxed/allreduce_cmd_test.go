@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -23,12 +25,15 @@ func TestAllreduceCommand(t *testing.T) {
 	}
 	require.Equal(t, 6, lines, r.stdout) // 4K, 8K, 16K for 2 and 3 ranks
 	require.Contains(t, r.stdout, "busbw")
+	// ranks in one process keep the runtime's choice of CPUs, and say it
+	require.Contains(t, r.stdout, fmt.Sprintf(", GOMAXPROCS %d, load", runtime.GOMAXPROCS(0)))
 }
 
 func TestAllreduceBadFlags(t *testing.T) {
 	requireOneLineError(t, runCmd("allreduce", "--ranks", "1"), "at least 2")
 	requireOneLineError(t, runCmd("allreduce", "-b", "8K", "-e", "4K"), "-e")
 	requireOneLineError(t, runCmd("allreduce", "--net", "ib"), "--net")
+	requireOneLineError(t, runCmd("allreduce", "--cpus", "-2"), "--cpus -2")
 }
 
 // --spin says how the RDMA ranks wait, with the tools' meaning (0 sleeps

@@ -44,7 +44,7 @@ type allreduceOpts struct {
 	peers   []netip.Addr
 	verbose bool
 	cpus    int    // --cpus (0: automatic, chooseProcs)
-	procs   string // with --rank: the GOMAXPROCS the rank runs with and why, for the header
+	procs   string // the GOMAXPROCS the process runs with and why, for the header
 }
 
 func runAllreduce(args []string, stdout, stderr io.Writer) int {
@@ -64,7 +64,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.Var((*spinFlag)(&o.spin), "spin", "RDMA ranks busy-poll their CQ this long before sleeping until a chunk arrives (`duration`; -1: never sleep; 0: sleep at once; the budget adapts up to 4 times this; with --rank the default is 0 when the ring has more ranks than this host has CPUs)")
 	fs.IntVar(&o.rank, "rank", -1, "run only this `rank` (0-based) in this process, the others run in theirs (needs --peers)")
 	fs.BoolVar(&o.verbose, "v", false, "with --rank: a comment line each time a ring is joined")
-	fs.IntVar(&o.cpus, "cpus", 0, "with --rank: CPUs the Go runtime uses (GOMAXPROCS; default: all, or this host's CPUs divided by the rank count when every --peers address is a loopback address)")
+	fs.IntVar(&o.cpus, "cpus", 0, "CPUs the Go runtime uses (GOMAXPROCS; default: all, or with --rank this host's CPUs divided by the rank count when every --peers address is a loopback address)")
 	peers := fs.String("peers", "", "every rank's IPv4 `addresses`, comma-separated, in rank order (with --rank): rank i's engine (UDP 4791), rdma_cm (--cm-port) and TCP (--tcp-port) listen on the i-th")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
@@ -114,8 +114,8 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 		if !spinSet {
 			o.spin = rankProcessSpin(len(o.peers), runtime.NumCPU())
 		}
-		o.procs = applyRankProcs(o.cpus, os.Getenv("GOMAXPROCS"), o.peers)
 	}
+	o.procs = applyAllreduceProcs(o.cpus, os.Getenv("GOMAXPROCS"), o.peers)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if o.peers != nil {
@@ -126,7 +126,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	}
 	failed := false
 	for _, n := range o.ranks {
-		fmt.Fprintf(stdout, "# ring allreduce, %d ranks in one process (%s), %d iterations per size, %s, load %s\n", n, o.net, o.iters, rankWaitDescr(o.spin), loadAvg())
+		fmt.Fprintf(stdout, "# ring allreduce, %d ranks in one process (%s), %d iterations per size, %s, %s, load %s\n", n, o.net, o.iters, rankWaitDescr(o.spin), o.procs, loadAvg())
 		fmt.Fprint(stdout, allreduce.FormatHeader("rdma", "tcp"))
 		for size := o.minBytes; size <= o.maxBytes; size *= 2 {
 			count := size / 4
@@ -360,10 +360,11 @@ func rankWaitDescr(spin time.Duration) string {
 	return fmt.Sprintf("RDMA ranks spin %v then sleep (--spin)", spin)
 }
 
-// applyRankProcs sets a rank process's GOMAXPROCS from --cpus, the
-// environment and its peers (chooseProcs: the rank processes of a
-// loopback ring share this host's CPUs) and says what it runs with.
-func applyRankProcs(cpus int, env string, peers []netip.Addr) string {
+// applyAllreduceProcs sets the process's GOMAXPROCS from --cpus, the
+// environment and, for a rank process, its peers (chooseProcs: the rank
+// processes of a loopback ring share this host's CPUs; ranks in one
+// process keep them all) and says what it runs with.
+func applyAllreduceProcs(cpus int, env string, peers []netip.Addr) string {
 	n, why := chooseProcs(runtime.NumCPU(), cpus, env, peers, len(peers))
 	if n > 0 && setMaxProcs != nil {
 		setMaxProcs(n)

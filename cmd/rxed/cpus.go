@@ -37,8 +37,8 @@ import (
 // a 4 KiB allreduce over RDMA 600-1090 us against 900-1270, 64 KiB
 // 1010-1270 against 1530-2020, TCP's ring 320-490 against 510-570 at 4
 // KiB; from 1 MiB on within the spread. With two Ps each of the four
-// runtimes woke its second thread for every chunk (12 context switches
-// per 4 KiB allreduce where TCP's ring has 4).
+// runtimes woke its second thread for its wake-ups too: 28 context
+// switches per 4 KiB allreduce, 12 at GOMAXPROCS 1, TCP's ring 4.
 
 // chooseProcs returns the GOMAXPROCS a tool should run with and why, or
 // 0 to leave the runtime's choice alone. cpusFlag is --cpus (0: not
