@@ -120,58 +120,59 @@ func (r *Runner) RunRecovering(ctx context.Context, c Cell, d Direction) Result 
 		func(prefix string) []GuestDown { return r.RecoverGuests(ctx, prefix) })
 }
 
-// recoverable is what runRecovering needs of a try's result (a matrix cell's Result, a
-// conform run's ConformResult).
+// recoverable is what runRecovering needs of a try's result: a pointer to a matrix cell's
+// Result or a conform run's ConformResult.
 type recoverable[R any] interface {
+	*R
 	broke() bool       // the try failed (a cell that did not pass, a conform run that broke)
 	logPrefix() string // where the try's files are
-	// rebootFailed is the result when a guest found down did not come back: problem added.
-	rebootFailed(down []GuestDown, problem string) R
-	// retried is the retry's result carrying first, the try before it, and the guests down
-	// after that one (WithFirstTry).
-	retried(first R, down []GuestDown) R
-	withDown(down []GuestDown) R // more guests found down, after the retry
+	record() tryRecord // the fields the policy writes
+	brokeVerb() string // how the first-try note says the try ended ("failed", "broke")
+}
+
+// tryRecord points at the fields of a try's result that the recovery policy writes, which
+// Result and ConformResult both have.
+type tryRecord struct {
+	problems, notes *[]string
+	down            *[]GuestDown
+	elapsed         *time.Duration
 }
 
 // runRecovering is the recovery policy (RunRecovering, RunConformRecovering) over its two
 // steps: run (one try) and recoverDown (RecoverGuests with the given prefix).
-func runRecovering[R recoverable[R]](ctx context.Context, run func() R, recoverDown func(prefix string) []GuestDown) R {
+func runRecovering[R any, P recoverable[R]](ctx context.Context, run func() R, recoverDown func(prefix string) []GuestDown) R {
 	res := run()
-	if !res.broke() || ctx.Err() != nil {
+	first := P(&res)
+	if !first.broke() || ctx.Err() != nil {
 		return res
 	}
-	down := recoverDown(res.logPrefix())
+	down := recoverDown(first.logPrefix())
 	if len(down) == 0 {
 		return res
 	}
 	for _, g := range down {
 		if g.Reboot != "" {
-			return res.rebootFailed(down, fmt.Sprintf("guest %d went down and did not reboot: %s", g.VM, g.Reboot))
+			rec := first.record()
+			*rec.down = down
+			*rec.problems = append(*rec.problems, fmt.Sprintf("guest %d went down and did not reboot: %s", g.VM, g.Reboot))
+			return res
 		}
 	}
-	keepFirstTry(res.logPrefix()) // only when there is a retry to write the same names
-	retry := run().retried(res, down)
-	if retry.broke() && ctx.Err() == nil {
-		retry = retry.withDown(recoverDown(retry.logPrefix() + ".retry"))
+	keepFirstTry(first.logPrefix()) // only when there is a retry to write the same names
+	retry := run()
+	again := P(&retry)
+	carryFirstTry(again.record(), first.record(), first.brokeVerb(), down)
+	if again.broke() && ctx.Err() == nil {
+		rec := again.record()
+		*rec.down = append(*rec.down, recoverDown(again.logPrefix()+".retry")...)
 	}
 	return retry
 }
 
-func (r Result) broke() bool       { return !r.Pass }
-func (r Result) logPrefix() string { return r.LogPrefix }
-
-func (r Result) rebootFailed(down []GuestDown, problem string) Result {
-	r.Down = down
-	r.Problems = append(r.Problems, problem)
-	return r
-}
-
-func (r Result) retried(first Result, down []GuestDown) Result { return WithFirstTry(r, first, down) }
-
-func (r Result) withDown(down []GuestDown) Result {
-	r.Down = append(r.Down, down...)
-	return r
-}
+func (r Result) broke() bool        { return !r.Pass }
+func (r Result) logPrefix() string  { return r.LogPrefix }
+func (r Result) brokeVerb() string  { return "failed" }
+func (r *Result) record() tryRecord { return tryRecord{&r.Problems, &r.Notes, &r.Down, &r.Elapsed} }
 
 // keepFirstTry renames the first try's output files (prefix.server.txt, ...) to
 // prefix.try1.server.txt, ... so the retry does not overwrite them.
@@ -189,10 +190,17 @@ func keepFirstTry(prefix string) {
 // WithFirstTry is the retry's result carrying the first try: its problems become a note (they
 // did not decide the cell) and the guests found down after it are listed.
 func WithFirstTry(retry, first Result, down []GuestDown) Result {
-	retry.Notes = append([]string{firstTryNote("failed", first.Problems, down)}, retry.Notes...)
-	retry.Down = append(down[:len(down):len(down)], retry.Down...)
-	retry.Elapsed += first.Elapsed
+	carryFirstTry(retry.record(), first.record(), first.brokeVerb(), down)
 	return retry
+}
+
+// carryFirstTry writes the first try into the retry's record: a note of how it ended (verb)
+// and its problems, which did not decide, the guests found down after it ahead of the
+// retry's, and its time.
+func carryFirstTry(retry, first tryRecord, verb string, down []GuestDown) {
+	*retry.notes = append([]string{firstTryNote(verb, *first.problems, down)}, *retry.notes...)
+	*retry.down = append(down[:len(down):len(down)], *retry.down...)
+	*retry.elapsed += *first.elapsed
 }
 
 // firstTryNote says that a try ran twice: how the first ended (verb), its problems, and the

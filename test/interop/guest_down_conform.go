@@ -49,22 +49,7 @@ func (r *Runner) freezePeerAfter(ctx context.Context, d time.Duration) (stop fun
 
 func (r ConformResult) broke() bool       { return !r.OK() }
 func (r ConformResult) logPrefix() string { return r.LogPrefix }
-
-func (r ConformResult) rebootFailed(down []GuestDown, problem string) ConformResult {
-	r.Down = down
-	r.Problems = append(r.Problems, problem)
-	return r
-}
-
-// retried carries the first try as a note; its problems did not decide the run.
-func (r ConformResult) retried(first ConformResult, down []GuestDown) ConformResult {
-	r.Notes = append([]string{firstTryNote("broke", first.Problems, down)}, r.Notes...)
-	r.Down = append(down[:len(down):len(down)], r.Down...)
-	r.Elapsed += first.Elapsed
-	return r
-}
-
-func (r ConformResult) withDown(down []GuestDown) ConformResult {
-	r.Down = append(r.Down, down...)
-	return r
+func (r ConformResult) brokeVerb() string { return "broke" }
+func (r *ConformResult) record() tryRecord {
+	return tryRecord{&r.Problems, &r.Notes, &r.Down, &r.Elapsed}
 }
