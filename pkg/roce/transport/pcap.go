@@ -35,7 +35,9 @@ type PcapRecorder struct {
 	log   *slog.Logger
 	keep0 bool
 
-	mu      sync.Mutex // guards w, scratch, err
+	// mu guards w, scratch and err, and is held across the inner Send
+	// (see Send): a frame is written only under it.
+	mu      sync.Mutex
 	w       *pcapgo.Writer
 	scratch []byte
 	err     error
@@ -110,16 +112,26 @@ func (r *PcapRecorder) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int,
 	return n, err
 }
 
+// Send sends through the inner Conn and records the datagrams once it
+// succeeded. mu is held across the inner Send so that a capture keeps
+// cause before effect: loopback and the in-memory network deliver a
+// datagram inside its Send, and a quick peer's answer can come back (and
+// Receive return it) before Send does; recorded after Send, the answer
+// stood in front of the datagram it answers (an ACK before its SEND,
+// under load; internal/decode's TestDecodePortFlag). No inner Conn's Send
+// waits for this recorder's Receive: a socket's send buffer is freed at
+// transmission (on loopback as the datagram is delivered), and the
+// in-memory queues drop rather than block.
 func (r *PcapRecorder) Send(bufs [][]byte, ep Endpoint) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if err := r.inner.Send(bufs, ep); err != nil {
 		return err
 	}
 	src := sourceFor(r.inner.LocalAddrs(), ep)
-	r.mu.Lock()
 	for _, b := range bufs {
 		r.record(b, src, ep.Remote, false)
 	}
-	r.mu.Unlock()
 	return nil
 }
 

@@ -155,6 +155,92 @@ func TestPcapRecorderFrames(t *testing.T) {
 	}
 }
 
+// answeringConn is a Conn whose peer answers a datagram before the Send
+// of it returns, as a spinning peer can over loopback, where the kernel
+// delivers the datagram inside the sender's system call: Send waits until
+// this Conn's Receive has returned the answer.
+type answeringConn struct {
+	Conn
+	peer   Conn
+	answer []byte
+	taken  chan struct{} // closed when Receive returned the answer
+	once   sync.Once
+}
+
+func (c *answeringConn) Send(bufs [][]byte, ep Endpoint) error {
+	if err := c.Conn.Send(bufs, ep); err != nil {
+		return err
+	}
+	if err := c.peer.Send([][]byte{c.answer}, Endpoint{Remote: c.LocalAddrs()[0]}); err != nil {
+		return err
+	}
+	select {
+	case <-c.taken:
+		return nil
+	case <-time.After(receiveTimeout):
+		return errors.New("the answer was not received")
+	}
+}
+
+func (c *answeringConn) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
+	n, err := c.Conn.Receive(bufs, sizes, eps)
+	if n > 0 {
+		c.once.Do(func() { close(c.taken) })
+	}
+	return n, err
+}
+
+// TestPcapRecorderAnswerFollowsItsCause: an answer received while the
+// datagram it answers is still being sent is recorded after it. The
+// recorder wrote a sent datagram after the inner Send returned, and under
+// load a capture of an RC SEND began with its ACK (internal/decode's
+// TestDecodePortFlag took the ACK for the SEND).
+func TestPcapRecorderAnswerFollowsItsCause(t *testing.T) {
+	src, dst := ap("10.0.0.1:4791"), ap("10.0.0.2:4791")
+	mn := NewMemNetwork()
+	a, err := mn.Listen(src)
+	require.NoError(t, err)
+	b, err := mn.Listen(dst)
+	require.NoError(t, err)
+	req, ans := rocePacket(1, 16), rocePacket(2, 0)
+	wire.Flow{Src: src, Dst: dst}.Seal(req)
+	wire.Flow{Src: dst, Dst: src}.Seal(ans)
+	inner := &answeringConn{Conn: a, peer: b, answer: ans, taken: make(chan struct{})}
+	var w bytes.Buffer
+	r, err := NewPcapRecorder(inner, &w, PcapOptions{})
+	require.NoError(t, err)
+	defer r.Close()
+
+	type got struct {
+		data []byte
+		err  error
+	}
+	received := make(chan got, 1)
+	go func() { // the engine's receive loop
+		rx := newRxSet(1, MaxDatagramSize)
+		for {
+			n, err := r.Receive(rx.bufs, rx.sizes, rx.eps)
+			if n > 0 || err != nil {
+				received <- got{append([]byte(nil), rx.bufs[0][:rx.sizes[0]]...), err}
+				return
+			}
+		}
+	}()
+	require.NoError(t, r.Send([][]byte{req}, Endpoint{Remote: dst}))
+	g := <-received
+	require.NoError(t, g.err)
+	require.Equal(t, ans, g.data)
+	require.NoError(t, r.Err())
+
+	frames := readPcap(t, w.Bytes())
+	require.Len(t, frames, 2)
+	require.Equal(t, req, []byte(frames[0].udp.Payload), "the datagram sent comes first")
+	require.Equal(t, ans, []byte(frames[1].udp.Payload), "its answer second")
+	require.Equal(t, src.Addr().AsSlice(), []byte(frames[0].ip4.SrcIP))
+	require.Equal(t, dst.Addr().AsSlice(), []byte(frames[1].ip4.SrcIP))
+	require.False(t, frames[1].ts.Before(frames[0].ts))
+}
+
 // TestPcapRecorderSolvesRxeIPv4ID: rdma_rxe sends IPv4 IDs a UDP receiver
 // cannot see; the recorder solves them from the ICRC so the frame verifies.
 func TestPcapRecorderSolvesRxeIPv4ID(t *testing.T) {
