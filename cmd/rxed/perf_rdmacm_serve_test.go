@@ -29,11 +29,16 @@ func TestServeRDMACM(t *testing.T) {
 	requireOK(t, "perf read -R", r)
 	require.Regexp(t, bwRow(4096, 100), r.stdout)
 
+	// Both are refused after they connected: the READ by its replies'
+	// drop (the client runs out of retries), the send test by the key
+	// the daemon will not answer.
 	big := client("read", "-s", "65536", "-n", "5", "--qp-timeout", "8")
 	require.NotEqual(t, 0, big.code, "a READ longer than --max-read:\n%s", big.stdout)
+	require.Contains(t, big.stderr, "RETRY_EXC_ERR", "a READ longer than --max-read:\n%s", big.stdout)
 
 	sd := client("send", "-n", "10")
 	require.NotEqual(t, 0, sd.code)
+	require.Contains(t, sd.stderr, "the peer disconnected", "a send test:\n%s", sd.stdout)
 	logs.waitFor(t, "the client runs a send test", 10*time.Second)
 
 	logs.waitForCount(t, "perftest rdma_cm session complete", 2, 10*time.Second)
