@@ -32,6 +32,11 @@ func openPeer(net *transport.MemNetwork, addr string) *peer {
 	a := netip.MustParseAddr(addr)
 	conn, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
 	check(err)
+	return openPeerOn(conn, a)
+}
+
+// openPeerOn is openPeer on a Conn of the caller's, bound to a.
+func openPeerOn(conn transport.Conn, a netip.Addr) *peer {
 	dev, err := ib.OpenDevice(ib.Config{Conn: conn, Workers: 1})
 	check(err)
 	p := &peer{dev: dev, addr: a, buf: make([]byte, 64<<10)}
@@ -381,8 +386,12 @@ func ExampleWCStatus_remoteAccessError() {
 
 	check(qa.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState))
 	check(qb.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState))
-	connectRC(a, qa, b, qb)
-	connectRC(b, qb, a, qa)
+	// The new connection starts from new PSNs, as rdma_cm's random ones
+	// do: a request the old one resent, still on its way, is then an old
+	// duplicate to it rather than its next request.
+	all := ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
+	connectRCAccessPSN(a, qa, b, qb, all, 0x10000)
+	connectRCAccessPSN(b, qb, a, qa, all, 0x10000)
 	check(qa.PostSend(ib.SendWR{ID: 3, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []ib.SGE{a.sge(0, 8)},
 		RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}))
 	wc := next(a.cq)

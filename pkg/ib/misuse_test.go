@@ -3,6 +3,7 @@ package ib_test
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rxed/rxed/pkg/ib"
@@ -50,9 +51,24 @@ func testPair(t *testing.T) (*peer, *ib.QP, *peer, *ib.QP) {
 	return a, a.createQP(ib.RC), b, b.createQP(ib.RC)
 }
 
+// connections numbers connectBoth's connections.
+var connections atomic.Uint32
+
+// connectBoth connects qa and qb to each other (connectRC both ways),
+// each time from first PSNs of its own, as rdma_cm's random ones are.
+// Tests recover a pair after an error by RESET and connectBoth; from the
+// old PSNs, a request the old requester resent before its NAK came back
+// (a loaded machine: the retransmit timer is 67 ms) reached the new
+// responder as its next request, was refused again and put it in ERR, and
+// the test's next request ended in RETRY_EXC_ERR (TestFastRegLifecycle,
+// once in 150 runs under -cpu 4 and load; the access matrix's fc81544
+// before it). From new PSNs it is an old duplicate
+// (TestReconnectTakesTheOldConnectionsResendForADuplicate).
 func connectBoth(a *peer, qa *ib.QP, b *peer, qb *ib.QP) {
-	connectRC(a, qa, b, qb)
-	connectRC(b, qb, a, qa)
+	psn := (100 + connections.Add(1)<<12) & 0xFFFFFF
+	all := ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
+	connectRCAccessPSN(a, qa, b, qb, all, psn)
+	connectRCAccessPSN(b, qb, a, qa, all, psn)
 }
 
 // requireWorks shows the QPs still carry a message after a misuse, and

@@ -326,7 +326,8 @@ func TestModifyEveryTransition(t *testing.T) {
 // Query returns what Modify set, and the creation attributes.
 func TestQueryReturnsModifiedAttributes(t *testing.T) {
 	a, qa, b, qb := testPair(t)
-	connectBoth(a, qa, b, qb)
+	connectRC(a, qa, b, qb) // PSN 100 both ways
+	connectRC(b, qb, a, qa)
 	attr, init, err := qa.Query()
 	require.NoError(t, err)
 	require.Equal(t, ib.QPSRTS, attr.State)
