@@ -2,7 +2,6 @@ package ib_test
 
 import (
 	"net/netip"
-	"sync"
 	"testing"
 
 	"github.com/rxed/rxed/pkg/ib"
@@ -11,35 +10,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// sentLog is a Conn that keeps a copy of every datagram sent through it,
-// so that a test can deliver one again later, as a resend still on its
-// way would arrive.
-type sentLog struct {
-	transport.Conn
-	mu   sync.Mutex
-	sent [][]byte
-}
-
-func (s *sentLog) Send(bufs [][]byte, ep transport.Endpoint) error {
-	s.mu.Lock()
-	for _, b := range bufs {
-		s.sent = append(s.sent, append([]byte(nil), b...))
-	}
-	s.mu.Unlock()
-	return s.Conn.Send(bufs, ep)
-}
-
-// first returns the first datagram sent with opcode op.
-func (s *sentLog) first(t *testing.T, op wire.Opcode) []byte {
+// firstSent returns the first datagram c sent with opcode op.
+func firstSent(t *testing.T, c *tapConn, op wire.Opcode) []byte {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range s.sent {
+	sent := c.packets()
+	for _, b := range sent {
 		if len(b) > 0 && wire.Opcode(b[0]) == op {
 			return b
 		}
 	}
-	t.Fatalf("no %v among the %d datagrams sent", op, len(s.sent))
+	t.Fatalf("no %v among the %d datagrams sent", op, len(sent))
 	return nil
 }
 
@@ -57,8 +37,8 @@ func TestReconnectTakesTheOldConnectionsResendForADuplicate(t *testing.T) {
 	aAddr := netip.MustParseAddr("10.9.1.1")
 	conn, err := net.Listen(netip.AddrPortFrom(aAddr, transport.RoCEv2Port))
 	require.NoError(t, err)
-	log := &sentLog{Conn: conn}
-	a, b := openPeerOn(log, aAddr), openPeer(net, "10.9.1.2")
+	tap := &tapConn{Conn: conn}
+	a, b := openPeerOn(tap, aAddr), openPeer(net, "10.9.1.2")
 	t.Cleanup(func() { a.close(); b.close() })
 	qa, qb := a.createQP(ib.RC), b.createQP(ib.RC)
 	connectBoth(a, qa, b, qb)
@@ -67,7 +47,7 @@ func TestReconnectTakesTheOldConnectionsResendForADuplicate(t *testing.T) {
 	require.NoError(t, qa.PostSend(ib.SendWR{ID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
 		SGL: []ib.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey() ^ 0x80}))
 	requireWC(t, a, 1, ib.WCRemAccessErr)
-	refused := log.first(t, wire.RCWriteOnly)
+	refused := firstSent(t, tap, wire.RCWriteOnly)
 	for _, q := range []*ib.QP{qa, qb} {
 		require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState))
 	}
