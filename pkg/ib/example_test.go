@@ -66,8 +66,11 @@ func (p *peer) sge(off, n int) ib.SGE {
 // connectRC moves q (on p) through INIT and RTR to RTS towards rq (on
 // r), with the attributes ibv_rc_pingpong exchanges out of band.
 func connectRC(p *peer, q *ib.QP, r *peer, rq *ib.QP) {
-	connectRCAccess(p, q, r, rq, ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic)
+	connectRCAccess(p, q, r, rq, remoteAll)
 }
+
+// remoteAll is every remote operation: what connectRC lets the peer do.
+const remoteAll = ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
 
 // connectRCAccess is connectRC with the remote operations q accepts.
 func connectRCAccess(p *peer, q *ib.QP, r *peer, rq *ib.QP, access ib.Access) {
@@ -389,9 +392,8 @@ func ExampleWCStatus_remoteAccessError() {
 	// The new connection starts from new PSNs, as rdma_cm's random ones
 	// do: a request the old one resent, still on its way, is then an old
 	// duplicate to it rather than its next request.
-	all := ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
-	connectRCAccessPSN(a, qa, b, qb, all, 0x10000)
-	connectRCAccessPSN(b, qb, a, qa, all, 0x10000)
+	connectRCAccessPSN(a, qa, b, qb, remoteAll, 0x10000)
+	connectRCAccessPSN(b, qb, a, qa, remoteAll, 0x10000)
 	check(qa.PostSend(ib.SendWR{ID: 3, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: []ib.SGE{a.sge(0, 8)},
 		RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}))
 	wc := next(a.cq)

@@ -82,10 +82,9 @@ func TestRemoteAccessMatrix(t *testing.T) {
 	for _, acc := range subsets {
 		targets = append(targets, target{fmt.Sprintf("mr=%v", acc), mrs[acc].RKey(), mrs[acc].IOVA(), acc, true})
 	}
-	full := ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
 	targets = append(targets,
-		target{"other PD", foreign.RKey(), foreign.IOVA(), full, false},
-		target{"stale key", staleKey, staleIOVA, full, false})
+		target{"other PD", foreign.RKey(), foreign.IOVA(), remoteAll, false},
+		target{"stale key", staleKey, staleIOVA, remoteAll, false})
 	ranges := []struct {
 		name   string
 		offset uint64 // from the region's start; the access is 8 bytes
@@ -115,12 +114,11 @@ func TestRemoteAccessMatrix(t *testing.T) {
 		// responder's next request, refused again: the responder went to
 		// ERR and dropped the real one, which ended in RETRY_EXC_ERR (CI
 		// run at b36d65b, 10 of 120 runs here under load, the case after
-		// an error every time). With a new PSN it is an old duplicate.
-		incarnation := uint32(0)
+		// an error every time). With a new PSN it is an old duplicate
+		// (newPSN, as connectBoth).
 		connect := func() {
-			incarnation++
-			psn := (100 + incarnation<<16) & 0xFFFFFF
-			connectRCAccessPSN(a, qa, b, qb, ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic, psn)
+			psn := newPSN()
+			connectRCAccessPSN(a, qa, b, qb, remoteAll, psn)
 			connectRCAccessPSN(b, qb, a, qa, qpAcc, psn)
 		}
 		connect()

@@ -51,8 +51,13 @@ func testPair(t *testing.T) (*peer, *ib.QP, *peer, *ib.QP) {
 	return a, a.createQP(ib.RC), b, b.createQP(ib.RC)
 }
 
-// connections numbers connectBoth's connections.
+// connections numbers the connections newPSN starts.
 var connections atomic.Uint32
+
+// newPSN is the first PSN of a new connection of a test's QPs: each call
+// a different one, 4096 apart, as far from the last connection's as
+// rdma_cm's random ones would likely be.
+func newPSN() uint32 { return (100 + connections.Add(1)<<12) & 0xFFFFFF }
 
 // connectBoth connects qa and qb to each other (connectRC both ways),
 // each time from first PSNs of its own, as rdma_cm's random ones are.
@@ -65,10 +70,9 @@ var connections atomic.Uint32
 // before it). From new PSNs it is an old duplicate
 // (TestReconnectTakesTheOldConnectionsResendForADuplicate).
 func connectBoth(a *peer, qa *ib.QP, b *peer, qb *ib.QP) {
-	psn := (100 + connections.Add(1)<<12) & 0xFFFFFF
-	all := ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
-	connectRCAccessPSN(a, qa, b, qb, all, psn)
-	connectRCAccessPSN(b, qb, a, qa, all, psn)
+	psn := newPSN()
+	connectRCAccessPSN(a, qa, b, qb, remoteAll, psn)
+	connectRCAccessPSN(b, qb, a, qa, remoteAll, psn)
 }
 
 // requireWorks shows the QPs still carry a message after a misuse, and
