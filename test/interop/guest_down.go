@@ -106,7 +106,7 @@ func (r *Runner) RecoverGuests(ctx context.Context, prefix string) []GuestDown {
 
 // RunRecovering runs c in direction d (Run). If the run failed and a guest is down after it,
 // the guest is rebooted and the cell runs once more; the retry's result is the cell's, with
-// the first try and the guest's fate attached (WithFirstTry). A retry that fails too is
+// the first try and the guest's fate attached (carryFirstTry). A retry that fails too is
 // followed by another check, so the next cell finds a live guest.
 func (r *Runner) RunRecovering(ctx context.Context, c Cell, d Direction) Result {
 	if r.CrashGuest != "" && !r.crashed && strings.Contains(c.Name, r.CrashGuest) {
@@ -187,16 +187,9 @@ func keepFirstTry(prefix string) {
 	}
 }
 
-// WithFirstTry is the retry's result carrying the first try: its problems become a note (they
-// did not decide the cell) and the guests found down after it are listed.
-func WithFirstTry(retry, first Result, down []GuestDown) Result {
-	carryFirstTry(retry.record(), first.record(), first.brokeVerb(), down)
-	return retry
-}
-
 // carryFirstTry writes the first try into the retry's record: a note of how it ended (verb)
-// and its problems, which did not decide, the guests found down after it ahead of the
-// retry's, and its time.
+// and its problems, which did not decide the cell or run, the guests found down after it
+// ahead of the retry's, and its time.
 func carryFirstTry(retry, first tryRecord, verb string, down []GuestDown) {
 	*retry.notes = append([]string{firstTryNote(verb, *first.problems, down)}, *retry.notes...)
 	*retry.down = append(down[:len(down):len(down)], *retry.down...)

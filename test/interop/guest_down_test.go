@@ -57,11 +57,17 @@ func TestDownReasonSaysWhyAGuestIsGone(t *testing.T) {
 	require.LessOrEqual(t, strings.Count(DownReason(true, long, nil), "\n"), 11)
 }
 
-// TestWithFirstTryKeepsTheFirstTryAsANote: the retry decides the cell (pass or fail), the
+// withFirstTry is the retry of a matrix cell as runRecovering leaves it: carrying first.
+func withFirstTry(retry, first Result, down []GuestDown) Result {
+	carryFirstTry(retry.record(), first.record(), first.brokeVerb(), down)
+	return retry
+}
+
+// TestCarryFirstTryKeepsTheFirstTryAsANote: the retry decides the cell (pass or fail), the
 // first try's problems and the guest's fate are kept in front of the retry's own notes on one
 // line (ssh's stderr ended a problem with a newline, which broke RESULTS.md's table row), the
 // time is the two tries', and the caller's slice is not aliased.
-func TestWithFirstTryKeepsTheFirstTryAsANote(t *testing.T) {
+func TestCarryFirstTryKeepsTheFirstTryAsANote(t *testing.T) {
 	first := Result{Pass: false, Problems: []string{"client: exit 1", "counters after: signal: killed: mux_client_request_session: read from master failed: Broken pipe\n"}, Elapsed: 40 * time.Second}
 	down := []GuestDown{{VM: 1, Reason: "its kernel panicked:\nBUG: x\nKernel panic - not syncing: y", Console: "/l/c.vm1.console"}}
 	for _, pass := range []bool{true, false} {
@@ -69,7 +75,7 @@ func TestWithFirstTryKeepsTheFirstTryAsANote(t *testing.T) {
 		if !pass {
 			retry.Problems = []string{"server: exit 1"}
 		}
-		got := WithFirstTry(retry, first, down)
+		got := withFirstTry(retry, first, down)
 		require.Equal(t, pass, got.Pass, "the retry decides")
 		require.Equal(t, retry.Problems, got.Problems, "the first try's problems are not the cell's")
 		require.Equal(t, []string{
@@ -82,9 +88,9 @@ func TestWithFirstTryKeepsTheFirstTryAsANote(t *testing.T) {
 	}
 	roomy := make([]GuestDown, 1, 2)
 	roomy[0] = down[0]
-	d := WithFirstTry(Result{Down: []GuestDown{{VM: 2}}}, first, roomy)
+	d := withFirstTry(Result{Down: []GuestDown{{VM: 2}}}, first, roomy)
 	require.Equal(t, []int{1, 2}, []int{d.Down[0].VM, d.Down[1].VM})
-	require.Zero(t, roomy[:2][1].VM, "WithFirstTry appended into the caller's array")
+	require.Zero(t, roomy[:2][1].VM, "carryFirstTry appended into the caller's array")
 }
 
 // TestKeepFirstTryRenamesTheRunsFiles: the retry writes the same log names, so the first
