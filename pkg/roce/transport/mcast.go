@@ -115,13 +115,7 @@ type pcapGroupConn struct {
 
 func (g *pcapGroupConn) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
 	n, err := g.Conn.Receive(bufs, sizes, eps)
-	if n > 0 {
-		g.r.mu.Lock()
-		for i := range n {
-			g.r.record(bufs[i][:sizes[i]], eps[i].Remote, eps[i].Local, true)
-		}
-		g.r.mu.Unlock()
-	}
+	g.r.recordReceived(bufs, sizes, eps, n)
 	return n, err
 }
 

@@ -102,14 +102,20 @@ func (r *PcapRecorder) Err() error {
 
 func (r *PcapRecorder) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
 	n, err := r.inner.Receive(bufs, sizes, eps)
-	if n > 0 {
-		r.mu.Lock()
-		for i := range n {
-			r.record(bufs[i][:sizes[i]], eps[i].Remote, eps[i].Local, true)
-		}
-		r.mu.Unlock()
-	}
+	r.recordReceived(bufs, sizes, eps, n)
 	return n, err
+}
+
+// recordReceived writes the n datagrams a Receive returned.
+func (r *PcapRecorder) recordReceived(bufs [][]byte, sizes []int, eps []Endpoint, n int) {
+	if n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	for i := range n {
+		r.record(bufs[i][:sizes[i]], eps[i].Remote, eps[i].Local, true)
+	}
+	r.mu.Unlock()
 }
 
 // Send sends through the inner Conn and records the datagrams once it
