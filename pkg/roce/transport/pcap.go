@@ -35,12 +35,13 @@ type PcapRecorder struct {
 	log   *slog.Logger
 	keep0 bool
 
-	// mu guards w, scratch and err, and is held across the inner Send
-	// (see Send): a frame is written only under it.
+	// mu guards w, scratch, err and joined, and is held across
+	// the inner Send (see Send): a frame is written only under it.
 	mu      sync.Mutex
 	w       *pcapgo.Writer
 	scratch []byte
 	err     error
+	joined  [][]byte // SendGather's datagrams joined for an inner Conn without it
 }
 
 // NewPcapRecorder writes the pcap file header to w and returns a recorder
@@ -113,7 +114,7 @@ func (r *PcapRecorder) recordReceived(bufs [][]byte, sizes []int, eps []Endpoint
 	}
 	r.mu.Lock()
 	for i := range n {
-		r.record(bufs[i][:sizes[i]], eps[i].Remote, eps[i].Local, true)
+		r.record(&Gather{bufs[i][:sizes[i]]}, eps[i].Remote, eps[i].Local, true)
 	}
 	r.mu.Unlock()
 }
@@ -136,9 +137,48 @@ func (r *PcapRecorder) Send(bufs [][]byte, ep Endpoint) error {
 	}
 	src := sourceFor(r.inner.LocalAddrs(), ep)
 	for _, b := range bufs {
-		r.record(b, src, ep.Remote, false)
+		r.record(&Gather{b}, src, ep.Remote, false)
 	}
 	return nil
+}
+
+// SendGather implements GatherSender, so that a wrapper around the
+// recorder that sends in pieces (the daemon's traffic accounting, put
+// outside it by ib.OpenDevice) need not join them itself: the inner
+// Conn's SendGather when it has one, otherwise its Send with the pieces
+// joined into the recorder's own buffers (reused: mu is held across the
+// Send, which reads them during the call only). Like Send it records
+// the datagrams only once the inner send succeeded.
+func (r *PcapRecorder) SendGather(dgrams []Gather, ep Endpoint) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var err error
+	if gs, ok := r.inner.(GatherSender); ok {
+		err = gs.SendGather(dgrams, ep)
+	} else {
+		err = r.inner.Send(r.join(dgrams), ep)
+	}
+	if err != nil {
+		return err
+	}
+	src := sourceFor(r.inner.LocalAddrs(), ep)
+	for i := range dgrams {
+		r.record(&dgrams[i], src, ep.Remote, false)
+	}
+	return nil
+}
+
+// join returns dgrams as whole datagrams, in buffers the recorder keeps
+// for the next call; the caller holds r.mu.
+func (r *PcapRecorder) join(dgrams []Gather) [][]byte {
+	for len(r.joined) < len(dgrams) {
+		r.joined = append(r.joined, nil)
+	}
+	out := r.joined[:len(dgrams)]
+	for i := range dgrams {
+		out[i] = dgrams[i].AppendTo(out[i][:0])
+	}
+	return out
 }
 
 // sourceFor finds the address and port a Send with ep goes out from, the
@@ -163,13 +203,15 @@ func sourceFor(locals []netip.AddrPort, ep Endpoint) netip.AddrPort {
 	return netip.AddrPortFrom(la, ep.Local.Port())
 }
 
-// record writes one frame; the caller holds r.mu.
-func (r *PcapRecorder) record(data []byte, src, dst netip.AddrPort, received bool) {
+// record writes one frame, the datagram g's pieces joined; the caller
+// holds r.mu. A received datagram is whole in g[0].
+func (r *PcapRecorder) record(g *Gather, src, dst netip.AddrPort, received bool) {
 	if r.err != nil {
 		return
 	}
 	s, d := src.Addr().Unmap(), dst.Addr().Unmap()
-	if !s.IsValid() || !d.IsValid() || s.Is4() != d.Is4() || len(data) > MaxDatagramSize {
+	n := g.Len()
+	if !s.IsValid() || !d.IsValid() || s.Is4() != d.Is4() || n > MaxDatagramSize {
 		return // nothing sensible to write (a Conn never reports this)
 	}
 	f := r.scratch
@@ -182,14 +224,16 @@ func (r *PcapRecorder) record(data []byte, src, dst netip.AddrPort, received boo
 	}
 	binary.BigEndian.PutUint16(f[12:], uint16(et))
 	fl := wire.Flow{Src: netip.AddrPortFrom(s, src.Port()), Dst: netip.AddrPortFrom(d, dst.Port())}
-	ipLen := fl.PutHeaders(f[off:], len(data))
+	ipLen := fl.PutHeaders(f[off:], n)
 	if s.Is4() && received && !r.keep0 {
-		if v, id := fl.Verify(data); v == wire.ICRCOK && id != 0 {
+		if v, id := fl.Verify(g[0]); v == wire.ICRCOK && id != 0 {
 			wire.SetIPv4ID(f[off:], id)
 		}
 	}
 	off += ipLen + udpHeaderLen
-	off += copy(f[off:], data)
+	for _, p := range g {
+		off += copy(f[off:], p)
+	}
 	ci := gopacket.CaptureInfo{Timestamp: r.clock(), CaptureLength: off, Length: off}
 	if err := r.w.WritePacket(ci, f[:off]); err != nil {
 		r.err = err

@@ -349,3 +349,88 @@ func TestSourceFor(t *testing.T) {
 	require.Equal(t, ap("10.0.0.1:7"), sourceFor(locals, Endpoint{Local: ap("[::ffff:10.0.0.1]:0"), Remote: ap("10.0.0.2:1")}))
 	require.Equal(t, ap("10.0.0.5:9"), sourceFor(locals, Endpoint{Local: ap("10.0.0.5:0"), Remote: ap("10.0.0.2:1")}))
 }
+
+// TestPcapRecorderSendGather: a datagram sent in pieces is recorded whole,
+// whether the inner Conn gathers (it gets the pieces) or not (it gets
+// them joined, in buffers the recorder reuses: no allocation once warm);
+// a send that fails records nothing. The recorder gathers because
+// ib.OpenDevice puts the daemon's traffic accounting, which sends in
+// pieces, outside it: without SendGather the accounting joined every
+// datagram in a new buffer.
+func TestPcapRecorderSendGather(t *testing.T) {
+	src, dst := ap("10.0.0.1:49152"), ap("10.0.0.2:4791")
+	fl := wire.Flow{Src: src, Dst: dst}
+	var whole [][]byte
+	var dgrams []Gather
+	for i, n := range []int{0, 100, 4096} {
+		p := rocePacket(uint32(i), n)
+		fl.Seal(p)
+		whole = append(whole, p)
+		end := len(p) - wire.ICRCLen
+		dgrams = append(dgrams, Gather{p[:wire.BTHLen], p[wire.BTHLen:end], p[end:]})
+	}
+	for _, gathers := range []bool{true, false} {
+		t.Run(map[bool]string{true: "inner-gathers", false: "inner-sends-whole"}[gathers], func(t *testing.T) {
+			mn := NewMemNetwork()
+			mn.QueueLen = 4 // every slot holds a 4 KiB datagram after a few rounds
+			c, err := mn.Listen(src)
+			require.NoError(t, err)
+			peer, err := mn.Listen(dst)
+			require.NoError(t, err)
+			var inner Conn = c
+			spy := &gatherRecorder{Conn: c}
+			if gathers {
+				inner = spy
+			}
+			var w bytes.Buffer
+			r, err := NewPcapRecorder(inner, &w, PcapOptions{})
+			require.NoError(t, err)
+			defer r.Close()
+			defer peer.Close()
+			var gs GatherSender = r
+			require.NoError(t, gs.SendGather(dgrams, Endpoint{Remote: dst}))
+			require.NoError(t, gs.SendGather(dgrams[1:2], Endpoint{Remote: dst}), "the join buffers again, shorter")
+			order := []int{0, 1, 2, 1}
+			frames := readPcap(t, w.Bytes())
+			require.Len(t, frames, len(order))
+			for i, f := range frames {
+				require.Equal(t, whole[order[i]], []byte(f.udp.Payload), "frame %d", i)
+				require.Equal(t, wire.ICRCOK, icrcOK(f), "frame %d", i)
+			}
+			if gathers {
+				require.Equal(t, []bool{true, true, true, true}, spy.gathered)
+				for i, d := range spy.sent {
+					require.Equal(t, whole[order[i]], d)
+				}
+			} else {
+				got := receiveN(t, peer, len(order), MaxDatagramSize)
+				for i, p := range got {
+					require.Equal(t, whole[order[i]], p.data)
+				}
+				rx := newRxSet(4, MaxDatagramSize)
+				round := func() {
+					w.Reset()
+					if err := gs.SendGather(dgrams, Endpoint{Remote: dst}); err != nil {
+						t.Fatal(err)
+					}
+					for got := 0; got < len(dgrams); {
+						n, err := peer.Receive(rx.bufs, rx.sizes, rx.eps)
+						if err != nil {
+							t.Fatal(err)
+						}
+						got += n
+					}
+				}
+				for range 4 {
+					round()
+				}
+				require.Zero(t, testing.AllocsPerRun(20, round))
+
+				// A send the inner Conn refuses is not recorded.
+				w.Reset()
+				require.ErrorIs(t, gs.SendGather(dgrams, Endpoint{Local: ap("10.9.9.9:0"), Remote: dst}), ErrNoLocalAddr)
+				require.Zero(t, w.Len())
+			}
+		})
+	}
+}
