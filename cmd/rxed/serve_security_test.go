@@ -2,16 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/oob"
+	"github.com/rxed/rxed/pkg/wire"
+	"github.com/rxed/rxed/pkg/wire/wirepcap"
 	"github.com/stretchr/testify/require"
 )
 
@@ -238,11 +244,17 @@ func TestServePerftestGIDRules(t *testing.T) {
 // TestServeBudgets: --max-read refuses READs longer than the cap (the
 // client's READ fails, the daemon sends none of it) and --session-bytes
 // stops a session's responses at its budget; READs within both run.
+// The daemon's --pcap shows the refused READ requests arriving and no
+// more sent to any peer QP than its session's budget: the capture once
+// recorded every response the budget dropped as sent (the recorder sat
+// outside the daemon's accounting).
 func TestServeBudgets(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
 	port := reservePort(t)
-	d, _, _, _ := startServe(t, "--addr", a, "-p", port, "--export", "data=anon,size=1M", "--max-read", "4K", "--session-bytes", "1M")
+	capture := tempPath(t, "serve.pcap")
+	d, _, stop, done := startServe(t, "--addr", a, "-p", port, "--export", "data=anon,size=1M", "--max-read", "4K", "--session-bytes", "1M",
+		"--pcap", capture)
 	perf := func(size, n string) result {
 		return runCmd("perf", "read", "--addr", b, "-p", port, "-s", size, "-n", n, "--timeout", "5s", "--qp-timeout", "10", "--progress", "0", a)
 	}
@@ -254,4 +266,44 @@ func TestServeBudgets(t *testing.T) {
 	r = perf("4096", "1000")
 	require.NotEqual(t, 0, r.code, "4 MB of READ responses against a 1 MiB budget")
 	require.NotContains(t, d.Metrics(), "rxed_budget_drops_total 0\n")
+
+	stop()
+	require.NoError(t, <-done)
+	sent, refused := captureBudgetView(t, capture, netip.MustParseAddr(a))
+	require.Positive(t, refused, "the READ requests past --max-read arrived: the capture must show them")
+	require.Len(t, sent, 3, "one peer QP per client")
+	for qpn, n := range sent {
+		require.LessOrEqual(t, n, int64(1<<20), "bytes recorded as sent to QP %#x against its session's 1 MiB", qpn)
+	}
+}
+
+// captureBudgetView reads a daemon's capture: the UDP payload bytes it
+// sent from self to each destination QP, and how many READ requests
+// longer than 4 KiB it received.
+func captureBudgetView(t *testing.T, path string, self netip.Addr) (sent map[uint32]int64, bigReads int) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	frames, err := wirepcap.NewReader(f)
+	require.NoError(t, err)
+	sent = map[uint32]int64{}
+	for {
+		fr, err := frames.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		var u wirepcap.UDPFrame
+		require.NoError(t, wirepcap.DissectUDP(layers.LinkType(fr.LinkType), fr.Data, &u))
+		var p wire.Packet
+		require.NoError(t, p.Parse(u.Payload), "frame %d", fr.Number)
+		switch {
+		case u.Src.Addr() == self:
+			sent[p.BTH.DestQP()] += int64(len(u.Payload))
+		case p.Opcode == wire.RCReadRequest && p.RETH.DMALen() > 4096:
+			bigReads++
+		}
+	}
+	return sent, bigReads
 }

@@ -56,11 +56,16 @@ type Config struct {
 	// delay into what the device sends and receives (transport.NewFaulty;
 	// transport.ParseFaultSpec reads rxed's --fault syntax).
 	Fault *transport.FaultConfig
-	// Wrap, if set, wraps the transport (after Fault) before the engine
-	// uses it. Both are applied inside the pcap recorder, so the capture
-	// shows what the engine saw.
+	// Wrap, if set, wraps the transport (after Fault and Pcap) before the
+	// engine uses it: the daemon's accounting, which drops what a
+	// session's budget does not allow.
 	Wrap func(transport.Conn) (transport.Conn, error)
-	// Pcap, if set, records every packet the engine sends and receives.
+	// Pcap, if set, records every packet the device sends and receives,
+	// between Fault and Wrap: the capture shows what the engine sent
+	// before fault injection lost or damaged it, and what reached the
+	// device after, as the engine sees it; a datagram Wrap drops is
+	// recorded when it arrived (it did) and not when it was to be sent
+	// (it never left).
 	Pcap io.Writer
 	// Logger receives debug and error logs; nil is silent.
 	Logger *slog.Logger
@@ -147,6 +152,14 @@ func OpenDevice(cfg Config) (*Device, error) {
 		}
 		conn = transport.NewFaulty(conn, *cfg.Fault)
 	}
+	if cfg.Pcap != nil {
+		rec, err := transport.NewPcapRecorder(conn, cfg.Pcap, transport.PcapOptions{Logger: cfg.Logger})
+		if err != nil {
+			conn.Close()
+			return nil, wrap("OpenDevice", err)
+		}
+		conn = rec
+	}
 	if cfg.Wrap != nil {
 		w, err := cfg.Wrap(conn)
 		if err != nil {
@@ -158,14 +171,6 @@ func OpenDevice(cfg Config) (*Device, error) {
 	d := &Device{events: make(chan AsyncEvent, 64), mtu: cfg.ActiveMTU, done: make(chan struct{})}
 	if d.mtu == 0 {
 		d.mtu = MTU4096
-	}
-	if cfg.Pcap != nil {
-		rec, err := transport.NewPcapRecorder(conn, cfg.Pcap, transport.PcapOptions{Logger: cfg.Logger})
-		if err != nil {
-			conn.Close()
-			return nil, wrap("OpenDevice", err)
-		}
-		conn = rec
 	}
 	gids := cfg.Addrs
 	if len(gids) == 0 {
