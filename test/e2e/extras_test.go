@@ -7,12 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket/layers"
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/rxed/rxed/pkg/wire"
-	"github.com/rxed/rxed/pkg/wire/wirepcap"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,21 +44,13 @@ func TestPcapRecordsVerifiableICRCs(t *testing.T) {
 				ib.SendWR{ID: 3, Opcode: ib.WRSendWithImm, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(na, 0, 2000)}}))
 			waitOK(t, na.scq, 3, ib.WCSend)
 			require.NoError(t, na.dev.Close())
-			frames, err := wirepcap.NewReader(bytes.NewReader(capture.Bytes()))
-			require.NoError(t, err)
+			sent, rcvd := captureOpcodes(t, capture.Bytes(), a)
 			seen := map[wire.Opcode]int{}
-			for {
-				fr, err := frames.Next()
-				if err != nil {
-					break
-				}
-				var u wirepcap.UDPFrame
-				require.NoError(t, wirepcap.DissectUDP(layers.LinkType(fr.LinkType), fr.Data, &u))
-				require.Equal(t, uint16(transport.RoCEv2Port), u.Dst.Port())
-				require.Equal(t, wire.ICRCOK, wire.VerifyICRC(u.IP, u.UDP, u.Payload), "frame %d", fr.Number)
-				var p wire.Packet
-				require.NoError(t, p.Parse(u.Payload))
-				seen[p.Opcode]++
+			for op, n := range sent {
+				seen[op] += n
+			}
+			for op, n := range rcvd {
+				seen[op] += n
 			}
 			// Both directions are in the capture.
 			require.Equal(t, 5, seen[wire.RCWriteFirst]+seen[wire.RCWriteMiddle]+seen[wire.RCWriteLast])

@@ -14,65 +14,66 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// dropFirst drops the first datagram of one opcode and counts the rest.
+type dropFirst struct {
+	op              wire.Opcode
+	dropped, passed int
+}
+
+// pass reports whether a datagram whose BTH starts b goes on.
+func (f *dropFirst) pass(b []byte) bool {
+	switch {
+	case wire.BTH(b).Opcode() != f.op:
+		return true
+	case f.dropped == 0:
+		f.dropped++
+		return false
+	}
+	f.passed++
+	return true
+}
+
 // dropFirstConn is a Wrap that drops, as the daemon's traffic accounting
-// does, the first datagram it is given to send with opcode tx and the
-// first it receives with opcode rx, and counts what it let through.
+// does, the first datagram it is given to send with one opcode and the
+// first it receives with another.
 type dropFirstConn struct {
 	*transport.RxFilterConn
-	gs     transport.GatherSender
-	tx, rx wire.Opcode
+	gs transport.GatherSender
 
-	mu                 sync.Mutex
-	txDropped, txSent  int // datagrams of opcode tx
-	rxDropped, rxKept  int // of opcode rx
-	sawGather, sawFlat bool
+	mu        sync.Mutex
+	tx, rx    dropFirst
+	sawGather bool
 }
 
 func newDropFirstConn(inner transport.Conn, tx, rx wire.Opcode) *dropFirstConn {
-	d := &dropFirstConn{tx: tx, rx: rx}
+	d := &dropFirstConn{tx: dropFirst{op: tx}, rx: dropFirst{op: rx}}
 	d.RxFilterConn = transport.NewRxFilterConn(inner, d)
 	d.gs, _ = inner.(transport.GatherSender)
 	return d
 }
 
-// pass reports whether a datagram to send whose first piece is hdr goes.
-func (d *dropFirstConn) pass(hdr []byte) bool {
-	if wire.BTH(hdr).Opcode() != d.tx {
-		return true
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.txDropped == 0 {
-		d.txDropped++
-		return false
-	}
-	d.txSent++
-	return true
-}
-
 func (d *dropFirstConn) Send(bufs [][]byte, ep transport.Endpoint) error {
 	d.mu.Lock()
-	d.sawFlat = true
-	d.mu.Unlock()
 	var keep [][]byte
 	for _, b := range bufs {
-		if d.pass(b) {
+		if d.tx.pass(b) {
 			keep = append(keep, b)
 		}
 	}
+	d.mu.Unlock()
 	return d.RxFilterConn.Send(keep, ep)
 }
 
 func (d *dropFirstConn) SendGather(dgrams []transport.Gather, ep transport.Endpoint) error {
 	d.mu.Lock()
 	d.sawGather = true
-	d.mu.Unlock()
 	var keep []transport.Gather
 	for _, g := range dgrams {
-		if d.pass(g[0]) {
+		if d.tx.pass(g[0]) {
 			keep = append(keep, g)
 		}
 	}
+	d.mu.Unlock()
 	if d.gs == nil {
 		bufs := make([][]byte, len(keep))
 		for i := range keep {
@@ -84,19 +85,37 @@ func (d *dropFirstConn) SendGather(dgrams []transport.Gather, ep transport.Endpo
 }
 
 func (d *dropFirstConn) FilterRx(b transport.RxBatch) int {
-	return b.Partition(func(p []byte) bool {
-		if wire.BTH(p).Opcode() != d.rx {
-			return true
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return b.Partition(d.rx.pass)
+}
+
+// captureOpcodes reads a device's capture, checks that every frame is
+// RoCEv2 with an ICRC that verifies, and counts the opcodes self sent
+// and those it received.
+func captureOpcodes(t *testing.T, capture []byte, self netip.Addr) (sent, rcvd map[wire.Opcode]int) {
+	t.Helper()
+	frames, err := wirepcap.NewReader(bytes.NewReader(capture))
+	require.NoError(t, err)
+	sent, rcvd = map[wire.Opcode]int{}, map[wire.Opcode]int{}
+	for {
+		fr, err := frames.Next()
+		if err != nil {
+			break
 		}
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.rxDropped == 0 {
-			d.rxDropped++
-			return false
+		var u wirepcap.UDPFrame
+		require.NoError(t, wirepcap.DissectUDP(layers.LinkType(fr.LinkType), fr.Data, &u))
+		require.Equal(t, uint16(transport.RoCEv2Port), u.Dst.Port())
+		require.Equal(t, wire.ICRCOK, wire.VerifyICRC(u.IP, u.UDP, u.Payload), "frame %d", fr.Number)
+		var p wire.Packet
+		require.NoError(t, p.Parse(u.Payload))
+		if u.Src.Addr() == self {
+			sent[p.Opcode]++
+		} else {
+			rcvd[p.Opcode]++
 		}
-		d.rxKept++
-		return true
-	})
+	}
+	return sent, rcvd
 }
 
 // TestPcapRecordsBeneathWrap: a device's capture sits between Fault and
@@ -130,32 +149,13 @@ func TestPcapRecordsBeneathWrap(t *testing.T) {
 	require.NoError(t, na.dev.Close())
 
 	wrapped.mu.Lock()
-	txDropped, txSent, rxDropped, rxKept, gathered := wrapped.txDropped, wrapped.txSent, wrapped.rxDropped, wrapped.rxKept, wrapped.sawGather
+	tx, rx, gathered := wrapped.tx, wrapped.rx, wrapped.sawGather
 	wrapped.mu.Unlock()
-	require.Equal(t, 1, txDropped, "the Wrap dropped the first WRITE")
-	require.Equal(t, 1, rxDropped, "the Wrap dropped the first ACK")
+	require.Equal(t, 1, tx.dropped, "the Wrap dropped the first WRITE")
+	require.Equal(t, 1, rx.dropped, "the Wrap dropped the first ACK")
 	require.True(t, gathered, "the engine sent in pieces through the Wrap and the recorder")
 
-	frames, err := wirepcap.NewReader(bytes.NewReader(capture.Bytes()))
-	require.NoError(t, err)
-	sent := map[wire.Opcode]int{}
-	rcvd := map[wire.Opcode]int{}
-	for {
-		fr, err := frames.Next()
-		if err != nil {
-			break
-		}
-		var u wirepcap.UDPFrame
-		require.NoError(t, wirepcap.DissectUDP(layers.LinkType(fr.LinkType), fr.Data, &u))
-		require.Equal(t, wire.ICRCOK, wire.VerifyICRC(u.IP, u.UDP, u.Payload), "frame %d", fr.Number)
-		var p wire.Packet
-		require.NoError(t, p.Parse(u.Payload))
-		if u.Src.Addr() == a {
-			sent[p.Opcode]++
-		} else {
-			rcvd[p.Opcode]++
-		}
-	}
-	require.Equal(t, txSent, sent[wire.RCWriteOnly], "WRITEs in the capture (sent) against those that left")
-	require.Equal(t, rxDropped+rxKept, rcvd[wire.RCAck], "ACKs in the capture (received) against those that arrived")
+	sent, rcvd := captureOpcodes(t, capture.Bytes(), a)
+	require.Equal(t, tx.passed, sent[wire.RCWriteOnly], "WRITEs in the capture (sent) against those that left")
+	require.Equal(t, rx.dropped+rx.passed, rcvd[wire.RCAck], "ACKs in the capture (received) against those that arrived")
 }
