@@ -147,6 +147,11 @@ func benchWriteBW64K(b *testing.B, nqp int, mode string) {
 	// (1.4 on W); rxed's engines do, so on a 2-CPU host this ratio is
 	// goal 2's bound (docs/performance.md, session AB).
 	b.ReportMetric(float64(cpu)/float64(tcpCPU), "tcp-cpu-ratio")
+	// How many of the host's CPUs each kept busy: on W neither keeps
+	// both (rxed 1.6-1.7, TCP 1.3; docs/performance.md, session AC), so
+	// the bound is a thread's serial work, not the CPU count.
+	b.ReportMetric(cpu.Seconds()/elapsed.Seconds(), "cpus")
+	b.ReportMetric(tcpCPU.Seconds()/(float64(b.N)*benchMsg/(tcp*1e6)), "tcp-cpus")
 	b.ReportMetric(float64(retries(na, nb)-retries0), "retries")
 	b.ReportMetric(apk, "allocs/pkt")
 }
