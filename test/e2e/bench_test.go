@@ -148,8 +148,8 @@ func benchWriteBW64K(b *testing.B, nqp int, mode string) {
 	// goal 2's bound (docs/performance.md, session AB).
 	b.ReportMetric(float64(cpu)/float64(tcpCPU), "tcp-cpu-ratio")
 	// How many of the host's CPUs each kept busy: on W neither keeps
-	// both (rxed 1.6-1.7, TCP 1.3; docs/performance.md, session AC), so
-	// the bound is a thread's serial work, not the CPU count.
+	// both (rxed 1.6-1.8, TCP 1.3-1.4; docs/performance.md, session AC),
+	// so the bound is a thread's serial work more than the CPU count.
 	b.ReportMetric(cpu.Seconds()/elapsed.Seconds(), "cpus")
 	b.ReportMetric(tcpCPU.Seconds()/(float64(b.N)*benchMsg/(tcp*1e6)), "tcp-cpus")
 	b.ReportMetric(float64(retries(na, nb)-retries0), "retries")
