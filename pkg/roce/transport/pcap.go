@@ -35,8 +35,9 @@ type PcapRecorder struct {
 	log   *slog.Logger
 	keep0 bool
 
-	// mu guards w, scratch, err and joined, and is held across
-	// the inner Send (see Send): a frame is written only under it.
+	// mu guards w, scratch, err and joined, and is held across the
+	// inner Send or SendGather (see Send): a frame is written only under
+	// it.
 	mu      sync.Mutex
 	w       *pcapgo.Writer
 	scratch []byte
