@@ -436,18 +436,15 @@ func (e *Engine) QueryQP(q *qp.QP) (qp.Attr, error) {
 	return a, err
 }
 
-// DestroyQP removes q; packets for it are then dropped as drop_qp. Its
-// number is held back from allocation for the next RecentQPNs destroys.
+// DestroyQP removes q; packets for it are then dropped as drop_qp, and
+// once it returns the engine sends nothing more for q (what q had built
+// leaves first). Its number is held back from allocation for the next
+// RecentQPNs destroys.
 func (e *Engine) DestroyQP(q *qp.QP) error {
 	num := q.Num()
 	w := e.workerFor(num)
 	removed := false
-	err := w.call(func() {
-		if ent := w.qps[num]; ent != nil && ent.q == q {
-			delete(w.qps, num)
-			removed = true
-		}
-	})
+	err := w.call(func() { removed = w.forget(num, q) })
 	// On ErrClosed the call may still run later on the worker: removed is
 	// only ours to read when it returned nil (and a closed engine hands
 	// out no more numbers).

@@ -250,6 +250,22 @@ func (w *worker) countPending(k eventKind, d int64) {
 }
 
 // call runs fn on the worker and waits for it.
+// forget removes q (number num) from the worker and sends what this round
+// built so far, q's packets among them: once DestroyQP returns the engine
+// sends nothing more for q, so a caller that accounts for a QP's traffic
+// (the daemon's send budgets) may stop counting then. Without the flush
+// the round's batch left after the call had returned. It reports whether
+// q was there (a number reused since is another QP's). Runs on the worker.
+func (w *worker) forget(num uint32, q *qp.QP) bool {
+	ent := w.qps[num]
+	if ent == nil || ent.q != q {
+		return false
+	}
+	delete(w.qps, num)
+	w.flush()
+	return true
+}
+
 func (w *worker) call(fn func()) error {
 	done := make(chan struct{})
 	if !w.enqueue(event{kind: evCall, fn: fn, done: done}) {

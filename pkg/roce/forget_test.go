@@ -1,0 +1,61 @@
+package roce
+
+import (
+	"log/slog"
+	"net/netip"
+	"testing"
+
+	"github.com/rxed/rxed/pkg/mr"
+	"github.com/rxed/rxed/pkg/qp"
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/rxed/rxed/pkg/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// Once DestroyQP returns, the engine sends nothing more for the QP: what
+// the worker's round built before the destroy ran leaves inside it. The
+// daemon stops accounting for a session's QP when its Destroy returns
+// (internal/daemon retireQP); a batch built in the same round as the
+// destroy used to leave after that, outside the session's send budget.
+func TestForgetSendsWhatTheRoundBuilt(t *testing.T) {
+	rc := &recordConn{}
+	a := netip.MustParseAddr("127.0.0.1")
+	e := &Engine{conn: rc, clock: SystemClock{}, log: slog.New(slog.DiscardHandler),
+		gids: []netip.Addr{a}, gidPorts: []uint16{transport.RoCEv2Port}, ports: map[netip.Addr]uint16{a: transport.RoCEv2Port}}
+	w := newWorker(e, 0)
+	mem := mr.NewTable(nil)
+	pd, err := mem.AllocPD()
+	require.NoError(t, err)
+	cq, err := qp.NewCQ(4)
+	require.NoError(t, err)
+	newQP := func(num uint32) *qp.QP {
+		q, err := qp.New(qp.Config{Num: num, Type: qp.RC, Mem: mem, PD: pd, SendCQ: cq, RecvCQ: cq})
+		require.NoError(t, err)
+		return q
+	}
+	calls := func() int {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		return rc.calls
+	}
+	q := newQP(7)
+	w.qps[7] = &qpEntry{q: q}
+	// An ACK built this round (as q's responder would), not yet flushed.
+	const n = wire.BTHLen + wire.AETHLen + wire.ICRCLen
+	buf := w.TxBuffer()
+	clear(buf[:n])
+	buf[0] = byte(wire.RCAck)
+	wire.AETH(buf[wire.BTHLen:]).SetSyndrome(wire.ACKSyndrome(31))
+	require.NoError(t, w.Transmit(n, &qp.AddrVector{DGID: netip.MustParseAddr("127.0.0.2")}))
+	require.Zero(t, calls(), "an ACK waits for the round's flush")
+
+	require.False(t, w.forget(7, newQP(7)), "another QP under the same number is not q")
+	require.Contains(t, w.qps, uint32(7))
+	require.Zero(t, calls(), "nor sends anything")
+	require.True(t, w.forget(7, q))
+	require.NotContains(t, w.qps, uint32(7))
+	require.Equal(t, 1, calls(), "the batch left before forget returned")
+	require.Len(t, rc.sent, 1)
+	require.Zero(t, w.txN)
+	require.False(t, w.forget(7, q), "forgotten once")
+}
