@@ -109,6 +109,11 @@ func TestDialAccept(t *testing.T) {
 			require.Equal(t, ib.QPSRTS, sa.State)
 			require.Equal(t, s.conn.QP().Num(), ca.DestQPN)
 			require.Equal(t, q.Num(), sa.DestQPN)
+			// What the request named before Accept is where the QP sends.
+			rgid, rqpn := s.req.RemoteQP()
+			require.Equal(t, q.Num(), rqpn)
+			require.Equal(t, sa.AV.DGID.Unmap(), rgid)
+			require.Equal(t, cli.ip, rgid)
 			require.Equal(t, ca.SQPSN, sa.RQPSN, "the passive side expects the active side's starting PSN")
 			require.Equal(t, sa.SQPSN, ca.RQPSN)
 			require.Equal(t, uint8(2), ca.MaxRdAtomic, "active max_rd_atomic = its initiator depth")

@@ -268,6 +268,18 @@ type Request struct {
 // AcceptUD).
 func (r *Request) UD() bool { return r.ud }
 
+// RemoteQP is the peer's GID (unmapped) and QP number as the REQ gives
+// them: where the QP that Accept connects will send. Known before
+// Accept, so that an application accounting for what it sends to the
+// peer can start before the peer may send its first request (the REP
+// lets it, before Accept returns). A UD request's QP number is 0.
+func (r *Request) RemoteQP() (gid netip.Addr, qpn uint32) {
+	if r.ud {
+		return r.peerGID.Unmap(), 0
+	}
+	return r.peerGID.Unmap(), r.req.LocalQPN
+}
+
 // answer marks the request answered, once.
 func (r *Request) answer() error {
 	r.mu.Lock()
