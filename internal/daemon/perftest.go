@@ -51,9 +51,10 @@ func (d *Daemon) perftestSession(ctx context.Context, sess *oob.Session, s *sess
 	defer func() {
 		for i, q := range qps {
 			if i < len(remotes) {
-				d.traffic.untrack(q.qp.Num(), netip.AddrFrom16(remotes[i].GID), remotes[i].QPN)
+				d.retireQP(q.qp, netip.AddrFrom16(remotes[i].GID), remotes[i].QPN)
+			} else {
+				_ = q.qp.Destroy()
 			}
-			_ = q.qp.Destroy()
 		}
 		_ = cq.Destroy()
 		if err != nil {

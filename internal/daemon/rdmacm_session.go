@@ -176,22 +176,18 @@ func (d *Daemon) acceptTestConn(ctx context.Context, req *rdmacm.Request, cq *ib
 		return nil, err
 	}
 	q := &cmTestQP{perftestQP: pq}
+	// Accounted from before the REP: the client may send its first
+	// request as soon as the REP arrives, before our Accept returns.
+	q.gid, q.remoteQPN = req.RemoteQP()
+	d.traffic.track(s.traffic, q.qp.Num(), q.gid, q.remoteQPN)
 	p := &rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7, ACKTimeout: d.cfg.QPTimeout,
 		ResponderResources: min(128, max(req.InitiatorDepth, 1)), InitiatorDepth: min(128, max(req.ResponderResources, 1))}
 	conn, err := req.Accept(ctx, q.qp, p)
 	if err != nil {
-		_ = q.qp.Destroy()
+		d.retireQP(q.qp, q.gid, q.remoteQPN)
 		return nil, fmt.Errorf("accepting a test connection: %w", err)
 	}
 	q.conn = conn
-	attr, _, err := q.qp.Query()
-	if err != nil {
-		_ = conn.Disconnect(ctx)
-		_ = q.qp.Destroy()
-		return nil, err
-	}
-	q.gid, q.remoteQPN = attr.AV.DGID.Unmap(), attr.DestQPN
-	d.traffic.track(s.traffic, q.qp.Num(), q.gid, q.remoteQPN)
 	return q, nil
 }
 
@@ -214,8 +210,7 @@ func (d *Daemon) endCMSession(ctrl *CMControl, qps []*cmTestQP, cq *ib.CQ) {
 		_ = c.Disconnect(dctx)
 	}
 	for _, q := range qps {
-		d.traffic.untrack(q.qp.Num(), q.gid, q.remoteQPN)
-		_ = q.qp.Destroy()
+		d.retireQP(q.qp, q.gid, q.remoteQPN)
 	}
 	ctrl.Close()
 	_ = cq.Destroy()
