@@ -1,13 +1,10 @@
 package roce
 
 import (
-	"log/slog"
-	"net/netip"
 	"testing"
 
 	"github.com/rxed/rxed/pkg/mr"
 	"github.com/rxed/rxed/pkg/qp"
-	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/rxed/rxed/pkg/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -18,11 +15,7 @@ import (
 // (internal/daemon retireQP); a batch built in the same round as the
 // destroy used to leave after that, outside the session's send budget.
 func TestForgetSendsWhatTheRoundBuilt(t *testing.T) {
-	rc := &recordConn{}
-	a := netip.MustParseAddr("127.0.0.1")
-	e := &Engine{conn: rc, clock: SystemClock{}, log: slog.New(slog.DiscardHandler),
-		gids: []netip.Addr{a}, gidPorts: []uint16{transport.RoCEv2Port}, ports: map[netip.Addr]uint16{a: transport.RoCEv2Port}}
-	w := newWorker(e, 0)
+	w, rc := bareWorker()
 	mem := mr.NewTable(nil)
 	pd, err := mem.AllocPD()
 	require.NoError(t, err)
@@ -33,20 +26,11 @@ func TestForgetSendsWhatTheRoundBuilt(t *testing.T) {
 		require.NoError(t, err)
 		return q
 	}
-	calls := func() int {
-		rc.mu.Lock()
-		defer rc.mu.Unlock()
-		return rc.calls
-	}
+	calls := rc.callCount
 	q := newQP(7)
 	w.qps[7] = &qpEntry{q: q}
 	// An ACK built this round (as q's responder would), not yet flushed.
-	const n = wire.BTHLen + wire.AETHLen + wire.ICRCLen
-	buf := w.TxBuffer()
-	clear(buf[:n])
-	buf[0] = byte(wire.RCAck)
-	wire.AETH(buf[wire.BTHLen:]).SetSyndrome(wire.ACKSyndrome(31))
-	require.NoError(t, w.Transmit(n, &qp.AddrVector{DGID: netip.MustParseAddr("127.0.0.2")}))
+	transmitToPeer(t, w, wire.RCAck, wire.ACKSyndrome(31))
 	require.Zero(t, calls(), "an ACK waits for the round's flush")
 
 	require.False(t, w.forget(7, newQP(7)), "another QP under the same number is not q")
