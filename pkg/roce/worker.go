@@ -249,7 +249,6 @@ func (w *worker) countPending(k eventKind, d int64) {
 	}
 }
 
-// call runs fn on the worker and waits for it.
 // forget removes q (number num) from the worker and sends what this round
 // built so far, q's packets among them: once DestroyQP returns the engine
 // sends nothing more for q, so a caller that accounts for a QP's traffic
@@ -266,6 +265,7 @@ func (w *worker) forget(num uint32, q *qp.QP) bool {
 	return true
 }
 
+// call runs fn on the worker and waits for it.
 func (w *worker) call(fn func()) error {
 	done := make(chan struct{})
 	if !w.enqueue(event{kind: evCall, fn: fn, done: done}) {

@@ -130,10 +130,9 @@ type Faulty struct {
 	// gs is the inner Conn's SendGather (nil when it has none);
 	// SendGather's flat copies serve when the faults are not inline or the
 	// inner Conn cannot gather (faulty_gather.go).
-	gs       GatherSender
-	flatMu   sync.Mutex
-	flatBufs [][]byte
-	flatSend [][]byte
+	gs     GatherSender
+	flatMu sync.Mutex // guards flat
+	flat   flattener
 
 	once     sync.Once
 	pumpDone chan struct{}

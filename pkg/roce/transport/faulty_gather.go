@@ -68,16 +68,5 @@ func (f *Faulty) SendGather(dgrams []Gather, ep Endpoint) error {
 func (f *Faulty) sendFlat(dgrams []Gather, ep Endpoint) error {
 	f.flatMu.Lock()
 	defer f.flatMu.Unlock()
-	for len(f.flatBufs) < len(dgrams) {
-		f.flatBufs = append(f.flatBufs, make([]byte, 0, MaxDatagramSize))
-	}
-	bufs := f.flatSend[:0]
-	for i := range dgrams {
-		f.flatBufs[i] = dgrams[i].AppendTo(f.flatBufs[i][:0])
-		bufs = append(bufs, f.flatBufs[i])
-	}
-	err := f.Send(bufs, ep) // copies what it keeps past the call
-	clear(bufs)
-	f.flatSend = bufs[:0]
-	return err
+	return f.Send(f.flat.flatten(dgrams), ep) // copies what it keeps past the call
 }

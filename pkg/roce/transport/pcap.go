@@ -35,14 +35,14 @@ type PcapRecorder struct {
 	log   *slog.Logger
 	keep0 bool
 
-	// mu guards w, scratch, err and joined, and is held across the
+	// mu guards w, scratch, err and flat, and is held across the
 	// inner Send or SendGather (see Send): a frame is written only under
 	// it.
 	mu      sync.Mutex
 	w       *pcapgo.Writer
 	scratch []byte
 	err     error
-	joined  [][]byte // SendGather's datagrams joined for an inner Conn without it
+	flat    flattener // SendGather's datagrams joined for an inner Conn without it
 }
 
 // NewPcapRecorder writes the pcap file header to w and returns a recorder
@@ -157,7 +157,7 @@ func (r *PcapRecorder) SendGather(dgrams []Gather, ep Endpoint) error {
 	if gs, ok := r.inner.(GatherSender); ok {
 		err = gs.SendGather(dgrams, ep)
 	} else {
-		err = r.inner.Send(r.join(dgrams), ep)
+		err = r.inner.Send(r.flat.flatten(dgrams), ep)
 	}
 	if err != nil {
 		return err
@@ -167,19 +167,6 @@ func (r *PcapRecorder) SendGather(dgrams []Gather, ep Endpoint) error {
 		r.record(&dgrams[i], src, ep.Remote, false)
 	}
 	return nil
-}
-
-// join returns dgrams as whole datagrams, in buffers the recorder keeps
-// for the next call; the caller holds r.mu.
-func (r *PcapRecorder) join(dgrams []Gather) [][]byte {
-	for len(r.joined) < len(dgrams) {
-		r.joined = append(r.joined, nil)
-	}
-	out := r.joined[:len(dgrams)]
-	for i := range dgrams {
-		out[i] = dgrams[i].AppendTo(out[i][:0])
-	}
-	return out
 }
 
 // sourceFor finds the address and port a Send with ep goes out from, the
