@@ -127,8 +127,9 @@ type idPair struct{ src, dst [4]byte }
 
 // idGuardMaxPairs bounds the table: pairs are created by packets that
 // passed the ICRC, which a spoofing sender can compute, so it must not
-// grow without bound. When full an arbitrary pair is forgotten (its next
-// packet is a first packet again).
+// grow without bound. When full the pair that appeared first is forgotten
+// (its next packet is a first packet again): the order is deterministic,
+// unlike a map's, so a test can say which pair goes.
 const idGuardMaxPairs = 4096
 
 // idGuard holds the ID windows of every IPv4 pair the engine receives
@@ -148,7 +149,11 @@ const idGuardMaxPairs = 4096
 type idGuard struct {
 	mu    sync.RWMutex
 	pairs map[idPair]*lockedWindow
-	last  atomic.Pointer[lockedWindow]
+	// order holds the keys of pairs in the order they appeared, a ring
+	// whose oldest entry is order[oldest] once it is full (guarded by mu).
+	order  []idPair
+	oldest int
+	last   atomic.Pointer[lockedWindow]
 }
 
 // lockedWindow is one pair's window and the lock that serialises it.
@@ -187,7 +192,7 @@ func (g *idGuard) admit(src, dst netip.Addr, id uint16, now time.Time) idVerdict
 	return v
 }
 
-// add returns k's window, creating it (and forgetting an arbitrary pair
+// add returns k's window, creating it (and forgetting the oldest pair
 // when the table is full).
 func (g *idGuard) add(k idPair) *lockedWindow {
 	g.mu.Lock()
@@ -198,12 +203,14 @@ func (g *idGuard) add(k idPair) *lockedWindow {
 	if g.pairs == nil {
 		g.pairs = make(map[idPair]*lockedWindow)
 	}
-	if len(g.pairs) >= idGuardMaxPairs {
-		for old, ow := range g.pairs {
-			ow.gone.Store(true)
-			delete(g.pairs, old)
-			break
-		}
+	if len(g.order) < idGuardMaxPairs {
+		g.order = append(g.order, k)
+	} else {
+		old := g.order[g.oldest]
+		g.pairs[old].gone.Store(true)
+		delete(g.pairs, old)
+		g.order[g.oldest] = k
+		g.oldest = (g.oldest + 1) % idGuardMaxPairs
 	}
 	lw := &lockedWindow{key: k}
 	g.pairs[k] = lw
