@@ -67,6 +67,19 @@ type Conn interface {
 	Close() error
 }
 
+// CloseWaiter is implemented by Conns whose sockets can outlive Close for
+// a moment: a goroutine other than the Conn's own (a poller, Poller; a
+// send) may be in a system call on a socket when Close runs, and the
+// socket is closed when that call ends, not before (a descriptor number
+// must not be reused under it). Until then its address cannot be bound
+// again. WaitClosed, called after Close, returns once every socket of the
+// Conn is closed. Engine.Close calls it, so that a device closed and
+// opened again on the same address does not fail with "address already in
+// use" (the engines of one process poll each other: ProgressOthers).
+type CloseWaiter interface {
+	WaitClosed()
+}
+
 // ErrNoLocalAddr is returned by Send when ep.Local names no address the Conn
 // has, or when the Conn has no address of ep.Remote's family.
 var ErrNoLocalAddr = errors.New("transport: no local address for endpoint")

@@ -64,10 +64,12 @@ import (
 // hold): refs counts the uses of fd in progress, and whoever ends the
 // last use after Close, or Close itself when there is none, closes fd, so
 // a descriptor number is never reused under a system call of ours.
+// WaitClosed waits for that: until then the socket keeps its address.
 type rawSocket struct {
 	fd int
 
-	refs atomic.Int64 // uses of fd in progress, | fdClosing once Close ran
+	refs atomic.Int64  // uses of fd in progress, | fdClosing once Close ran
+	gone chan struct{} // closed once fd is (closeFD)
 
 	done chan struct{} // closed by Close: wakes a covered reader
 	once sync.Once
@@ -181,7 +183,7 @@ func newRawSocket(pc *net.UDPConn) (*rawSocket, error) {
 		unix.Close(fd)
 		return nil, os.NewSyscallError("fcntl", err)
 	}
-	r := &rawSocket{fd: fd, done: make(chan struct{}), uncover: make(chan struct{}, 1)}
+	r := &rawSocket{fd: fd, done: make(chan struct{}), gone: make(chan struct{}), uncover: make(chan struct{}, 1)}
 	if r.rd, err = newWaitSet(); err == nil {
 		if err = r.rd.watch(fd, unix.EPOLLIN); err != nil {
 			r.rd.f.Close()
@@ -224,9 +226,23 @@ func (r *rawSocket) acquire() bool {
 // release ends a use of fd, closing it if it was the last after Close.
 func (r *rawSocket) release() {
 	if r.refs.Add(-1) == fdClosing {
-		unix.Close(r.fd)
+		r.closeFD()
 	}
 }
+
+// closeFD closes fd, once its last use has ended after Close.
+func (r *rawSocket) closeFD() error {
+	err := unix.Close(r.fd)
+	close(r.gone)
+	return err
+}
+
+// WaitClosed returns once Close ran and fd is closed: the socket's
+// address is free to bind again. A use in progress when Close ran (a
+// poller's receive, a send) delays that by its system call; after its
+// own goroutines are done, the engine waits for the others'
+// (Engine.Close).
+func (r *rawSocket) WaitClosed() { <-r.gone }
 
 // use runs f on the descriptor unless the socket is closed.
 func (r *rawSocket) use(f func(uintptr) bool) (bool, error) {
@@ -446,7 +462,7 @@ func (r *rawSocket) Close() error {
 		r.wr.f.Close()
 		err = nil
 		if r.refs.Or(fdClosing) == 0 {
-			err = unix.Close(r.fd)
+			err = r.closeFD()
 		}
 	})
 	return err

@@ -176,6 +176,13 @@ func (c *RxFilterConn) ReceiveLentLocked(pkts [][]byte, eps []Endpoint, leases [
 	}
 }
 
+// WaitClosed implements CloseWaiter when the inner Conn does.
+func (c *RxFilterConn) WaitClosed() {
+	if w, ok := c.Conn.(CloseWaiter); ok {
+		w.WaitClosed()
+	}
+}
+
 // Cover implements Poller.
 func (c *RxFilterConn) Cover() {
 	if c.poller != nil {

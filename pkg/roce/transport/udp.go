@@ -523,6 +523,13 @@ func (c *udpConn) Close() error {
 	return err
 }
 
+// WaitClosed implements CloseWaiter.
+func (c *udpConn) WaitClosed() {
+	for _, s := range c.socks {
+		s.waitClosed()
+	}
+}
+
 func (c *udpConn) closeSockets() {
 	for _, s := range c.socks {
 		s.close()

@@ -157,6 +157,9 @@ func (y *sockSys) uncover() { y.raw.Uncover() }
 // close closes the socket.
 func (s *udpSocket) close() error { return s.sys.raw.Close() }
 
+// waitClosed returns once the socket is closed in the kernel (rawSocket).
+func (s *udpSocket) waitClosed() { s.sys.raw.WaitClosed() }
+
 func sockaddrToAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
 	switch sa.Family {
 	case unix.AF_INET:

@@ -50,6 +50,10 @@ func (y *sockSys) uncover() {}
 // close closes the socket.
 func (s *udpSocket) close() error { return s.pc.Close() }
 
+// waitClosed: nothing to wait for, as nothing but the Conn's own
+// goroutines uses the socket here (canPollSockets is false).
+func (s *udpSocket) waitClosed() {}
+
 func newRxBatch(s *udpSocket, _ int) *rxBatch {
 	// One byte more than the largest datagram detects oversize ones.
 	return &rxBatch{sock: s, msgs: make([]rxMsg, 1), sys: rxBatchSys{buf: make([]byte, s.slotSz+1)}}
