@@ -42,11 +42,39 @@ func addrPair(t *testing.T) (string, string) {
 	a, b := freeAddrs[0], freeAddrs[1]
 	freeAddrs = freeAddrs[2:]
 	t.Cleanup(func() {
+		// Registered first, so it runs after the test's other cleanups:
+		// whatever the test started must have let go of the addresses.
+		for _, i := range []int{a, b} {
+			if err := checkUnbound("127.0.2." + strconv.Itoa(i)); err != nil {
+				t.Errorf("the test left something bound: %v (a command still running?)", err)
+				return // the pair stays out of the pool
+			}
+		}
 		addrMu.Lock()
 		defer addrMu.Unlock()
 		freeAddrs = append(freeAddrs, a, b)
 	})
 	return "127.0.2." + strconv.Itoa(a), "127.0.2." + strconv.Itoa(b)
+}
+
+// checkUnbound reports whether UDP 4791 of addr can be bound, as the next
+// test given addr will bind it, waiting up to a second for the kernel to
+// release a socket closed a moment ago (transport's rebindWindow says
+// why it can lag). A command left running holds it for good:
+// TestConformAgainstServe left its daemon running, and a test handed the
+// address later failed to bind it.
+func checkUnbound(addr string) error {
+	deadline := time.Now().Add(time.Second)
+	for {
+		c, err := net.ListenPacket("udp4", net.JoinHostPort(addr, "4791"))
+		if err == nil {
+			return c.Close()
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // syncBuffer is an io.Writer safe for concurrent use that can wait for

@@ -65,7 +65,7 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 	if ap.Addr().IsMulticast() {
 		pc, err = listenGroup(ap) // a membership's socket (mcast_linux.go)
 	} else {
-		pc, err = net.ListenUDP(network, net.UDPAddrFromAddrPort(ap))
+		pc, err = bindRetrying(ap, func() (*net.UDPConn, error) { return net.ListenUDP(network, net.UDPAddrFromAddrPort(ap)) })
 	}
 	if err != nil {
 		return nil, err
@@ -155,7 +155,12 @@ func (y *sockSys) cover()   { y.raw.cover() }
 func (y *sockSys) uncover() { y.raw.Uncover() }
 
 // close closes the socket.
-func (s *udpSocket) close() error { return s.sys.raw.Close() }
+func (s *udpSocket) close() error {
+	if !s.local.Addr().IsMulticast() { // a group's socket shares its address (SO_REUSEADDR)
+		defer noteClosed(s.local)
+	}
+	return s.sys.raw.Close()
+}
 
 // waitClosed returns once the socket is closed in the kernel (rawSocket).
 func (s *udpSocket) waitClosed() { s.sys.raw.WaitClosed() }

@@ -26,7 +26,7 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 	if ap.Addr().Is6() {
 		network = "udp6"
 	}
-	pc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(ap))
+	pc, err := bindRetrying(ap, func() (*net.UDPConn, error) { return net.ListenUDP(network, net.UDPAddrFromAddrPort(ap)) })
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,10 @@ func (y *sockSys) cover()   {}
 func (y *sockSys) uncover() {}
 
 // close closes the socket.
-func (s *udpSocket) close() error { return s.pc.Close() }
+func (s *udpSocket) close() error {
+	defer noteClosed(s.local)
+	return s.pc.Close()
+}
 
 // waitClosed: nothing to wait for, as nothing but the Conn's own
 // goroutines uses the socket here (canPollSockets is false).
