@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"net"
 	"net/netip"
 	"sync"
 	"syscall"
@@ -65,21 +66,27 @@ func rebindDeadline(ap netip.AddrPort) time.Time {
 	return t.Add(rebindWindow)
 }
 
+// listenUDP is net.ListenUDP on ap, a bind refused with EADDRINUSE tried
+// again while bindRetrying says so.
+func listenUDP(network string, ap netip.AddrPort) (*net.UDPConn, error) {
+	return bindRetrying(ap, func() (*net.UDPConn, error) { return net.ListenUDP(network, net.UDPAddrFromAddrPort(ap)) })
+}
+
 // bindRetrying calls bind until it succeeds, fails with something other
 // than EADDRINUSE, or ap was not closed here recently (rebindDeadline).
 // There is no event for the kernel's release of the old socket, so it
 // polls, every 200 us at first and at most every 5 ms.
-func bindRetrying[T any](ap netip.AddrPort, bind func() (T, error)) (T, error) {
-	v, err := bind()
+func bindRetrying(ap netip.AddrPort, bind func() (*net.UDPConn, error)) (*net.UDPConn, error) {
+	pc, err := bind()
 	if err == nil || !errors.Is(err, syscall.EADDRINUSE) || ap.Port() == 0 {
-		return v, err
+		return pc, err
 	}
 	deadline := rebindDeadline(ap)
 	for wait := 200 * time.Microsecond; time.Now().Before(deadline); wait = min(2*wait, 5*time.Millisecond) {
 		time.Sleep(wait)
-		if v, err = bind(); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-			return v, err
+		if pc, err = bind(); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return pc, err
 		}
 	}
-	return v, err
+	return pc, err
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"net"
 	"net/netip"
 	"syscall"
 	"testing"
@@ -42,10 +43,10 @@ func TestBindRetrying(t *testing.T) {
 				closedHere.mu.Unlock()
 			}
 			calls := 0
-			_, err := bindRetrying(ap, func() (int, error) {
+			_, err := bindRetrying(ap, func() (*net.UDPConn, error) {
 				r := tc.results[min(calls, len(tc.results)-1)]
 				calls++
-				return calls, r
+				return nil, r
 			})
 			require.Equal(t, tc.wantCalls, calls)
 			if tc.wantErr == nil {
@@ -67,7 +68,7 @@ func TestBindRetryingGivesUp(t *testing.T) {
 	closedHere.at[ap] = closedHere.at[ap].Add(-rebindWindow + 20*time.Millisecond) // 20 ms of the window left
 	closedHere.mu.Unlock()
 	calls := 0
-	_, err := bindRetrying(ap, func() (int, error) { calls++; return 0, syscall.EADDRINUSE })
+	_, err := bindRetrying(ap, func() (*net.UDPConn, error) { calls++; return nil, syscall.EADDRINUSE })
 	require.ErrorIs(t, err, syscall.EADDRINUSE)
 	require.Greater(t, calls, 1, "retried within the window")
 }

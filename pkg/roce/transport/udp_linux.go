@@ -65,7 +65,7 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 	if ap.Addr().IsMulticast() {
 		pc, err = listenGroup(ap) // a membership's socket (mcast_linux.go)
 	} else {
-		pc, err = bindRetrying(ap, func() (*net.UDPConn, error) { return net.ListenUDP(network, net.UDPAddrFromAddrPort(ap)) })
+		pc, err = listenUDP(network, ap)
 	}
 	if err != nil {
 		return nil, err
@@ -156,9 +156,7 @@ func (y *sockSys) uncover() { y.raw.Uncover() }
 
 // close closes the socket.
 func (s *udpSocket) close() error {
-	if !s.local.Addr().IsMulticast() { // a group's socket shares its address (SO_REUSEADDR)
-		defer noteClosed(s.local)
-	}
+	defer noteClosed(s.local)
 	return s.sys.raw.Close()
 }
 

@@ -26,7 +26,7 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 	if ap.Addr().Is6() {
 		network = "udp6"
 	}
-	pc, err := bindRetrying(ap, func() (*net.UDPConn, error) { return net.ListenUDP(network, net.UDPAddrFromAddrPort(ap)) })
+	pc, err := listenUDP(network, ap)
 	if err != nil {
 		return nil, err
 	}
