@@ -7,6 +7,12 @@ import (
 
 // Mapping is memory mapped from a file or shared memory, for registering
 // as a region (with WithMapping) and exporting, e.g. by `rxed serve`.
+//
+// Locks: mu guards b, pins and closed. A goroutine that needs both takes
+// openMappings (the process's list, below) before mu: mappingOf holds the
+// list while it looks at each mapping, and Close takes the list first to
+// take the mapping out of it. Close once held mu while it took the list,
+// which deadlocked with a concurrent RegMR (TestMappingCloseWhileLookingUp).
 type Mapping struct {
 	mu       sync.Mutex
 	b        []byte
@@ -55,15 +61,21 @@ func (m *Mapping) Sync() error {
 // registered over it (or Regions of deregistered ones are still held), and
 // with ErrMappingClosed the second time.
 func (m *Mapping) Close() error {
+	// openMappings before m.mu, as mappingOf takes them (see Mapping);
+	// the list is let go before munmap, which may take a while.
+	openMappings.Lock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
+		openMappings.Unlock()
 		return wrapf(ErrMappingClosed, "%s", m.path)
 	}
 	if m.pins > 0 {
+		openMappings.Unlock()
 		return wrapf(ErrMappingBusy, "%s: %d region versions", m.path, m.pins)
 	}
-	untrack(m)
+	delete(openMappings.set, m)
+	openMappings.Unlock()
 	err := munmap(m.b)
 	m.b, m.closed = nil, true
 	return err
@@ -87,12 +99,6 @@ func track(m *Mapping) *Mapping {
 	}
 	openMappings.set[m] = struct{}{}
 	return m
-}
-
-func untrack(m *Mapping) {
-	openMappings.Lock()
-	defer openMappings.Unlock()
-	delete(openMappings.set, m)
 }
 
 // mappingOf returns the open mapping buf lies in, or nil.

@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -159,4 +161,71 @@ func TestMappingPinnedWithoutOption(t *testing.T) {
 	require.ErrorIs(t, err, ErrEmptyBuffer)
 	_, err = CreateMapFile(filepath.Join(path, "sub"), 10)
 	require.Error(t, err, "parent is a file")
+}
+
+// TestMappingCloseWhileLookingUp closes mappings while other goroutines
+// look up which mapping a buffer lies in, as RegMR does for every region.
+// Bug (found by a -race -count=2 hunt, session AE): Close held the
+// mapping's lock while it took the list of open mappings, and the lookup
+// held the list while it took each mapping's lock, so `rxed serve`
+// shutting down (closing its exports) while another goroutine of the
+// process registered memory could deadlock both for good.
+func TestMappingCloseWhileLookingUp(t *testing.T) {
+	const lookers, closers, rounds = 4, 4, 2000
+	buf := make([]byte, 64) // in no mapping: every lookup walks the whole list
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range lookers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if m := mappingOf(buf); m != nil {
+					t.Errorf("a Go buffer found in mapping %p", m)
+					return
+				}
+			}
+		}()
+	}
+	var closing sync.WaitGroup
+	for range closers {
+		closing.Add(1)
+		go func() {
+			defer closing.Done()
+			for range rounds {
+				m, err := MapAnonymous(pageSize)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if got := mappingOf(m.Bytes()); got != m {
+					t.Errorf("mapping %p not found over its own bytes (got %p)", m, got)
+				}
+				if err := m.Close(); err != nil {
+					t.Error(err)
+					return
+				}
+				if got := mappingOf(m.Bytes()); got != nil {
+					t.Errorf("closed mapping %p still found", got)
+				}
+			}
+		}()
+	}
+	closed := make(chan struct{})
+	go func() { closing.Wait(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		// Only a deadlock takes this long: 8,000 map-and-close rounds
+		// take well under a second.
+		close(done)
+		t.Fatal("Close and mappingOf deadlocked (lock order: openMappings before Mapping.mu)")
+	}
+	close(done)
+	wg.Wait()
 }
