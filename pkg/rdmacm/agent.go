@@ -24,7 +24,9 @@ import (
 //
 // Locking: registryMu guards the registry; a.mu guards a.listeners. Lock
 // order: registryMu, then a.mu. The cm.Manager has its own lock and calls
-// our handlers with it released.
+// our handlers with it released. registryMu is never held across
+// ib.Device.OnClose, which may run the agent's close (it takes registryMu)
+// at once.
 type agent struct {
 	dev *ib.Device
 	// mad is set once OpenMADAgent returned; the Manager may send (from
@@ -32,6 +34,10 @@ type agent struct {
 	mad    atomic.Pointer[ib.MADAgent]
 	cm     *cm.Manager
 	linger time.Duration
+	// closing is set when the device's close hook (close) starts: the
+	// registry keeps the agent while it lingers, but acquire hands it out
+	// no more.
+	closing atomic.Bool
 
 	mu        sync.Mutex
 	listeners map[uint64]*serviceListeners // by service ID
@@ -117,10 +123,32 @@ func running(dev *ib.Device) *agent {
 func acquire(dev *ib.Device) (*agent, error) { return acquireWith(dev, nil) }
 
 func acquireWith(dev *ib.Device, cfg *Config) (*agent, error) {
+	a, fresh, err := register(dev, cfg)
+	if err != nil || !fresh {
+		return a, err
+	}
+	// Not under registryMu: on a device whose close hooks already run,
+	// OnClose runs a.close at once, here, and a.close takes registryMu.
+	// Holding it deadlocked this goroutine for good, and with it every
+	// rdmacm call of the process (TestAcquireWhileTheDeviceCloses).
+	dev.OnClose(a.close)
+	if a.closing.Load() {
+		return nil, ib.ErrDeviceClosed
+	}
+	return a, nil
+}
+
+// register returns dev's agent from the registry, or makes one, opens its
+// MAD agent and enters it (fresh). A closing agent (its device's close
+// hook has started) is not handed out: it would never hear a MAD again.
+func register(dev *ib.Device, cfg *Config) (a *agent, fresh bool, err error) {
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	if a := registry[dev]; a != nil {
-		return a, nil
+		if a.closing.Load() {
+			return nil, false, ib.ErrDeviceClosed
+		}
+		return a, false, nil
 	}
 	if cfg == nil {
 		cfg = &Config{}
@@ -129,7 +157,7 @@ func acquireWith(dev *ib.Device, cfg *Config) (*agent, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &agent{dev: dev, listeners: map[uint64]*serviceListeners{}, live: map[*Conn]struct{}{}, linger: cfg.Linger}
+	a = &agent{dev: dev, listeners: map[uint64]*serviceListeners{}, live: map[*Conn]struct{}{}, linger: cfg.Linger}
 	// The Manager's Send goes to the MAD agent, which does not exist yet
 	// when the Manager is made; nothing is sent before both exist.
 	a.cm = cm.New(cm.Config{
@@ -145,12 +173,11 @@ func acquireWith(dev *ib.Device, cfg *Config) (*agent, error) {
 	m, err := ib.OpenMADAgent(dev, ib.MADAgentConfig{Handler: a.cm.HandleMAD, Logger: cfg.Logger})
 	if err != nil {
 		a.cm.Close()
-		return nil, err
+		return nil, false, err
 	}
 	a.mad.Store(m)
 	registry[dev] = a
-	dev.OnClose(a.close)
-	return a, nil
+	return a, true, nil
 }
 
 // send is the Manager's Config.Send.
@@ -168,6 +195,7 @@ func (a *agent) send(dst, src netip.Addr, b []byte) error {
 // close stops the agent when its device closes, first waiting up to the
 // linger time for live connections to finish.
 func (a *agent) close() {
+	a.closing.Store(true)
 	a.mu.Lock()
 	var live []*Conn
 	for c := range a.live {
