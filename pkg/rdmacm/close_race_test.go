@@ -58,7 +58,7 @@ func TestAcquireWhileTheDeviceCloses(t *testing.T) {
 	dev, other := memDevice(t, net, "10.0.0.1"), memDevice(t, net, "10.0.0.2")
 	inHook, hold := make(chan struct{}), make(chan struct{})
 	release := sync.OnceFunc(func() { close(hold) })
-	t.Cleanup(release) // before the devices' Close, even when the test fails
+	t.Cleanup(release)                            // before the devices' Close, even when the test fails
 	dev.OnClose(func() { close(inHook); <-hold }) // a service's slow teardown
 	closed := make(chan error, 1)
 	go func() { closed <- dev.Close() }()
