@@ -38,6 +38,9 @@ type agent struct {
 	// registry keeps the agent while it lingers, but acquire hands it out
 	// no more.
 	closing atomic.Bool
+	// gone is closed once close has stopped the CM: no CM event or SIDR
+	// answer comes after it.
+	gone chan struct{}
 
 	mu        sync.Mutex
 	listeners map[uint64]*serviceListeners // by service ID
@@ -157,7 +160,7 @@ func register(dev *ib.Device, cfg *Config) (a *agent, fresh bool, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a = &agent{dev: dev, listeners: map[uint64]*serviceListeners{}, live: map[*Conn]struct{}{}, linger: cfg.Linger}
+	a = &agent{dev: dev, listeners: map[uint64]*serviceListeners{}, live: map[*Conn]struct{}{}, linger: cfg.Linger, gone: make(chan struct{})}
 	// The Manager's Send goes to the MAD agent, which does not exist yet
 	// when the Manager is made; nothing is sent before both exist.
 	a.cm = cm.New(cm.Config{
@@ -229,11 +232,15 @@ func (a *agent) close() {
 			}
 		}
 	}
+	a.cm.Close()
+	close(a.gone)
+	_ = a.mad.Load().Close()
+	// Out of the registry last: until QP 1 is free again, an acquire must
+	// find this agent closing (ErrDeviceClosed), not try to open a second
+	// MAD agent on the device (TestDialRacingDeviceCloseReturns).
 	registryMu.Lock()
 	delete(registry, a.dev)
 	registryMu.Unlock()
-	a.cm.Close()
-	_ = a.mad.Load().Close()
 }
 
 // track and untrack maintain the live set.

@@ -56,6 +56,9 @@ type Conn struct {
 
 	events chan Event
 	done   chan struct{}
+	// agentGone is the agent's gone: closed once the device's CM stopped,
+	// after which no handshake event comes.
+	agentGone <-chan struct{}
 	// settled is closed once the peer needs no more answers from us: our
 	// DREQ was answered, timewait ended, or the handshake failed. A
 	// lingering device close waits for it (agent.close); a connection
@@ -74,7 +77,7 @@ type Conn struct {
 
 func newConn(a *agent, q *ib.QP) *Conn {
 	c := &Conn{a: a, qp: q, hs: make(chan cm.Event, 16), events: make(chan Event, 4),
-		done: make(chan struct{}), settled: make(chan struct{})}
+		done: make(chan struct{}), settled: make(chan struct{}), agentGone: a.gone}
 	a.track(c)
 	return c
 }
@@ -253,6 +256,9 @@ func (c *Conn) await(ctx context.Context, onREP func(*mad.REP) error) error {
 		case <-ctx.Done():
 			c.fail(ctx.Err(), true)
 			return ctx.Err()
+		case <-c.agentGone:
+			c.fail(ib.ErrDeviceClosed, false)
+			return ib.ErrDeviceClosed
 		case <-c.done:
 			if c.establishedQueued() {
 				c.setEstablished()

@@ -86,6 +86,8 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 		return r, nil
 	case <-l.closed:
 		return nil, ErrClosed
+	case <-l.a.gone:
+		return nil, ib.ErrDeviceClosed
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -67,6 +67,8 @@ func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnPa
 		// The query runs out its retries in the CM; its answer, if any,
 		// goes to the buffered channel nobody reads.
 		return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, ctx.Err())
+	case <-a.gone:
+		return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, ib.ErrDeviceClosed)
 	case r := <-res:
 		switch {
 		case r.Err != nil:
