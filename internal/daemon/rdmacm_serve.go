@@ -66,6 +66,26 @@ func (w *cmWaiters) remove(peer netip.Addr, ch chan *rdmacm.Request) {
 	}
 }
 
+// end takes ch out (remove) and answers every request still queued in it
+// with reject: after remove nothing more can land there, and a request
+// left unanswered would stay half open in the CM for good, holding one
+// of its MaxHalfOpen slots (a client that sent its test REQs and
+// vanished, then a session that ended on an error).
+func (w *cmWaiters) end(peer netip.Addr, ch chan *rdmacm.Request, reject func(*rdmacm.Request)) {
+	w.remove(peer, ch)
+	for {
+		select {
+		case r := <-ch:
+			reject(r)
+		default:
+			return
+		}
+	}
+}
+
+// rejectTestConn answers a test connection the session will not take.
+func rejectTestConn(r *rdmacm.Request) { _ = r.Reject(nil) }
+
 // deliver hands req to peer's oldest waiting session.
 func (w *cmWaiters) deliver(peer netip.Addr, req *rdmacm.Request) bool {
 	w.mu.Lock()

@@ -77,23 +77,14 @@ func (d *Daemon) rdmaCMSession(ctx context.Context, req *rdmacm.Request, s *sess
 	// Wait for test connections from the client before its first hand
 	// shake completes: its REQs follow our answer at once.
 	waiter := d.cm.waiters.add(s.peer)
-	defer d.cm.waiters.remove(s.peer, waiter)
+	defer d.cm.waiters.end(s.peer, waiter, rejectTestConn) // on every return: errors too
 	if _, err := ctrl.HandShake(hctx, oob.Key{}, true); err != nil {
 		return err
 	}
 	if qps, err = d.acceptTestConns(hctx, ctrl, cq, waiter, s, qps); err != nil {
 		return err
 	}
-	d.cm.waiters.remove(s.peer, waiter)
-	for {
-		select {
-		case r := <-waiter: // raced with the hand shake: too late
-			_ = r.Reject(nil)
-			continue
-		default:
-		}
-		break
-	}
+	d.cm.waiters.end(s.peer, waiter, rejectTestConn) // raced with the hand shake: too late
 	for i, q := range qps {
 		k, err := ctrl.HandShake(hctx, q.key, true)
 		if err != nil {
