@@ -32,7 +32,7 @@ func TestCMWaitersOldestFirst(t *testing.T) {
 // gets nothing more. Bug (found by an audit of hangs, session AE): a
 // session that failed (a perftest -R client that sent its REQs and
 // vanished) dropped its queue unanswered, leaving each request half open
-// in the CM for good; 16 such clients of 64 QPs filled its 1024 slots.
+// in the CM for good, each holding one of its 1024 half-open slots.
 func TestCMWaitersEndAnswersWhatIsQueued(t *testing.T) {
 	var w cmWaiters
 	a := netip.MustParseAddr("10.0.0.1")
