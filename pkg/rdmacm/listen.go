@@ -99,18 +99,46 @@ func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.closed)
 		l.a.removeListener(l)
-		for {
-			select {
-			case r := <-l.reqs:
-				_ = r.Reject(nil)
-			default:
-				l.a.release()
-				return
-			}
-		}
+		l.rejectQueued(rejectRequest)
+		l.a.release()
 	})
 	return nil
 }
+
+// offer queues r for Accept; false when the queue is full. A listener
+// closed meanwhile answers r itself: Close drains the queue once, and a
+// request the CM's handler routed here just before Close and queued just
+// after Close's drain would otherwise wait unanswered, half open in the
+// CM for good (TestListenerClosedBeforeItsRequestWasQueued). Close closes
+// closed before it drains, so the drain or this check sees every request.
+func (l *Listener) offer(r *Request, reject func(*Request)) bool {
+	select {
+	case l.reqs <- r:
+	default:
+		return false
+	}
+	select {
+	case <-l.closed:
+		l.rejectQueued(reject)
+	default:
+	}
+	return true
+}
+
+// rejectQueued answers every request queued for Accept with reject.
+func (l *Listener) rejectQueued(reject func(*Request)) {
+	for {
+		select {
+		case r := <-l.reqs:
+			reject(r)
+		default:
+			return
+		}
+	}
+}
+
+// rejectRequest refuses a request nobody will accept.
+func rejectRequest(r *Request) { _ = r.Reject(nil) }
 
 // covers reports whether the listener takes requests for dst.
 func (l *Listener) covers(dst netip.Addr) bool {
@@ -231,9 +259,7 @@ func (a *agent) onListenEvent(ev cm.Event) {
 		ev.ID.SetHandler(r.c.onEvent)
 	}
 	a.ref()
-	select {
-	case l.reqs <- r:
-	default:
+	if !l.offer(r, rejectRequest) {
 		a.release()
 		refuse()
 	}
