@@ -18,7 +18,9 @@ import (
 // it sends the REQ, takes q to RTR and RTS from the REP, sends the RTU,
 // and returns the established connection. A refusal is a *RejectError
 // (reason 8: nobody listens on the port; 28: the application or rdma_cm
-// refused), silence ErrTimeout after the CM's retries. p may be nil.
+// refused), silence ErrTimeout after the CM's retries, the device's
+// close (before or during the handshake) ib.ErrDeviceClosed or, once the
+// REQ is out, ErrDisconnected. p may be nil.
 // A failed Dial leaves q as it was given (RESET or INIT), so it can dial
 // again, unless the REP had arrived and moving q failed (then q is
 // wherever the failing Modify left it).

@@ -79,7 +79,9 @@ func Listen(dev *ib.Device, addr netip.AddrPort, opts *ListenOptions) (*Listener
 // Addr returns the listener's address.
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
-// Accept waits for the next connection request.
+// Accept waits for the next connection request. It fails with ErrClosed
+// once the listener is closed, ib.ErrDeviceClosed once its device is
+// (rdma_cm's RDMA_CM_EVENT_DEVICE_REMOVAL), or ctx's error.
 func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 	select {
 	case r := <-l.reqs:

@@ -24,7 +24,8 @@ type UDRemote struct {
 // rdma_cm ID): it sends a SIDR_REQ in the UDP port space with rdma_cm's
 // header and p.PrivateData (at most 180 bytes), and returns the QPN and
 // Q_Key from the SIDR_REP. A status other than success is a *SIDRError
-// (no listener: unsupported service), silence ErrTimeout. p may be nil.
+// (no listener: unsupported service), silence ErrTimeout, the device's
+// close ib.ErrDeviceClosed. p may be nil.
 func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnParam) (*UDRemote, error) {
 	if p == nil {
 		p = &ConnParam{}
