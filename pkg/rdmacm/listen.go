@@ -264,6 +264,9 @@ func (a *agent) onListenEvent(ev cm.Event) {
 	if !l.offer(r, rejectRequest) {
 		a.release()
 		refuse()
+		if r.c != nil {
+			r.c.fail(ErrRejected, false) // out of a.live, as Request.Reject does
+		}
 	}
 }
 

@@ -1,8 +1,15 @@
 package rdmacm
 
 import (
+	"context"
+	"errors"
+	"net/netip"
+	"runtime"
 	"testing"
+	"time"
 
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,4 +37,64 @@ func TestListenerClosedBeforeItsRequestWasQueued(t *testing.T) {
 	require.True(t, closed.offer(r2, reject))
 	require.Equal(t, []*Request{r2}, rejected)
 	require.Empty(t, closed.reqs)
+}
+
+// TestBacklogRefusalLeavesNoConn: a REQ that finds the listener's backlog
+// full is refused (REJ) and leaves nothing behind in the agent. Bug (found
+// by an audit of error paths, session AE): the Conn made for it stayed in
+// the agent's live set until the device closed, one per refused REQ, so a
+// peer sending REQs faster than the application accepted grew it without
+// bound.
+func TestBacklogRefusalLeavesNoConn(t *testing.T) {
+	net := transport.NewMemNetwork()
+	open := func(addr string) *ib.Device {
+		c, err := net.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), transport.RoCEv2Port))
+		require.NoError(t, err)
+		dev, err := ib.OpenDevice(ib.Config{Conn: c, Workers: 1})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = dev.Close() })
+		return dev
+	}
+	srv, cli := open("10.0.5.1"), open("10.0.5.2")
+	l, err := Listen(srv, netip.MustParseAddrPort("10.0.5.1:7000"), &ListenOptions{Backlog: 1})
+	require.NoError(t, err)
+	defer l.Close()
+	a := running(srv)
+	pd, err := cli.AllocPD()
+	require.NoError(t, err)
+	cq, err := cli.CreateCQ(64)
+	require.NoError(t, err)
+	newQP := func() *ib.QP {
+		q, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq,
+			Cap: ib.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		require.NoError(t, err)
+		return q
+	}
+	// The first request fills the backlog and waits there (nobody accepts).
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := Dial(ctx, newQP(), l.Addr(), nil)
+		first <- err
+	}()
+	for len(l.reqs) == 0 {
+		runtime.Gosched()
+	}
+	const refused = 20
+	for i := range refused {
+		_, err := Dial(context.Background(), newQP(), l.Addr(), nil)
+		var rej *RejectError
+		require.True(t, errors.As(err, &rej), "dial %d: %v", i, err)
+	}
+	// The REJ reaches the dialer before the handler that sent it returns.
+	require.Eventually(t, func() bool { return liveConns(a) == 1 }, 10*time.Second, time.Millisecond,
+		"the agent keeps %d connections for 1 queued request after %d refusals", liveConns(a), refused)
+	cancel()
+	require.ErrorIs(t, <-first, context.Canceled)
+}
+
+func liveConns(a *agent) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.live)
 }
