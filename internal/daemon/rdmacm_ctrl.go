@@ -91,9 +91,10 @@ func NewCMControl(dev *ib.Device, pd *ib.PD, cfg CMControlConfig) (c *CMControl,
 		cfg.MaxMsg = CMKeyLen
 	}
 	c = &CMControl{cfg: cfg, buf: make([]byte, cmCtrlSlot*(1+cmCtrlRecvs)), remoteVersion: oob.PerftestVersion}
+	made := c // a failing return sets c to nil before this runs
 	defer func() {
 		if err != nil {
-			c.Close()
+			made.Close()
 		}
 	}()
 	if c.cq, err = dev.CreateCQ(2 * (1 + cmCtrlRecvs)); err != nil {
