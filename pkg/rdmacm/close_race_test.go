@@ -19,15 +19,7 @@ import (
 const hangBound = 30 * time.Second
 
 // memDevice opens a device on net at addr (closed at the end of the test).
-func memDevice(t *testing.T, net *transport.MemNetwork, addr string) *ib.Device {
-	t.Helper()
-	c, err := net.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), transport.RoCEv2Port))
-	require.NoError(t, err)
-	dev, err := ib.OpenDevice(ib.Config{Conn: c, Workers: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = dev.Close() })
-	return dev
-}
+var memDevice = rdmacm.MemDevice
 
 // returnsWithin runs f and fails the test if it has not returned within
 // hangBound.
@@ -85,12 +77,8 @@ func TestAcquireWhileTheDeviceCloses(t *testing.T) {
 // ib.ErrDeviceClosed. Before the fix it hung within a few hundred rounds
 // (TestAcquireWhileTheDeviceCloses says why).
 func TestAcquireRacingClose(t *testing.T) {
-	rounds := 600
-	if testing.Short() {
-		rounds = 100
-	}
 	net := transport.NewMemNetwork()
-	for i := range rounds {
+	for i := range rdmacm.Rounds(600, 100) {
 		dev := memDevice(t, net, "10.0.1.1")
 		enabled := make(chan error, 1)
 		go func() { enabled <- rdmacm.Enable(dev, nil) }()

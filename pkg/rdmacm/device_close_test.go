@@ -65,23 +65,11 @@ func TestAcceptEndsWhenTheDeviceCloses(t *testing.T) {
 // already taken its list of connections, and the CM's stop dropped the
 // handshake with nobody told.
 func TestDialRacingDeviceCloseReturns(t *testing.T) {
-	rounds := 300
-	if testing.Short() {
-		rounds = 60
-	}
-	net := transport.NewMemNetwork()
-	for i := range rounds {
-		dev := memDevice(t, net, "10.0.4.1")
-		peer := memDevice(t, net, "10.0.4.2") // nobody listens: REJ 8
+	for i := range rdmacm.Rounds(300, 60) {
+		hs := memHosts(t, nil, "10.0.4.1", "10.0.4.2") // nobody listens on the peer: REJ 8
+		dev, peer, q := hs[0].dev, hs[1].dev, hs[0].qp(ib.RC)
 		require.NoError(t, rdmacm.Enable(dev, nil))
 		require.NoError(t, rdmacm.Enable(peer, nil))
-		pd, err := dev.AllocPD()
-		require.NoError(t, err)
-		cq, err := dev.CreateCQ(16)
-		require.NoError(t, err)
-		q, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq,
-			Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		require.NoError(t, err)
 		dialed := make(chan error, 1)
 		go func() {
 			_, err := rdmacm.Dial(context.Background(), q, netip.MustParseAddrPort("10.0.4.2:7471"), nil)
@@ -91,7 +79,7 @@ func TestDialRacingDeviceCloseReturns(t *testing.T) {
 			runtime.Gosched()
 		}
 		require.NoError(t, dev.Close())
-		err = returnsWithin(t, "Dial racing Device.Close", func() error { return <-dialed })
+		err := returnsWithin(t, "Dial racing Device.Close", func() error { return <-dialed })
 		// The peer's REJ 8 came first, or the close did: before the REQ
 		// left (the device is closed) or after (the connection attempt
 		// ends as a destroyed cm_id's does, disconnected).

@@ -47,15 +47,7 @@ func TestListenerClosedBeforeItsRequestWasQueued(t *testing.T) {
 // bound.
 func TestBacklogRefusalLeavesNoConn(t *testing.T) {
 	net := transport.NewMemNetwork()
-	open := func(addr string) *ib.Device {
-		c, err := net.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), transport.RoCEv2Port))
-		require.NoError(t, err)
-		dev, err := ib.OpenDevice(ib.Config{Conn: c, Workers: 1})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = dev.Close() })
-		return dev
-	}
-	srv, cli := open("10.0.5.1"), open("10.0.5.2")
+	srv, cli := MemDevice(t, net, "10.0.5.1"), MemDevice(t, net, "10.0.5.2")
 	l, err := Listen(srv, netip.MustParseAddrPort("10.0.5.1:7000"), &ListenOptions{Backlog: 1})
 	require.NoError(t, err)
 	defer l.Close()
