@@ -73,6 +73,7 @@ type Conn struct {
 	err         error  // why it ended
 	ended       bool   // done is closed
 	released    bool   // the agent reference is given back
+	dreqSent    bool   // a Disconnect sent our DREQ: later ones wait for its answer
 }
 
 func newConn(a *agent, q *ib.QP) *Conn {
@@ -125,15 +126,27 @@ func (c *Conn) Disconnect(ctx context.Context) error {
 		c.mu.Unlock()
 		return nil
 	}
+	sent := c.dreqSent
+	c.dreqSent = true
 	c.mu.Unlock()
-	_ = c.qp.Modify(&ib.QPAttr{State: ib.QPSErr}, ib.AttrState)
-	if err := c.id.Disconnect(nil); err != nil {
-		// Not ESTABLISHED any more: the peer's DREQ crossed ours.
-		if errors.Is(err, cm.ErrState) {
-			c.end(ErrDisconnected)
-			return nil
+	// A second Disconnect waits for the answer to the first one's DREQ.
+	// It used to send its own, which the CM refused (DREQ_SENT is not
+	// ESTABLISHED), take that for the peer's crossing DREQ and end the
+	// connection, so both returned before the DREP
+	// (TestConcurrentDisconnectsWaitForTheDREP).
+	if !sent {
+		_ = c.qp.Modify(&ib.QPAttr{State: ib.QPSErr}, ib.AttrState)
+		if err := c.id.Disconnect(nil); err != nil {
+			// Not ESTABLISHED any more: the peer's DREQ crossed ours.
+			if errors.Is(err, cm.ErrState) {
+				c.end(ErrDisconnected)
+				return nil
+			}
+			c.mu.Lock()
+			c.dreqSent = false
+			c.mu.Unlock()
+			return err
 		}
-		return err
 	}
 	select {
 	case <-c.done:
