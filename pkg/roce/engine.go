@@ -173,6 +173,7 @@ type Engine struct {
 	doorbell  time.Duration          // Config.DoorbellBatch
 
 	closeOnce sync.Once
+	closing   atomic.Bool // Close began: pollers take nothing more (tryPoll, under rxMu)
 	closed    chan struct{}
 	wg        sync.WaitGroup
 	persists  sync.WaitGroup // FLUSH msyncs in flight (worker.StartPersist)
@@ -284,6 +285,15 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) Close() error {
 	var err error
 	e.closeOnce.Do(func() {
+		// Wait out a poller (this engine's application, another engine's
+		// spinner, a receive loop helping) that is dispatching a batch it
+		// took: it holds rxMu until its batch is handled, and from here
+		// on tryPoll takes nothing. Without this Close returned while such
+		// a poller still handled packets (a completion after Close, its
+		// ACK kept and never sent).
+		e.closing.Store(true)
+		e.rxMu.Lock()
+		e.rxMu.Unlock()
 		// Send what is batched first: an application that saw its last
 		// receive completion and closes must not take the ACK for that
 		// message with it, or the peer retries into the void.
@@ -428,9 +438,14 @@ func (e *Engine) ModifyQP(q *qp.QP, a *qp.Attr, mask qp.AttrMask) error {
 	w := e.workerFor(q.Num())
 	var err error
 	if cerr := w.call(func() {
+		ent := w.qps[q.Num()]
+		if ent == nil || ent.q != q {
+			err = qp.ErrDestroyed // DestroyQP ran first: q is nobody's now
+			return
+		}
 		err = q.Modify(a, mask, e.clock.Now())
 		if err == nil {
-			w.runQP(w.qps[q.Num()])
+			w.runQP(ent)
 		}
 	}); cerr != nil {
 		return cerr
@@ -442,8 +457,20 @@ func (e *Engine) ModifyQP(q *qp.QP, a *qp.Attr, mask qp.AttrMask) error {
 func (e *Engine) QueryQP(q *qp.QP) (qp.Attr, error) {
 	w := e.workerFor(q.Num())
 	var a qp.Attr
-	err := w.call(func() { a = q.Attr() })
-	return a, err
+	var gone bool
+	if err := w.call(func() {
+		if ent := w.qps[q.Num()]; ent == nil || ent.q != q {
+			gone = true
+			return
+		}
+		a = q.Attr()
+	}); err != nil {
+		return qp.Attr{}, err // the call may still run: a is not ours to read
+	}
+	if gone {
+		return qp.Attr{}, qp.ErrDestroyed
+	}
+	return a, nil
 }
 
 // DestroyQP removes q; packets for it are then dropped as drop_qp, and
@@ -777,6 +804,9 @@ func (e *Engine) tryPoll(polled bool) (n int, busy bool) {
 		return 0, true
 	}
 	defer e.rxMu.Unlock()
+	if e.closing.Load() {
+		return 0, false
+	}
 	rx := e.rx
 	n, err := e.poller.PollLent(rx.pkts, rx.eps, rx.leases)
 	if n == 0 || err != nil {
