@@ -175,6 +175,9 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		return errorf(ErrDestroyed, "ib: Modify: QP %#x destroyed", q.Num())
 	}
 	err := engineErr(q.pd.d.eng.ModifyQP(q.q, attr, mask))
+	if errors.Is(err, qp.ErrDestroyed) {
+		return errorf(ErrDestroyed, "ib: Modify: QP %#x destroyed", q.Num())
+	}
 	if err != nil && err != ErrDeviceClosed {
 		return wrap("Modify", err)
 	}
@@ -186,6 +189,9 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 // outstanding.
 func (q *QP) Query() (QPAttr, QPInitAttr, error) {
 	a, err := q.pd.d.eng.QueryQP(q.q)
+	if errors.Is(err, qp.ErrDestroyed) {
+		return QPAttr{}, q.init, errorf(ErrDestroyed, "ib: Query: QP %#x destroyed", q.Num())
+	}
 	return a, q.init, engineErr(err)
 }
 
