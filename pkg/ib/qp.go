@@ -175,9 +175,6 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		return errorf(ErrDestroyed, "ib: Modify: QP %#x destroyed", q.Num())
 	}
 	err := engineErr(q.pd.d.eng.ModifyQP(q.q, attr, mask))
-	if errors.Is(err, qp.ErrDestroyed) {
-		return errorf(ErrDestroyed, "ib: Modify: QP %#x destroyed", q.Num())
-	}
 	if err != nil && err != ErrDeviceClosed {
 		return wrap("Modify", err)
 	}
@@ -189,9 +186,6 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 // outstanding.
 func (q *QP) Query() (QPAttr, QPInitAttr, error) {
 	a, err := q.pd.d.eng.QueryQP(q.q)
-	if errors.Is(err, qp.ErrDestroyed) {
-		return QPAttr{}, q.init, errorf(ErrDestroyed, "ib: Query: QP %#x destroyed", q.Num())
-	}
 	return a, q.init, engineErr(err)
 }
 
@@ -227,7 +221,7 @@ func (q *QP) PostSend(wrs ...SendWR) error {
 	}
 	n, err := q.pd.d.eng.PostSend(q.q, wrs)
 	if err != nil {
-		return &PostError{Index: n, Err: postErr(err)}
+		return &PostError{Index: n, Err: engineErr(err)}
 	}
 	return nil
 }
@@ -244,18 +238,9 @@ func (q *QP) PostRecv(wrs ...RecvWR) error {
 	}
 	n, err := q.pd.d.eng.PostRecv(q.q, wrs)
 	if err != nil {
-		return &PostError{Index: n, Err: postErr(err)}
+		return &PostError{Index: n, Err: engineErr(err)}
 	}
 	return nil
-}
-
-// postErr gives a post that raced with Destroy this package's
-// ErrDestroyed, like one that came after it.
-func postErr(err error) error {
-	if errors.Is(err, qp.ErrDestroyed) {
-		return ErrDestroyed
-	}
-	return err
 }
 
 // Destroy destroys the QP (ibv_destroy_qp). Packets for it are dropped

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rxed/rxed/pkg/qp"
 	"github.com/rxed/rxed/pkg/roce"
 )
 
@@ -53,10 +54,15 @@ func busy(what string, users int32) error {
 // waits that Device.Close ended.
 var ErrDeviceClosed = errors.New("ib: device closed")
 
-// engineErr gives the engine's "closed" this package's ErrDeviceClosed.
+// engineErr gives the engine's "closed" this package's ErrDeviceClosed,
+// and qp's "destroyed" its ErrDestroyed.
 func engineErr(err error) error {
-	if errors.Is(err, roce.ErrClosed) {
+	switch {
+	case errors.Is(err, roce.ErrClosed):
 		return ErrDeviceClosed
+	case errors.Is(err, qp.ErrDestroyed):
+		// A verb that raced with Destroy fails as one that came after it.
+		return ErrDestroyed
 	}
 	return err
 }

@@ -66,17 +66,20 @@ func (m *Mapping) Close() error {
 	openMappings.Lock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
-		openMappings.Unlock()
-		return wrapf(ErrMappingClosed, "%s", m.path)
+	var err error
+	switch {
+	case m.closed:
+		err = wrapf(ErrMappingClosed, "%s", m.path)
+	case m.pins > 0:
+		err = wrapf(ErrMappingBusy, "%s: %d region versions", m.path, m.pins)
+	default:
+		delete(openMappings.set, m)
 	}
-	if m.pins > 0 {
-		openMappings.Unlock()
-		return wrapf(ErrMappingBusy, "%s: %d region versions", m.path, m.pins)
-	}
-	delete(openMappings.set, m)
 	openMappings.Unlock()
-	err := munmap(m.b)
+	if err != nil {
+		return err
+	}
+	err = munmap(m.b)
 	m.b, m.closed = nil, true
 	return err
 }

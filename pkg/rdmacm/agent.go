@@ -183,6 +183,15 @@ func register(dev *ib.Device, cfg *Config) (a *agent, fresh bool, err error) {
 	return a, true, nil
 }
 
+// cmErr gives the CM's "manager closed" (the device's close hook stopped
+// it between an acquire and the call) rdmacm's ib.ErrDeviceClosed.
+func cmErr(err error) error {
+	if errors.Is(err, cm.ErrClosed) {
+		return ib.ErrDeviceClosed
+	}
+	return err
+}
+
 // send is the Manager's Config.Send.
 func (a *agent) send(dst, src netip.Addr, b []byte) error {
 	m := a.mad.Load()

@@ -18,9 +18,6 @@ import (
 // test calls it a hang: these calls take microseconds.
 const hangBound = 30 * time.Second
 
-// memDevice opens a device on net at addr (closed at the end of the test).
-var memDevice = rdmacm.MemDevice
-
 // returnsWithin runs f and fails the test if it has not returned within
 // hangBound.
 func returnsWithin(t *testing.T, what string, f func() error) error {
@@ -47,7 +44,7 @@ func returnsWithin(t *testing.T, what string, f func() error) error {
 // metrics too).
 func TestAcquireWhileTheDeviceCloses(t *testing.T) {
 	net := transport.NewMemNetwork()
-	dev, other := memDevice(t, net, "10.0.0.1"), memDevice(t, net, "10.0.0.2")
+	dev, other := rdmacm.MemDevice(t, net, "10.0.0.1"), rdmacm.MemDevice(t, net, "10.0.0.2")
 	inHook, hold := make(chan struct{}), make(chan struct{})
 	release := sync.OnceFunc(func() { close(hold) })
 	t.Cleanup(release)                            // before the devices' Close, even when the test fails
@@ -79,7 +76,7 @@ func TestAcquireWhileTheDeviceCloses(t *testing.T) {
 func TestAcquireRacingClose(t *testing.T) {
 	net := transport.NewMemNetwork()
 	for i := range rdmacm.Rounds(600, 100) {
-		dev := memDevice(t, net, "10.0.1.1")
+		dev := rdmacm.MemDevice(t, net, "10.0.1.1")
 		enabled := make(chan error, 1)
 		go func() { enabled <- rdmacm.Enable(dev, nil) }()
 		for range i % 200 {

@@ -56,9 +56,6 @@ type Conn struct {
 
 	events chan Event
 	done   chan struct{}
-	// agentGone is the agent's gone: closed once the device's CM stopped,
-	// after which no handshake event comes.
-	agentGone <-chan struct{}
 	// settled is closed once the peer needs no more answers from us: our
 	// DREQ was answered, timewait ended, or the handshake failed. A
 	// lingering device close waits for it (agent.close); a connection
@@ -78,7 +75,7 @@ type Conn struct {
 
 func newConn(a *agent, q *ib.QP) *Conn {
 	c := &Conn{a: a, qp: q, hs: make(chan cm.Event, 16), events: make(chan Event, 4),
-		done: make(chan struct{}), settled: make(chan struct{}), agentGone: a.gone}
+		done: make(chan struct{}), settled: make(chan struct{})}
 	a.track(c)
 	return c
 }
@@ -269,7 +266,7 @@ func (c *Conn) await(ctx context.Context, onREP func(*mad.REP) error) error {
 		case <-ctx.Done():
 			c.fail(ctx.Err(), true)
 			return ctx.Err()
-		case <-c.agentGone:
+		case <-c.agentGone():
 			c.fail(ib.ErrDeviceClosed, false)
 			return ib.ErrDeviceClosed
 		case <-c.done:
@@ -299,6 +296,16 @@ func (c *Conn) await(ctx context.Context, onREP func(*mad.REP) error) error {
 			}
 		}
 	}
+}
+
+// agentGone is closed once the device's CM stopped (agent.gone), after
+// which no handshake event comes; nil (never ready) for a Conn without an
+// agent (tests build one).
+func (c *Conn) agentGone() <-chan struct{} {
+	if c.a == nil {
+		return nil
+	}
+	return c.a.gone
 }
 
 // establishedQueued reports whether the handshake's EventEstablished waits

@@ -25,7 +25,7 @@ import (
 // when its device closes.
 func TestDialUDEndsWhenTheDeviceCloses(t *testing.T) {
 	net := transport.NewMemNetwork()
-	dev := memDevice(t, net, "10.0.3.1")
+	dev := rdmacm.MemDevice(t, net, "10.0.3.1")
 	done := make(chan error, 1)
 	go func() {
 		_, err := rdmacm.DialUD(context.Background(), dev, netip.MustParseAddrPort("10.0.3.9:7471"), nil) // nobody there
@@ -44,7 +44,7 @@ func TestDialUDEndsWhenTheDeviceCloses(t *testing.T) {
 // RDMA_CM_EVENT_DEVICE_REMOVAL), and the listener can still be closed.
 func TestAcceptEndsWhenTheDeviceCloses(t *testing.T) {
 	net := transport.NewMemNetwork()
-	dev := memDevice(t, net, "10.0.3.1")
+	dev := rdmacm.MemDevice(t, net, "10.0.3.1")
 	l, err := rdmacm.Listen(dev, netip.MustParseAddrPort("10.0.3.1:7471"), nil)
 	require.NoError(t, err)
 	done := make(chan error, 1)

@@ -73,9 +73,7 @@ func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*C
 		PrivateData: priv,
 	}, c.onEvent)
 	if err != nil {
-		if errors.Is(err, cm.ErrClosed) {
-			err = ib.ErrDeviceClosed // its close hook stopped the CM
-		}
+		err = cmErr(err)
 		c.fail(err, false)
 		return nil, fmt.Errorf("rdmacm: Dial: %w", err)
 	}

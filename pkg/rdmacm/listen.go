@@ -160,7 +160,7 @@ func (a *agent) addListener(l *Listener) error {
 	if sl == nil {
 		cml, err := a.cm.Listen(l.sid, 0, a.onListenEvent)
 		if err != nil {
-			return err
+			return cmErr(err)
 		}
 		sl = &serviceListeners{cml: cml}
 		a.listeners[l.sid] = sl

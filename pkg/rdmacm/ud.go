@@ -61,7 +61,7 @@ func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnPa
 	err = a.cm.SIDRQuery(cm.SIDRParams{Src: local, Dst: peer, ServiceID: serviceID(ps, raddr.Port()),
 		PrivateData: append(hdr.Append(nil), p.PrivateData...)}, func(r cm.SIDRResult) { res <- r })
 	if err != nil {
-		return nil, fmt.Errorf("rdmacm: DialUD: %w", err)
+		return nil, fmt.Errorf("rdmacm: DialUD: %w", cmErr(err))
 	}
 	select {
 	case <-ctx.Done():

@@ -438,8 +438,8 @@ func (e *Engine) ModifyQP(q *qp.QP, a *qp.Attr, mask qp.AttrMask) error {
 	w := e.workerFor(q.Num())
 	var err error
 	if cerr := w.call(func() {
-		ent := w.qps[q.Num()]
-		if ent == nil || ent.q != q {
+		ent := w.entryOf(q)
+		if ent == nil {
 			err = qp.ErrDestroyed // DestroyQP ran first: q is nobody's now
 			return
 		}
@@ -457,20 +457,15 @@ func (e *Engine) ModifyQP(q *qp.QP, a *qp.Attr, mask qp.AttrMask) error {
 func (e *Engine) QueryQP(q *qp.QP) (qp.Attr, error) {
 	w := e.workerFor(q.Num())
 	var a qp.Attr
-	var gone bool
-	if err := w.call(func() {
-		if ent := w.qps[q.Num()]; ent == nil || ent.q != q {
-			gone = true
-			return
+	err := qp.ErrDestroyed
+	if cerr := w.call(func() {
+		if w.entryOf(q) != nil {
+			a, err = q.Attr(), nil
 		}
-		a = q.Attr()
-	}); err != nil {
-		return qp.Attr{}, err // the call may still run: a is not ours to read
+	}); cerr != nil {
+		return qp.Attr{}, cerr // the call may still run: a is not ours to read
 	}
-	if gone {
-		return qp.Attr{}, qp.ErrDestroyed
-	}
-	return a, nil
+	return a, err
 }
 
 // DestroyQP removes q; packets for it are then dropped as drop_qp, and
@@ -481,7 +476,7 @@ func (e *Engine) DestroyQP(q *qp.QP) error {
 	num := q.Num()
 	w := e.workerFor(num)
 	removed := false
-	err := w.call(func() { removed = w.forget(num, q) })
+	err := w.call(func() { removed = w.forget(q) })
 	// On ErrClosed the call may still run later on the worker: removed is
 	// only ours to read when it returned nil (and a closed engine hands
 	// out no more numbers).

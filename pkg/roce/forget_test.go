@@ -33,13 +33,13 @@ func TestForgetSendsWhatTheRoundBuilt(t *testing.T) {
 	transmitToPeer(t, w, wire.RCAck, wire.ACKSyndrome(31))
 	require.Zero(t, calls(), "an ACK waits for the round's flush")
 
-	require.False(t, w.forget(7, newQP(7)), "another QP under the same number is not q")
+	require.False(t, w.forget(newQP(7)), "another QP under the same number is not q")
 	require.Contains(t, w.qps, uint32(7))
 	require.Zero(t, calls(), "nor sends anything")
-	require.True(t, w.forget(7, q))
+	require.True(t, w.forget(q))
 	require.NotContains(t, w.qps, uint32(7))
 	require.Equal(t, 1, calls(), "the batch left before forget returned")
 	require.Len(t, rc.sent, 1)
 	require.Zero(t, w.txN)
-	require.False(t, w.forget(7, q), "forgotten once")
+	require.False(t, w.forget(q), "forgotten once")
 }

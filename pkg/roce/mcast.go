@@ -333,8 +333,8 @@ func (w *worker) deliverMcastCopy(q *qp.QP, pkt []byte, ep *transport.Endpoint) 
 // deliverMcast runs one attached QP's checks and receive for a multicast
 // datagram (on the QP's worker).
 func (w *worker) deliverMcast(q *qp.QP, p *wire.Packet, ep *transport.Endpoint) {
-	ent := w.qps[q.Num()]
-	if ent == nil || ent.q != q {
+	ent := w.entryOf(q)
+	if ent == nil {
 		return // destroyed meanwhile
 	}
 	w.ri = qp.RecvInfo{Src: ep.Remote, Dst: ep.Local}

@@ -27,8 +27,8 @@ func (w *worker) StartPersist(q *qp.QP, reg mr.Region, t qp.PersistToken) {
 
 // persistDone hands a FLUSH's msync result to its QP (on the worker).
 func (w *worker) persistDone(q *qp.QP, t qp.PersistToken, err error) {
-	ent := w.qps[q.Num()]
-	if ent == nil || ent.q != q {
+	ent := w.entryOf(q)
+	if ent == nil {
 		return // destroyed meanwhile
 	}
 	q.PersistDone(w, t, err)

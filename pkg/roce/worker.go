@@ -249,20 +249,28 @@ func (w *worker) countPending(k eventKind, d int64) {
 	}
 }
 
-// forget removes q (number num) from the worker and sends what this round
+// forget removes q from the worker and sends what this round
 // built so far, q's packets among them: once DestroyQP returns the engine
 // sends nothing more for q, so a caller that accounts for a QP's traffic
 // (the daemon's send budgets) may stop counting then. Without the flush
 // the round's batch left after the call had returned. It reports whether
 // q was there (a number reused since is another QP's). Runs on the worker.
-func (w *worker) forget(num uint32, q *qp.QP) bool {
-	ent := w.qps[num]
-	if ent == nil || ent.q != q {
+func (w *worker) forget(q *qp.QP) bool {
+	if w.entryOf(q) == nil {
 		return false
 	}
-	delete(w.qps, num)
+	delete(w.qps, q.Num())
 	w.flush()
 	return true
+}
+
+// entryOf returns q's entry in the shard, or nil once DestroyQP forgot q
+// (its number may be another QP's since). Runs on the worker.
+func (w *worker) entryOf(q *qp.QP) *qpEntry {
+	if ent := w.qps[q.Num()]; ent != nil && ent.q == q {
+		return ent
+	}
+	return nil
 }
 
 // call runs fn on the worker and waits for it.
