@@ -555,6 +555,15 @@ func (q *QP) Close() {
 	q.rqPost.Unlock()
 }
 
+// Closed reports whether Close has run. Any goroutine may call it: a
+// registration outside the worker (a multicast attach) checks it under
+// its own lock, so that it cannot land after the destroy undid it.
+func (q *QP) Closed() bool {
+	q.sq.mu.Lock()
+	defer q.sq.mu.Unlock()
+	return q.sq.closed
+}
+
 // RecvQueueLen returns the number of receive WRs posted to the QP's own
 // receive queue and not yet consumed (0 with an SRQ).
 func (q *QP) RecvQueueLen() int {

@@ -471,9 +471,13 @@ func (e *Engine) QueryQP(q *qp.QP) (qp.Attr, error) {
 // DestroyQP removes q; packets for it are then dropped as drop_qp, and
 // once it returns the engine sends nothing more for q (what q had built
 // leaves first). Its number is held back from allocation for the next
-// RecentQPNs destroys.
+// RecentQPNs destroys. It closes q first (qp.QP.Close), so later posts
+// and multicast attaches are refused with qp.ErrDestroyed.
 func (e *Engine) DestroyQP(q *qp.QP) error {
 	num := q.Num()
+	// Before the detach below: an AttachMcast that takes the group table
+	// after the detach sees q closed (mcast.go).
+	q.Close()
 	w := e.workerFor(num)
 	removed := false
 	err := w.call(func() { removed = w.forget(q) })

@@ -92,7 +92,9 @@ func mcastGroupAddr(gid netip.Addr) (netip.Addr, error) {
 // AttachMcast attaches the UD QP q to the multicast group gid
 // (ibv_attach_mcast; an IPv4 group as its IPv4-mapped GID or plain).
 // Attaching twice is not an error, as in rxe. The first QP attached to a
-// group makes the engine's Conn join it.
+// group makes the engine's Conn join it. A QP that DestroyQP closed is
+// refused with qp.ErrDestroyed, so no attach outlives the destroy's
+// detach.
 func (e *Engine) AttachMcast(q *qp.QP, gid netip.Addr) error {
 	group, err := mcastGroupAddr(gid)
 	if err != nil {
@@ -109,6 +111,12 @@ func (e *Engine) AttachMcast(q *qp.QP, gid netip.Addr) error {
 	t := &e.mcast
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// Under mu: DestroyQP closes q before its detachAll takes mu, so an
+	// attach racing the destroy either lands before that detach (which
+	// undoes it) or sees q closed here.
+	if q.Closed() {
+		return fmt.Errorf("%w: QP %#x", qp.ErrDestroyed, q.Num())
+	}
 	g := t.groups[group]
 	if g != nil {
 		for _, a := range g.qps {
