@@ -23,13 +23,12 @@ import (
 type CQ struct {
 	c     *qp.CQ // the queue; never exposed: Push and Close are the engine's and Destroy's
 	d     *Device
-	users atomic.Int32 // QPs using the CQ; Destroy refuses while > 0
+	users useCount // QPs using the CQ; Destroy refuses while any does, and retires it
 
-	channel   *CompChannel // set at creation by CreateCQOnChannel
-	released  atomic.Bool  // the channel was told of Destroy
-	destroyed atomic.Bool
-	notify    cqNotifier    // SetNotifyHandler's state and Notify's channel
-	notifyCh  chan struct{} // Notify; closed (under notify.mu) by Destroy and Device.Close
+	channel  *CompChannel  // set at creation by CreateCQOnChannel
+	released atomic.Bool   // the channel was told of Destroy
+	notify   cqNotifier    // SetNotifyHandler's state and Notify's channel
+	notifyCh chan struct{} // Notify; closed (under notify.mu) by Destroy and Device.Close
 
 	spin spinYield // Poll's own yields (cq_spin.go)
 }
@@ -50,6 +49,7 @@ func (d *Device) newCQ(cqe int, ch *CompChannel) (*CQ, error) {
 		return nil, wrap("CreateCQ", err)
 	}
 	cq := &CQ{c: c, d: d, channel: ch, notifyCh: make(chan struct{}, 1)}
+	cq.users.what = "CQ"
 	// The one qp-level handler, for the CQ's whole life: it feeds Notify,
 	// the completion channel and SetNotifyHandler's runner.
 	c.SetNotifyHandler(cq.fired)
@@ -73,10 +73,10 @@ func (d *Device) newCQ(cqe int, ch *CompChannel) (*CQ, error) {
 // after it returns. Completions still queued can be polled. Destroying a
 // CQ twice is harmless.
 func (cq *CQ) Destroy() error {
-	if err := busy("CQ", cq.users.Load()); err != nil {
+	first, err := cq.users.retire()
+	if err != nil || !first {
 		return err
 	}
-	cq.destroyed.Store(true)
 	cq.d.mu.Lock()
 	delete(cq.d.cqs, cq)
 	cq.d.mu.Unlock()
@@ -168,7 +168,7 @@ func (cq *CQ) emptyErr() error {
 	switch {
 	case cq.d.down.Load():
 		return ErrDeviceClosed
-	case cq.destroyed.Load():
+	case cq.users.retired():
 		return errCQDestroyed
 	}
 	return nil

@@ -284,10 +284,9 @@ type SRQInitAttr struct {
 // Goroutine safety: every method may be called from any goroutine,
 // concurrently with the QPs that consume its receives.
 type SRQ struct {
-	srq       *qp.SRQ
-	pd        *PD
-	users     atomic.Int32 // QPs using the SRQ; Destroy refuses while > 0
-	destroyed atomic.Bool
+	srq   *qp.SRQ
+	pd    *PD
+	users useCount // QPs using the SRQ; Destroy refuses while any does, and retires it
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
@@ -303,6 +302,7 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 		return nil, wrap("CreateSRQ", err)
 	}
 	x := &SRQ{srq: s, pd: pd}
+	x.users.what = "SRQ"
 	pd.mu.Lock()
 	pd.users.addSRQ(x)
 	pd.mu.Unlock()
@@ -335,10 +335,11 @@ func (s *SRQ) Len() int { return s.srq.Len() }
 // Destroy destroys the SRQ (ibv_destroy_srq). It fails with ErrBusy,
 // changing nothing, while QPs use the SRQ.
 func (s *SRQ) Destroy() error {
-	if err := busy("SRQ", s.users.Load()); err != nil {
+	first, err := s.users.retire()
+	if err != nil {
 		return err
 	}
-	if !s.destroyed.CompareAndSwap(false, true) {
+	if !first {
 		return errorf(ErrDestroyed, "ib: Destroy: SRQ already destroyed")
 	}
 	s.pd.pd.Unhold()
