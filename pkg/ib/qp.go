@@ -100,7 +100,8 @@ type QP struct {
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). Its
 // number is random (see pkg/roce's qpn.go), except for Type GSI: the
-// device's QP1, of which there is at most one at a time (gsi.go).
+// device's QP1, of which there is at most one at a time (gsi.go). A
+// destroyed CQ or SRQ in attr makes it fail with ErrDestroyed.
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if err := pd.d.checkOpen(); err != nil {
 		return nil, err
