@@ -6,18 +6,21 @@ import "github.com/rxed/rxed/pkg/wire/mad"
 // families.
 const (
 	// Drops of received MADs.
-	cntMalformed    = "rx_malformed"           // truncated, wrong length, a field out of range
-	cntBadHeader    = "rx_bad_header"          // not base version 1, class CM, class version 2, method SEND
-	cntUnknownAttr  = "rx_unknown_attr"        // ClassPortInfo, LAP, APR (not on RoCE, as cm.c), undefined
-	cntUnknownComm  = "rx_unknown_comm_id"     // no ID has the comm IDs the message names
-	cntWrongState   = "rx_wrong_state"         // the ID exists but the message is not expected now
-	cntBadDREQQPN   = "rx_dreq_bad_qpn"        // DREQ naming another QPN than ours (cm.c drops it)
-	cntTxErrors     = "tx_errors"              // Config.Send failed
-	cntRejNoListen  = "rej_invalid_service_id" // REJ 8 / SIDR_REP unsupported sent: no listener
-	cntRejStale     = "rej_stale_conn"         // REJ 10 sent
-	cntRejNoRes     = "rej_no_resources"       // REJ 3 sent: MaxHalfOpen reached
-	cntTimeouts     = "timeouts"               // REQ, REP, DREQ or SIDR_REQ unanswered after all retries
-	cntTimewaitExit = "timewait_exits"
+	cntMalformed   = "rx_malformed"           // truncated, wrong length, a field out of range
+	cntBadHeader   = "rx_bad_header"          // not base version 1, class CM, class version 2, method SEND
+	cntUnknownAttr = "rx_unknown_attr"        // ClassPortInfo, LAP, APR (not on RoCE, as cm.c), undefined
+	cntUnknownComm = "rx_unknown_comm_id"     // no ID has the comm IDs the message names
+	cntWrongState  = "rx_wrong_state"         // the ID exists but the message is not expected now
+	cntBadDREQQPN  = "rx_dreq_bad_qpn"        // DREQ naming another QPN than ours (cm.c drops it)
+	cntTxErrors    = "tx_errors"              // Config.Send failed
+	cntRejNoListen = "rej_invalid_service_id" // REJ 8 / SIDR_REP unsupported sent: no listener
+	cntRejStale    = "rej_stale_conn"         // REJ 10 sent
+	cntRejNoRes    = "rej_no_resources"       // REJ 3 sent: MaxHalfOpen reached
+	// A REP retransmission not sent: its REQs' budget and the spare
+	// allowance were spent (reflect.go).
+	cntREPRetriesLimited = "rep_retries_limited"
+	cntTimeouts          = "timeouts" // REQ, REP, DREQ or SIDR_REQ unanswered after all retries
+	cntTimewaitExit      = "timewait_exits"
 )
 
 // msgName names a CM attribute for counters and logs.

@@ -46,7 +46,10 @@
 // life time) + CMTimeout(remote CM response timeout) (rdma_cm's 16 and 20:
 // 4608 ms) and are sent 1 + MaxCMRetries times. Passive: the REP and DREQ
 // wait CMTimeout(the REQ's local CM response timeout), as often as the
-// REQ's MaxCMRetries. An MRA makes the current and later waits
+// REQ's MaxCMRetries; but until the peer answers, each REQ received pays
+// for only 3 REPs and further retransmissions come from a small allowance
+// shared by the Manager (reflect.go: a forged REQ must not make us a
+// reflector). An MRA makes the current and later waits
 // CMTimeout(service timeout) + CMTimeout(av.timeout). av.timeout is the
 // packet life time + 1 (passive: the REQ's local ACK timeout), refined on
 // the REP by cm_ack_timeout(target ACK delay, ...); timewait lasts

@@ -87,6 +87,7 @@ type Manager struct {
 	sidrSent  map[sidrKey]sidrAnswer // SIDR_REPs sent lately, for duplicates (sidr.go)
 	listeners []*Listener
 	halfOpen  int
+	spareREPs allowance // REP retransmissions past the REQs' own budgets (reflect.go)
 	counters  map[string]uint64
 	outbox    []action
 	draining  bool

@@ -127,6 +127,9 @@ func (m *Manager) dupREQ(r rx, id *ID) {
 	case StateREPSent, StateMRAREPRcvd:
 		if id.out != nil {
 			m.sendMAD(r.src, r.dst, id.out.mad)
+			if id.out.free >= 0 {
+				id.out.free += repsPerREQ - 1
+			}
 		}
 	case StateTimewait:
 		m.count(cntRejStale)
@@ -182,6 +185,7 @@ func (id *ID) Accept(p AcceptParams) error {
 		id.privateData = nil
 		m.setState(id, StateREPSent)
 		m.armRetransmit(id, b, id.timeout, id.maxRetries, mad.AttrREP)
+		id.out.free = repsPerREQ - 1 // the REQ paid for this one and 2 more
 		return nil
 	})
 }

@@ -42,9 +42,12 @@ func ackTimeout(caAckDelay, lifeTime uint8) uint8 {
 // cm_id_priv->msg): it is sent again every timeout until retries run out,
 // then the ID's state decides what the timeout means (sendError).
 type retransmit struct {
-	mad      []byte
-	timeout  time.Duration
-	retries  int // sends left after the first
+	mad     []byte
+	timeout time.Duration
+	retries int // sends left after the first
+	// free, for a REP, is how many more sends the REQs received have
+	// paid for (reflect.go); -1 for every other message: no bound.
+	free     int
 	timer    Timer
 	attrName string
 }
@@ -52,7 +55,7 @@ type retransmit struct {
 // armRetransmit sends b now and arms its retransmission.
 func (m *Manager) armRetransmit(id *ID, b []byte, timeout time.Duration, retries int, attr uint16) {
 	m.cancelRetransmit(id)
-	id.out = &retransmit{mad: b, timeout: timeout, retries: retries, attrName: msgName(attr)}
+	id.out = &retransmit{mad: b, timeout: timeout, retries: retries, free: -1, attrName: msgName(attr)}
 	m.sendMAD(id.remote, id.local, b)
 	m.startRetransmitTimer(id, timeout)
 }
@@ -99,8 +102,12 @@ func (m *Manager) onRetransmitTimer(id *ID, gen uint64) {
 	out := id.out
 	if out.retries > 0 {
 		out.retries--
-		m.count("tx_retries_" + out.attrName)
-		m.sendMAD(id.remote, id.local, out.mad)
+		if m.mayResend(out) {
+			m.count("tx_retries_" + out.attrName)
+			m.sendMAD(id.remote, id.local, out.mad)
+		} else {
+			m.count(cntREPRetriesLimited)
+		}
 		m.startRetransmitTimer(id, out.timeout)
 	} else {
 		id.out = nil
