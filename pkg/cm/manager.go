@@ -85,6 +85,8 @@ type Manager struct {
 	remoteQPs map[remoteQPKey]*ID    // by (peer CA GUID, peer QPN), cm.c's remote_qp_table
 	sidrRcvd  map[sidrKey]*ID        // passive SIDR IDs awaiting SIDRReply
 	sidrSent  map[sidrKey]sidrAnswer // SIDR_REPs sent lately, for duplicates (sidr.go)
+	sidrOrder []sidrKept             // sidrSent's entries, oldest first (may name forgotten ones)
+	sidrSeq   uint64                 // numbers the entries of sidrSent
 	listeners []*Listener
 	halfOpen  int
 	spareREPs allowance // REP retransmissions past the REQs' own budgets (reflect.go)
@@ -190,6 +192,7 @@ func (m *Manager) Close() {
 	clear(m.remoteQPs)
 	clear(m.sidrRcvd)
 	clear(m.sidrSent)
+	m.sidrOrder = nil
 	m.listeners = nil
 	m.halfOpen = 0
 	m.outbox = nil

@@ -136,3 +136,45 @@ func TestDREQRetriesAfterEstablishmentKeepTheREQsCount(t *testing.T) {
 	}
 	require.Equal(t, 7, n, "1 + the REQ's MaxCMRetries DREQs")
 }
+
+// Bug (found by the security audit, session AF): every SIDR_REP a
+// listener sent was kept for a minute to answer duplicates, with no
+// bound, and each reply scanned all of them: a flood of SIDR_REQs with
+// distinct request IDs (or forged sources) to a UD service grew the
+// table by one entry, and each answer's cost by one step, per request
+// (20,000 kept after 20,000 requests). Now at most maxSIDRAnswers are
+// kept, the oldest forgotten first (its late duplicate then reaches the
+// listener as a new request, as with cm.c), and a reply costs O(1).
+func TestSIDRAnswersBounded(t *testing.T) {
+	l := newLink(t, nil)
+	_, err := l.b.m.Listen(udpService, 0, l.b.handler())
+	require.NoError(t, err)
+	const flood = 20000
+	for i := range flood {
+		req := &mad.SIDRREQ{RequestID: uint32(i + 1), ServiceID: udpService}
+		b, err := mad.Marshal(uint64(i), req)
+		require.NoError(t, err)
+		l.b.m.HandleMAD(victim, gidB, b)
+		evs := l.b.take()
+		require.Len(t, evs, 1)
+		require.NoError(t, evs[0].ID.SIDRReply(cm.SIDRReplyParams{QPN: 0x33, QKey: 0x1234}))
+		l.queue = l.queue[:0]
+		l.sent = l.sent[:0]
+		if i%1000 == 0 {
+			l.advance(time.Millisecond) // all within the answer window
+		}
+	}
+	require.LessOrEqual(t, l.b.m.SIDRAnswers(), 4096)
+	// The newest answers still serve their duplicates.
+	req := &mad.SIDRREQ{RequestID: flood, ServiceID: udpService}
+	b, err := mad.Marshal(1, req)
+	require.NoError(t, err)
+	l.b.m.HandleMAD(victim, gidB, b)
+	require.Empty(t, l.b.take(), "a duplicate of a kept answer is not a new request")
+	require.Len(t, l.sent, 1)
+	require.Equal(t, uint64(1), l.b.m.Counters()["rx_dup_sidr_req"])
+	// After the window every answer is forgotten.
+	l.advance(time.Minute)
+	l.b.m.HandleMAD(victim, gidB, b)
+	require.Len(t, l.b.take(), 1)
+}

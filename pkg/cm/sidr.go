@@ -82,12 +82,28 @@ func (m *Manager) onSIDRREP(r rx, rep *mad.SIDRREP) {
 // 4 s, cma_resolve_ib_udp).
 const sidrAnswerWindow = time.Minute
 
+// maxSIDRAnswers bounds the SIDR_REPs kept. Anyone can send SIDR_REQs,
+// with any request ID and source address, so without a bound a flood of
+// them to a UD service grew the table by one answer per request for a
+// minute (found by the security audit, session AF). Past the bound the
+// oldest answer is forgotten: a late duplicate of its request then
+// reaches the listener as a new one, as every duplicate does with cm.c.
+const maxSIDRAnswers = 4096
+
 // sidrAnswer is a SIDR_REP sent, kept for the duplicates of its request.
 // It goes back to the key's peer, from src.
 type sidrAnswer struct {
 	mad   []byte
 	src   netip.Addr
 	until time.Time
+	seq   uint64 // its sidrKept's
+}
+
+// sidrKept is an entry of Manager.sidrOrder: the answer kept under key
+// with number seq, unless sidrSent holds another one there by now.
+type sidrKept struct {
+	key sidrKey
+	seq uint64
 }
 
 // onSIDRREQ is cm_sidr_req_handler: a duplicate of a pending request is
@@ -187,10 +203,22 @@ func (m *Manager) keepSIDRAnswer(id *ID, b []byte) {
 		return
 	}
 	now := m.clock.Now()
-	for k, a := range m.sidrSent {
-		if !now.Before(a.until) {
-			delete(m.sidrSent, k)
+	// Every answer is kept equally long, so the order of sidrOrder is
+	// the order of expiry: drop the expired ones and, past the bound,
+	// the oldest, from the front.
+	for len(m.sidrOrder) > 0 {
+		o := m.sidrOrder[0]
+		a, ok := m.sidrSent[o.key]
+		if ok && a.seq == o.seq {
+			if now.Before(a.until) && len(m.sidrSent) < maxSIDRAnswers {
+				break
+			}
+			delete(m.sidrSent, o.key)
 		}
+		m.sidrOrder[0] = sidrKept{}
+		m.sidrOrder = m.sidrOrder[1:]
 	}
-	m.sidrSent[id.sidrKey] = sidrAnswer{mad: b, src: id.local, until: now.Add(sidrAnswerWindow)}
+	m.sidrSeq++
+	m.sidrSent[id.sidrKey] = sidrAnswer{mad: b, src: id.local, until: now.Add(sidrAnswerWindow), seq: m.sidrSeq}
+	m.sidrOrder = append(m.sidrOrder, sidrKept{key: id.sidrKey, seq: m.sidrSeq})
 }
