@@ -185,6 +185,9 @@ func (q *QP) sendResponse(env Env, h wire.Headers, psn PSN) {
 	q.ctr.SentPkts.Add(1)
 }
 
+// maxDMALen is the largest DMA length a RETH may carry (IBA C9-94).
+const maxDMALen = 1 << 31
+
 // ackUnlimited is the ACK syndrome rxe sends: no credit limit.
 var ackUnlimited = wire.ACKSyndrome(0x1F)
 
@@ -258,6 +261,14 @@ func (q *QP) processRequest(env Env, p *wire.Packet, ri *RecvInfo) {
 	}
 	if !q.checkOpValid(fl) {
 		q.invalidRequest(env, psn, false)
+		return
+	}
+	// IBA C9-94 (rxe_resp_check_length): a DMA length above 2^31 is an
+	// invalid request, before the rkey is looked at. Taken as it came, a
+	// READ of up to 2^32-1 bytes spans up to 2^24 PSNs at MTU 256, the
+	// whole PSN space.
+	if p.RETH != nil && p.RETH.DMALen() > maxDMALen {
+		q.invalidRequest(env, psn, true)
 		return
 	}
 	switch {
