@@ -16,7 +16,8 @@ type EventType int
 
 const (
 	// EventDisconnected: the connection ended (the peer's DREQ, our
-	// Disconnect answered or timed out); Err says which. The QP is in ERR.
+	// Disconnect answered or timed out, the CM's own DREQ to a stale
+	// connection); Err says which. The QP is in ERR.
 	EventDisconnected EventType = iota + 1
 	// EventTimewaitExit: the CM has forgotten the connection; its QP may
 	// be destroyed or reused.
@@ -159,7 +160,7 @@ func (c *Conn) Disconnect(ctx context.Context) error {
 func (c *Conn) onEvent(ev cm.Event) {
 	switch ev.Type {
 	case cm.EventDREQ:
-		_ = c.qp.Modify(&ib.QPAttr{State: ib.QPSErr}, ib.AttrState)
+		c.qpToErr()
 		c.end(ErrDisconnected)
 		c.post(Event{Type: EventDisconnected, Err: ErrDisconnected})
 		return
@@ -168,6 +169,10 @@ func (c *Conn) onEvent(ev cm.Event) {
 		if ev.Err != nil {
 			err = ev.Err
 		}
+		// Disconnect moved the QP already, but the CM also sends a DREQ
+		// of its own, to a connection the peer has forgotten (a REQ or
+		// REP reusing its QPN): that QP must stop sending too.
+		c.qpToErr()
 		c.end(ErrDisconnected)
 		c.post(Event{Type: EventDisconnected, Err: err})
 		// Our DREQ was answered (or ran out of retries): the peer expects
@@ -190,6 +195,13 @@ func (c *Conn) onEvent(ev cm.Event) {
 	default:
 		// The handshake has at most a handful of events; a full channel
 		// means nobody waits any more (Dial gave up).
+	}
+}
+
+// qpToErr moves the connection's QP to ERR (a no-op there already).
+func (c *Conn) qpToErr() {
+	if c.qp != nil {
+		_ = c.qp.Modify(&ib.QPAttr{State: ib.QPSErr}, ib.AttrState)
 	}
 }
 

@@ -1,0 +1,103 @@
+package rdmacm
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/rxed/rxed/pkg/wire/mad"
+	"github.com/stretchr/testify/require"
+)
+
+// connectedPair dials a listener on a fresh pair of memory devices and
+// returns the active Conn, the passive one and the active device.
+func connectedPair(t *testing.T, srvIP, cliIP string) (cli, srv *Conn, cliDev *ib.Device) {
+	t.Helper()
+	net := transport.NewMemNetwork()
+	sdev, cdev := MemDevice(t, net, srvIP), MemDevice(t, net, cliIP)
+	l, err := Listen(sdev, netip.AddrPortFrom(netip.MustParseAddr(srvIP), 7471), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	newQP := func(dev *ib.Device) *ib.QP {
+		pd, err := dev.AllocPD()
+		require.NoError(t, err)
+		cq, err := dev.CreateCQ(64)
+		require.NoError(t, err)
+		q, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq,
+			Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		require.NoError(t, err)
+		return q
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	accepted := make(chan *Conn, 1)
+	go func() {
+		r, err := l.Accept(ctx)
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		c, _ := r.Accept(ctx, newQP(sdev), nil)
+		accepted <- c
+	}()
+	cli, err = Dial(ctx, newQP(cdev), l.Addr(), nil)
+	require.NoError(t, err)
+	srv = <-accepted
+	require.NotNil(t, srv)
+	return cli, srv, cdev
+}
+
+// waitEnded waits for c to end and returns its events so far.
+func waitEnded(t *testing.T, c *Conn) []Event {
+	t.Helper()
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the connection never ended (CM state %v)", c.id.State())
+	}
+	var evs []Event
+	for {
+		select {
+		case ev := <-c.events:
+			evs = append(evs, ev)
+		default:
+			return evs
+		}
+	}
+}
+
+// TestStaleConnectionDREQMovesTheQPToError: the peer reuses (CA GUID,
+// QPN) of our established connection in a new REQ, so it has forgotten
+// the connection (cm_match_req): our CM refuses the REQ (REJ 10) and ends
+// the old connection with a DREQ of its own. The Conn must then end as
+// every ended connection does, with its QP in ERR, so that the old QP
+// stops sending to a QPN that now belongs to another connection.
+//
+// Bug (found by the CM audit, session AF): onEvent assumed an
+// EventDisconnected always answered Conn.Disconnect, which had already
+// moved the QP to ERR; the DREQ the CM sends itself (stale connection,
+// in onREQ and onREP) ended the Conn with its QP left in RTS, and a later
+// Disconnect was a no-op.
+func TestStaleConnectionDREQMovesTheQPToError(t *testing.T) {
+	cli, srv, cdev := connectedPair(t, "10.0.7.1", "10.0.7.2")
+	id := cli.id
+	// The server's CA GUID and QPN in a REQ from a new comm ID.
+	req := &mad.REQ{LocalCommID: id.RemoteCommID() ^ 0x5a5a5a5a, ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7471),
+		LocalCAGUID: id.RemoteCAGUID(), LocalQPN: id.RemoteQPN(), StartingPSN: 1,
+		LocalCMResponseTimeout: 20, RemoteCMResponseTimeout: 20, MaxCMRetries: 15, PKey: 0xFFFF, PathMTU: 3,
+		Primary: mad.Path{LocalGID: id.RemoteAddr(), RemoteGID: id.LocalAddr(), LocalACKTimeout: 19, HopLimit: 64}}
+	b, err := mad.Marshal(0x1234, req)
+	require.NoError(t, err)
+	running(cdev).cm.HandleMAD(id.RemoteAddr(), id.LocalAddr(), b)
+
+	evs := waitEnded(t, cli)
+	require.ErrorIs(t, cli.Err(), ErrDisconnected)
+	require.NotEmpty(t, evs)
+	require.Equal(t, EventDisconnected, evs[0].Type)
+	require.Equal(t, ib.QPSErr, cli.QP().State(), "the stale connection's QP still sends")
+	waitEnded(t, srv)
+	require.Equal(t, ib.QPSErr, srv.QP().State())
+}
