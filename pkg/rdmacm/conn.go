@@ -15,9 +15,10 @@ import (
 type EventType int
 
 const (
-	// EventDisconnected: the connection ended (the peer's DREQ, our
-	// Disconnect answered or timed out, the CM's own DREQ to a stale
-	// connection); Err says which. The QP is in ERR.
+	// EventDisconnected: the connection ended (the peer's DREQ or REJ,
+	// our Disconnect answered or timed out, the CM's own DREQ to a stale
+	// connection); Err says which (a *RejectError after a REJ). The QP is
+	// in ERR.
 	EventDisconnected EventType = iota + 1
 	// EventTimewaitExit: the CM has forgotten the connection; its QP may
 	// be destroyed or reused.
@@ -67,6 +68,7 @@ type Conn struct {
 
 	mu          sync.Mutex
 	established bool
+	cmUp        bool   // the CM reported EventEstablished (onEvent's view)
 	private     []byte // the peer's private data
 	err         error  // why it ended
 	ended       bool   // done is closed
@@ -183,6 +185,25 @@ func (c *Conn) onEvent(ev cm.Event) {
 		c.post(Event{Type: EventTimewaitExit})
 		c.release()
 		return
+	case cm.EventEstablished:
+		c.mu.Lock()
+		c.cmUp = true
+		c.mu.Unlock()
+	case cm.EventREJ:
+		c.mu.Lock()
+		up := c.cmUp
+		c.mu.Unlock()
+		if up {
+			// A REJ for an established connection (the peer gave up in
+			// REP_SENT, our RTU lost): the CM is in timewait, and
+			// rdma_cm moves the QP to ERR and reports REJECTED.
+			err := &RejectError{Reason: ev.Reason, PrivateData: ev.PrivateData}
+			c.qpToErr()
+			c.end(err)
+			c.post(Event{Type: EventDisconnected, Err: err})
+			c.settle()
+			return
+		}
 	}
 	c.mu.Lock()
 	est := c.established

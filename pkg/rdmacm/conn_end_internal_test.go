@@ -2,6 +2,7 @@ package rdmacm
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -100,4 +101,33 @@ func TestStaleConnectionDREQMovesTheQPToError(t *testing.T) {
 	require.Equal(t, ib.QPSErr, cli.QP().State(), "the stale connection's QP still sends")
 	waitEnded(t, srv)
 	require.Equal(t, ib.QPSErr, srv.QP().State())
+}
+
+// TestREJOnEstablishedConnectionEndsIt: a REJ for an established
+// connection (the passive side gave up in REP_SENT after our RTU was
+// lost: an rdma_reject or rdma_destroy_id there sends one) ends the
+// connection: cm.c puts the ID in timewait and rdma_cm moves the QP to
+// ERR and reports RDMA_CM_EVENT_REJECTED (cma_ib_handler).
+//
+// Bug (found by the CM audit, session AF): once established, onEvent
+// dropped every event but DREQ, DREP and timewait exit; after a REJ the
+// Conn stayed up for good, its QP in RTS, while its CM ID went through
+// timewait and was gone.
+func TestREJOnEstablishedConnectionEndsIt(t *testing.T) {
+	cli, _, cdev := connectedPair(t, "10.0.8.1", "10.0.8.2")
+	id := cli.id
+	rej := &mad.REJ{LocalCommID: id.RemoteCommID(), RemoteCommID: id.LocalCommID(),
+		MessageRejected: mad.REJMsgOther, Reason: mad.REJConsumerDefined, PrivateData: []byte("bye")}
+	b, err := mad.Marshal(0x77, rej)
+	require.NoError(t, err)
+	running(cdev).cm.HandleMAD(id.RemoteAddr(), id.LocalAddr(), b)
+
+	evs := waitEnded(t, cli)
+	var re *RejectError
+	require.True(t, errors.As(cli.Err(), &re), "Err %v", cli.Err())
+	require.Equal(t, mad.REJConsumerDefined, re.Reason)
+	require.NotEmpty(t, evs)
+	require.Equal(t, EventDisconnected, evs[0].Type)
+	require.True(t, errors.As(evs[0].Err, &re))
+	require.Equal(t, ib.QPSErr, cli.QP().State())
 }
