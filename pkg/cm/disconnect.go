@@ -59,8 +59,17 @@ func (m *Manager) onDREQ(r rx, dreq *mad.DREQ) {
 		return
 	}
 	switch id.state {
-	case StateREPSent, StateDREQSent, StateMRAREPRcvd:
-		// A DREQ crossing ours (or overtaking the RTU) ends the wait.
+	case StateREPSent, StateMRAREPRcvd:
+		// The DREQ overtook a lost RTU. The peer sends one only from
+		// ESTABLISHED, so the connection was made: say so before the
+		// DREQ (cm.c delivers DREQ_RECEIVED alone, which rdma_cm
+		// reports as DISCONNECTED, and librdmacm's synchronous
+		// rdma_accept takes for success).
+		m.cancelRetransmit(id)
+		m.setState(id, StateEstablished)
+		m.emit(id, Event{Type: EventEstablished})
+	case StateDREQSent:
+		// A DREQ crossing ours ends the wait.
 		m.cancelRetransmit(id)
 	case StateEstablished:
 	case StateTimewait:

@@ -242,3 +242,57 @@ func TestMaxDREQIntervalCapsTheRetry(t *testing.T) {
 	require.Equal(t, []cm.EventType{cm.EventDisconnected}, types(evs))
 	require.NoError(t, evs[0].Err)
 }
+
+// The RTU is lost and A, established, disconnects at once: its DREQ finds
+// B in REP_SENT. The peer sends a DREQ only from ESTABLISHED, so the
+// connection was made: B reports EventEstablished, then EventDREQ, as
+// librdmacm's rdma_accept succeeds on the DISCONNECTED event rdma_cm
+// delivers there (ucma_complete fails only on a non-zero status), and
+// answers with its DREP; the REP is not resent.
+//
+// Bug (found by the CM audit, session AF): B gave EventDREQ alone, for a
+// connection it never reported established, so rdmacm's Accept failed
+// with ErrDisconnected although A's Dial had succeeded and A's SENDs
+// had already landed in B's receive queue.
+func TestDREQBeforeRTUImpliesEstablished(t *testing.T) {
+	for _, mra := range []bool{false, true} {
+		l := newLink(t, nil)
+		l.listen()
+		ida, err := l.a.m.Connect(l.connectParams(0x11), l.a.handler())
+		require.NoError(t, err)
+		l.pump()
+		idb := l.b.take()[0].ID
+		require.NoError(t, idb.Accept(acceptParams(0x22)))
+		if mra {
+			// A duplicate of the REP before A answers it draws A's
+			// delayed MRA: B waits in MRA_REP_RCVD.
+			l.a.react = func(ev cm.Event) {
+				if ev.Type == cm.EventREP {
+					rep := l.sent[len(l.sent)-1]
+					l.a.m.HandleMAD(rep.src, rep.dst, rep.b)
+				}
+			}
+		}
+		l.pump()
+		l.a.react = nil
+		if mra {
+			require.Equal(t, cm.StateMRAREPRcvd, idb.State())
+			require.Equal(t, []cm.EventType{cm.EventMRA}, types(l.b.take()))
+		} else {
+			require.Equal(t, cm.StateREPSent, idb.State())
+		}
+		require.Equal(t, []cm.EventType{cm.EventREP}, types(l.a.take()))
+		l.drop = dropFirst(mad.AttrRTU, 1)
+		require.NoError(t, ida.SendRTU(nil))
+		require.NoError(t, ida.Disconnect(nil))
+		got := l.pump()
+		require.Equal(t, []string{"A:DREQ", "B:DREP"}, attrs(got), "mra %v", mra)
+		require.Equal(t, []cm.EventType{cm.EventEstablished, cm.EventDREQ}, types(l.b.take()), "mra %v", mra)
+		require.Equal(t, []cm.EventType{cm.EventEstablished, cm.EventDisconnected}, types(l.a.take()))
+		require.Equal(t, cm.StateTimewait, idb.State())
+		got = l.advance(time.Minute)
+		require.NotContains(t, attrs(got), "B:REP", "the REP stopped")
+		require.Equal(t, []cm.EventType{cm.EventTimewaitExit}, types(l.b.take()))
+		require.Equal(t, 0, l.clock.Pending())
+	}
+}

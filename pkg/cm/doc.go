@@ -15,7 +15,8 @@
 // Passive side: a REQ matching a Listener creates an ID in MRA_REQ_SENT
 // (the delayed MRA again) and gives EventREQ; Accept sends the REP
 // (REP_SENT, MRA_REP_RCVD after an MRA) until the RTU or Established
-// (ib_cm_notify COMM_EST) moves it to ESTABLISHED; Reject sends a REJ. A
+// (ib_cm_notify COMM_EST) moves it to ESTABLISHED (a DREQ overtaking a
+// lost RTU does too: EventEstablished, then EventDREQ); Reject sends a REJ. A
 // REQ is checked in cm_match_req's order: a duplicate (same peer comm ID
 // and CA GUID) goes to its ID (MRA in MRA_REQ_SENT, the REP again in
 // REP_SENT, REJ 10 in TIMEWAIT, dropped otherwise); a REQ reusing the

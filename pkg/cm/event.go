@@ -18,8 +18,9 @@ const (
 	// (then EventEstablished follows at once).
 	EventREP
 	// EventEstablished: the ID entered ESTABLISHED (active: RTU sent;
-	// passive: RTU received or ID.Established called). PrivateData is the
-	// RTU's on the passive side when the RTU brought it.
+	// passive: RTU received, ID.Established called, or a DREQ arrived
+	// before the RTU: EventDREQ follows). PrivateData is the RTU's on the
+	// passive side when the RTU brought it.
 	EventEstablished
 	// EventREJ: the peer rejected. Reason, ARI, PrivateData from the REJ.
 	EventREJ
