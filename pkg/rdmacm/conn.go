@@ -69,6 +69,7 @@ type Conn struct {
 	mu          sync.Mutex
 	established bool
 	cmUp        bool   // the CM reported EventEstablished (onEvent's view)
+	qpMoved     bool   // the handshake began moving the QP (ConnectQP): a failure moves it to ERR
 	private     []byte // the peer's private data
 	err         error  // why it ended
 	ended       bool   // done is closed
@@ -219,6 +220,13 @@ func (c *Conn) onEvent(ev cm.Event) {
 	}
 }
 
+// movingQP records that the handshake is about to move the QP (fail).
+func (c *Conn) movingQP() {
+	c.mu.Lock()
+	c.qpMoved = true
+	c.mu.Unlock()
+}
+
 // qpToErr moves the connection's QP to ERR (a no-op there already).
 func (c *Conn) qpToErr() {
 	if c.qp != nil {
@@ -282,9 +290,21 @@ func (c *Conn) settle() {
 
 // fail ends a connection whose handshake failed: the CM ID is gone (or is
 // destroyed here) and no timewait follows.
+//
+// A QP the handshake had begun to move (ConnectQP) goes to ERR, as
+// rdma_cm's cma_modify_qp_err does when rdma_accept or cma_rep_recv fails
+// and on a REJ: it must not go on sending to a peer that is not connected.
+// One the handshake never touched is left as the caller gave it, so it
+// can be dialled again.
 func (c *Conn) fail(err error, destroy bool) {
 	if destroy && c.id != nil {
 		c.id.Destroy()
+	}
+	c.mu.Lock()
+	moved := c.qpMoved
+	c.mu.Unlock()
+	if moved {
+		c.qpToErr()
 	}
 	c.end(err)
 	c.release()

@@ -131,3 +131,60 @@ func TestREJOnEstablishedConnectionEndsIt(t *testing.T) {
 	require.True(t, errors.As(evs[0].Err, &re))
 	require.Equal(t, ib.QPSErr, cli.QP().State())
 }
+
+// TestFailedAcceptLeavesTheQPInError: an Accept that fails after it moved
+// its QP (here: the REP is out and the ctx ends before any RTU) leaves
+// the QP in ERR, as rdma_accept's failure path does (cma_modify_qp_err):
+// it must not keep sending to a peer that never became connected.
+//
+// Bug (found by the CM audit, session AF; fixed in the same session): a
+// failed handshake ended the Conn and destroyed its CM ID but left the
+// QP in RTS, pointed at the peer.
+func TestFailedAcceptLeavesTheQPInError(t *testing.T) {
+	const srvIP, cliIP = "10.0.9.1", "10.0.9.2"
+	net := transport.NewMemNetwork()
+	sdev := MemDevice(t, net, srvIP)
+	srv, cli := netip.MustParseAddr(srvIP), netip.MustParseAddr(cliIP)
+	l, err := Listen(sdev, netip.AddrPortFrom(srv, 7471), nil)
+	require.NoError(t, err)
+	defer l.Close()
+	pd, err := sdev.AllocPD()
+	require.NoError(t, err)
+	cq, err := sdev.CreateCQ(8)
+	require.NoError(t, err)
+	q, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+
+	// A REQ from a peer that will never send the RTU (no device there).
+	hdr := mad.CMAHeader{IPVersion: 4, SrcPort: 40000, Src: cli, Dst: srv}
+	req := &mad.REQ{LocalCommID: 0x1111, ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7471),
+		LocalCAGUID: 0xabcdef, LocalQPN: 0x1234, StartingPSN: 1, ResponderResources: 1, InitiatorDepth: 1,
+		LocalCMResponseTimeout: 20, RemoteCMResponseTimeout: 20, MaxCMRetries: 15, PKey: 0xFFFF, PathMTU: 3,
+		RetryCount: 7, RNRRetryCount: 7,
+		Primary:     mad.Path{LocalGID: netip.AddrFrom16(cli.As16()), RemoteGID: netip.AddrFrom16(srv.As16()), LocalACKTimeout: 19, HopLimit: 64},
+		PrivateData: hdr.Append(nil)}
+	b, err := mad.Marshal(0x99, req)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	running(sdev).cm.HandleMAD(netip.AddrFrom16(cli.As16()), netip.AddrFrom16(srv.As16()), b)
+	r, err := l.Accept(ctx)
+	require.NoError(t, err)
+
+	ended, end := context.WithCancel(context.Background())
+	end() // Accept moves the QP and sends the REP before it waits
+	c, err := r.Accept(ended, q, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Nil(t, c)
+	require.Equal(t, ib.QPSErr, q.State(), "the QP of a failed Accept still sends to the peer")
+
+	// A QP the handshake never touched is left alone: the Request was
+	// answered, so this Accept fails before it moves anything.
+	q2, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	_, err = r.Accept(ctx, q2, nil)
+	require.ErrorIs(t, err, ErrAnswered)
+	require.Equal(t, ib.QPSReset, q2.State())
+}

@@ -21,9 +21,10 @@ import (
 // refused), silence ErrTimeout after the CM's retries, the device's
 // close (before or during the handshake) ib.ErrDeviceClosed or, once the
 // REQ is out, ErrDisconnected. p may be nil.
-// A failed Dial leaves q as it was given (RESET or INIT), so it can dial
-// again, unless the REP had arrived and moving q failed (then q is
-// wherever the failing Modify left it).
+// A Dial that fails before the REP leaves q as it was given (RESET or
+// INIT), so it can dial again; once the REP began moving q, a failure
+// (moving q, sending the RTU, ctx) leaves q in ERR, as rdma_cm's
+// cma_rep_recv does.
 func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*Conn, error) {
 	if p == nil {
 		p = &ConnParam{}
@@ -82,6 +83,7 @@ func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*C
 	c.mu.Unlock()
 	onREP := func(rep *mad.REP) error {
 		s := activeSetup(dev, p, local, peer, mtu, psn, rep, id.ACKTimeout())
+		c.movingQP()
 		if err := ib.ConnectQP(q, s.remote, s.attr); err != nil {
 			// cma_rep_recv: a QP that cannot be moved is refused.
 			_ = id.Reject(mad.REJConsumerDefined, nil, nil)

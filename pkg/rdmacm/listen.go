@@ -327,7 +327,9 @@ func (r *Request) answer() error {
 // Accept takes q (an RC or UC QP in RESET or INIT) to RTS with the attributes the
 // REQ and p imply, sends the REP, and returns once the connection is
 // established (the RTU arrived). p may be nil (rdma_accept's defaults:
-// the resources the REQ offered). On failure the peer gets a REJ.
+// the resources the REQ offered). On failure the peer gets a REJ, and q
+// is left in ERR (rdma_accept's cma_modify_qp_err), so it sends nothing
+// to a peer it is not connected to.
 func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, error) {
 	if r.ud {
 		return nil, fmt.Errorf("rdmacm: Accept: a UD (SIDR) request is answered with AcceptUD")
@@ -355,6 +357,7 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 	}
 	psn := c.a.cm.NewPSN()
 	s := passiveSetup(dev, &pp, r.gid, r.peerGID, r.req, psn)
+	c.movingQP()
 	if err := ib.ConnectQP(q, s.remote, s.attr); err != nil {
 		_ = r.id.Reject(mad.REJConsumerDefined, nil, nil)
 		c.fail(err, false)
