@@ -21,8 +21,10 @@ type SIDRParams struct {
 }
 
 // SIDRQuery sends a SIDR_REQ (ib_send_cm_sidr_req), retransmitted until a
-// SIDR_REP arrives; h gets the outcome once.
-func (m *Manager) SIDRQuery(p SIDRParams, h SIDRHandler) error {
+// SIDR_REP arrives; h gets the outcome once. Destroying the returned ID
+// abandons the query (ib_destroy_cm_id): no retransmission and no call
+// of h follows.
+func (m *Manager) SIDRQuery(p SIDRParams, h SIDRHandler) (*ID, error) {
 	if p.PKey == 0 {
 		p.PKey = 0xFFFF
 	}
@@ -34,15 +36,15 @@ func (m *Manager) SIDRQuery(p SIDRParams, h SIDRHandler) error {
 	}
 	pd, err := clonePD(p.PrivateData, mad.SIDRREQPrivateLen)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if h == nil || !p.Src.IsValid() || !p.Dst.IsValid() {
-		return ErrInvalid
+		return nil, ErrInvalid
 	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	id := m.newID(nil)
 	id.service = p.ServiceID
@@ -54,13 +56,13 @@ func (m *Manager) SIDRQuery(p SIDRParams, h SIDRHandler) error {
 	if b == nil {
 		delete(m.ids, id.localID)
 		m.mu.Unlock()
-		return ErrInvalid
+		return nil, ErrInvalid
 	}
 	m.setState(id, StateSIDRREQSent)
 	m.armRetransmit(id, b, p.Timeout, int(p.MaxCMRetries), mad.AttrSIDRREQ)
 	m.mu.Unlock()
 	m.drain()
-	return nil
+	return id, nil
 }
 
 // onSIDRREP is cm_sidr_rep_handler.

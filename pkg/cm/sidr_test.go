@@ -16,8 +16,8 @@ func TestSIDRSuccess(t *testing.T) {
 	l := newLink(t, nil)
 	_, err := l.b.m.Listen(udpService, 0, l.b.handler())
 	require.NoError(t, err)
-	require.NoError(t, l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService,
-		PrivateData: []byte("cma header")}, l.a.sidrHandler()))
+	require.NoError(t, queried(l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService,
+		PrivateData: []byte("cma header")}, l.a.sidrHandler())))
 	got := l.pump()
 	require.Equal(t, []string{"A:SIDR_REQ"}, attrs(got))
 	sreq := got[0].msg.(*mad.SIDRREQ)
@@ -56,7 +56,7 @@ func TestSIDRSuccess(t *testing.T) {
 
 func TestSIDRNoListener(t *testing.T) {
 	l := newLink(t, nil)
-	require.NoError(t, l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService}, l.a.sidrHandler()))
+	require.NoError(t, queried(l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService}, l.a.sidrHandler())))
 	got := l.pump()
 	require.Equal(t, []string{"A:SIDR_REQ", "B:SIDR_REP"}, attrs(got))
 	require.Len(t, l.a.sidr, 1)
@@ -68,8 +68,8 @@ func TestSIDRNoListener(t *testing.T) {
 func TestSIDRTimeout(t *testing.T) {
 	l := newLink(t, nil)
 	l.drop = func(packet) bool { return true }
-	require.NoError(t, l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService,
-		Timeout: 100 * time.Millisecond, MaxCMRetries: 2}, l.a.sidrHandler()))
+	require.NoError(t, queried(l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService,
+		Timeout: 100 * time.Millisecond, MaxCMRetries: 2}, l.a.sidrHandler())))
 	l.pump()
 	l.advance(200 * time.Millisecond)
 	require.Empty(t, l.a.sidr)
@@ -84,7 +84,7 @@ func TestSIDRDestroyRejects(t *testing.T) {
 	l := newLink(t, nil)
 	_, err := l.b.m.Listen(udpService, 0, l.b.handler())
 	require.NoError(t, err)
-	require.NoError(t, l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService}, l.a.sidrHandler()))
+	require.NoError(t, queried(l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService}, l.a.sidrHandler())))
 	l.pump()
 	l.b.take()[0].ID.Destroy()
 	l.pump()
@@ -104,7 +104,7 @@ func TestSIDRDuplicateAfterReplyGetsTheSameAnswer(t *testing.T) {
 	l := newLink(t, nil)
 	_, err := l.b.m.Listen(udpService, 0, l.b.handler())
 	require.NoError(t, err)
-	require.NoError(t, l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService}, l.a.sidrHandler()))
+	require.NoError(t, queried(l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService}, l.a.sidrHandler())))
 	got := l.pump()
 	require.Equal(t, []string{"A:SIDR_REQ"}, attrs(got))
 	req := got[0]
@@ -137,4 +137,29 @@ func TestSIDRDuplicateAfterReplyGetsTheSameAnswer(t *testing.T) {
 	require.Equal(t, []cm.EventType{cm.EventSIDRREQ}, types(evs))
 	require.NoError(t, evs[0].ID.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRReject}))
 	require.Equal(t, []string{"B:SIDR_REP"}, attrs(l.pump()))
+}
+
+// queried is SIDRQuery's error (its ID unused).
+func queried(_ *cm.ID, err error) error { return err }
+
+// TestSIDRQueryDestroyedIsAbandoned: destroying a query's ID stops its
+// retransmissions and its handler is never called, as ib_destroy_cm_id
+// cancels the kernel's. rdmacm's DialUD relies on it (session AF: before,
+// SIDRQuery returned no ID, so a DialUD whose context ended went on
+// sending SIDR_REQs for its 16 tries, about a minute).
+func TestSIDRQueryDestroyedIsAbandoned(t *testing.T) {
+	l := newLink(t, nil)
+	l.drop = func(packet) bool { return true }
+	id, err := l.a.m.SIDRQuery(cm.SIDRParams{Src: gidA, Dst: gidB, ServiceID: udpService,
+		Timeout: 100 * time.Millisecond, MaxCMRetries: 2}, l.a.sidrHandler())
+	require.NoError(t, err)
+	l.pump()
+	require.Equal(t, uint64(1), l.a.m.Counters()["tx_sidr_req"], "the first SIDR_REQ")
+	id.Destroy()
+	l.advance(time.Second)
+	l.pump()
+	require.Zero(t, l.a.m.Counters()["tx_retries_sidr_req"], "no retransmission after the destroy")
+	require.Empty(t, l.a.sidr, "nor a call of the handler")
+	ids, _, _, _, _ := l.a.m.TableSizes()
+	require.Zero(t, ids)
 }

@@ -58,15 +58,16 @@ func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnPa
 		ps = mad.PortSpaceUDP
 	}
 	res := make(chan cm.SIDRResult, 1)
-	err = a.cm.SIDRQuery(cm.SIDRParams{Src: local, Dst: peer, ServiceID: serviceID(ps, raddr.Port()),
+	id, err := a.cm.SIDRQuery(cm.SIDRParams{Src: local, Dst: peer, ServiceID: serviceID(ps, raddr.Port()),
 		PrivateData: append(hdr.Append(nil), p.PrivateData...)}, func(r cm.SIDRResult) { res <- r })
 	if err != nil {
 		return nil, fmt.Errorf("rdmacm: DialUD: %w", cmErr(err))
 	}
 	select {
 	case <-ctx.Done():
-		// The query runs out its retries in the CM; its answer, if any,
-		// goes to the buffered channel nobody reads.
+		// Abandoned, as rdma_destroy_id cancels the kernel's query: no
+		// SIDR_REQ is retransmitted after this.
+		id.Destroy()
 		return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, ctx.Err())
 	case <-a.gone:
 		return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, ib.ErrDeviceClosed)

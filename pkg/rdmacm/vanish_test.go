@@ -124,3 +124,35 @@ func (c *muteConn) Send(bufs [][]byte, ep transport.Endpoint) error {
 	}
 	return c.Conn.Send(bufs, ep)
 }
+
+// TestDialUDCancelledStopsItsQuery: a DialUD whose context ends abandons
+// its SIDR query, as rdma_destroy_id does: no retransmission timer is
+// left behind and no SIDR_REQ follows.
+//
+// Bug (suspected by the CM audit, session AF; fixed in the same
+// session): the query could not be cancelled, so a cancelled DialUD went
+// on sending SIDR_REQs for its 16 tries, about a minute with rdma_cm's
+// timeout.
+func TestDialUDCancelledStopsItsQuery(t *testing.T) {
+	hs := memHosts(t, nil, "10.9.3.1", "10.9.3.2")
+	srv, cli := hs[0], hs[1]
+	require.NoError(t, srv.dev.Close()) // nobody answers
+	fc := cmtest.NewFakeClock(time.Unix(1_000_000, 0))
+	require.NoError(t, rdmacm.Enable(cli.dev, &rdmacm.Config{Clock: fc}))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := rdmacm.DialUD(ctx, cli.dev, ap("10.9.3.1:7174"), nil)
+		done <- err
+	}()
+	// The query is out once its retransmission timer is armed.
+	for deadline := time.Now().Add(20 * time.Second); fc.Pending() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the SIDR_REQ never left")
+		}
+	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Zero(t, fc.Pending(), "the cancelled query is still retransmitted")
+}
