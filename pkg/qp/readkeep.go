@@ -130,7 +130,19 @@ func (q *QP) afterRetire() {
 			q.completeWQE(w, false)
 		}
 	}
-	if hold && q.req.idx == q.sq.head {
+	if hold && q.req.idx == q.sq.head && !q.midMessage() {
 		q.req.psn = q.comp.psn
 	}
+}
+
+// midMessage reports that the SEND or WRITE at req.idx has sent some of
+// its packets and not all: req.psn is then the PSN of its next packet, and resuming
+// at comp.psn would send that packet under an earlier PSN (a hold that
+// began after a go-back-N had already resent the start of the message).
+func (q *QP) midMessage() bool {
+	if q.req.idx == q.sq.published() {
+		return false
+	}
+	w := q.sq.at(q.req.idx)
+	return w.state == wqePosted && w.sent > 0 && !w.isReadOrAtomic()
 }
