@@ -529,8 +529,11 @@ func (q *QP) executeWrite(env Env, p *wire.Packet, psn PSN, start bool) {
 	}
 	n := len(p.Payload)
 	// rxe: a packet carries a full MTU while more than one MTU remains,
-	// else exactly what remains.
-	if (r.resid > q.mtu && (n != q.mtu || p.PadCount != 0)) || (r.resid <= q.mtu && (n != r.resid || end != true)) {
+	// else exactly what remains. And the message may end only there: a
+	// LAST or ONLY with more than an MTU to come would end the WRITE
+	// short of its DMA length (IBA: an invalid request), which rxe's
+	// check_rkey lets through and acknowledges.
+	if (r.resid > q.mtu && (n != q.mtu || p.PadCount != 0 || end)) || (r.resid <= q.mtu && (n != r.resid || !end)) {
 		q.invalidRequest(env, psn, true)
 		return
 	}
