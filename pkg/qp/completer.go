@@ -13,6 +13,7 @@ type completer struct {
 	psn          PSN // next response PSN expected
 	opcode       int // READ response opcode in progress, -1 none
 	retryCnt     uint8
+	refills      uint8 // retryCnt refilled without progress (handleResponse)
 	rnrRetry     uint8
 	startedRetry bool
 	timeoutRetry bool
@@ -89,6 +90,7 @@ func (q *QP) resetRetry() {
 	q.comp.retryCnt = q.attr.RetryCnt
 	q.comp.rnrRetry = q.attr.RNRRetry
 	q.comp.startedRetry = false
+	q.comp.refills = 0
 }
 
 // rearm restarts the retransmit timer after progress, or stops it when
@@ -131,9 +133,16 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 	// one that only tells us (implied NAK) that an earlier response was
 	// lost, so it refills the counter. rxe refills it only on responses
 	// that complete or advance the oldest WQE; under heavy loss that
-	// fails live connections after seven unlucky rounds in a row.
-	if psn.InRange(q.comp.psn, q.req.psn) {
+	// fails live connections after seven unlucky rounds in a row. But a
+	// responder that answers every retry with the same gap (a path that
+	// drops full-sized packets passes only a READ's short last response)
+	// would keep the requester retrying for ever: without progress
+	// (resetRetry) the counter is refilled retry_cnt times at most, so
+	// such a stall still ends in RETRY_EXC_ERR.
+	if psn.InRange(q.comp.psn, q.req.psn) && q.comp.retryCnt < q.attr.RetryCnt &&
+		q.comp.refills < q.attr.RetryCnt {
 		q.comp.retryCnt = q.attr.RetryCnt
+		q.comp.refills++
 	}
 	defer q.noteProgress(q.comp.psn, now)
 	for {

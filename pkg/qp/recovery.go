@@ -180,6 +180,7 @@ func (q *QP) noteProgress(before PSN, now time.Time) {
 	if adv <= 0 {
 		return
 	}
+	q.comp.refills = 0 // progress: retry_cnt may be refilled again (handleResponse)
 	r := &q.rec
 	if r.sampling && r.samplePSN.Diff(q.comp.psn) < 0 {
 		r.sampling = false
