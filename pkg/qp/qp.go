@@ -286,6 +286,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	if mask.Has(AttrRQPSN) {
 		q.attr.RQPSN = a.RQPSN
 		q.resp.psn = a.RQPSN
+		q.resp.ackPSN = a.RQPSN
 	}
 	if mask.Has(AttrSQPSN) {
 		q.attr.SQPSN = a.SQPSN

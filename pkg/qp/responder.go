@@ -9,7 +9,11 @@ import (
 
 // responder is the receive side of rxe_resp.c.
 type responder struct {
-	psn     PSN    // next request PSN expected
+	psn PSN // next request PSN expected
+	// ackPSN follows the last SEND, WRITE or single-packet operation
+	// executed (rxe's resp.ack_psn; a READ does not move it): a duplicate
+	// SEND or WRITE is acknowledged at ackPSN-1, as rxe does.
+	ackPSN  PSN
 	msn     uint32 // message sequence number (24 bits)
 	opcode  int    // opcode of the multi-packet message in progress, -1 none
 	sentNAK bool   // a PSN sequence NAK was sent for the current gap
@@ -379,6 +383,7 @@ func (q *QP) noRecv(env Env, psn PSN) {
 func (q *QP) finishRequest(env Env, p *wire.Packet, psn PSN, end bool) {
 	r := &q.resp
 	r.psn = psn.Next()
+	r.ackPSN = r.psn
 	if end {
 		r.opcode = -1
 		r.msn = (r.msn + 1) & 0xFFFFFF
@@ -654,6 +659,7 @@ func (q *QP) acceptSingle(psn PSN, orig uint64) {
 	*r.newResource() = resource{kind: resAtomic, firstPSN: psn, lastPSN: psn, orig: orig}
 	r.msn = (r.msn + 1) & 0xFFFFFF
 	r.psn = psn.Next()
+	r.ackPSN = r.psn
 	r.opcode = -1
 }
 
@@ -706,7 +712,12 @@ func (q *QP) duplicateRequest(env Env, p *wire.Packet, psn PSN) {
 	fl := p.Info.Flags
 	switch {
 	case fl&(wire.FlagSend|wire.FlagWrite) != 0:
-		q.sendAck(env, ackUnlimited, q.resp.psn.Prev())
+		// rxe acknowledges at ack_psn-1, the last SEND, WRITE or atomic
+		// it executed, never inside a READ: an RC ACK at a READ's last
+		// PSN reaches an rxe requester that still waits for that READ's
+		// last response as a broken response sequence (check_ack's
+		// COMPST_ERROR), and its QP goes to ERR.
+		q.sendAck(env, ackUnlimited, q.resp.ackPSN.Prev())
 	case fl&wire.FlagRead != 0:
 		res := q.resp.findResource(psn)
 		if res == nil || res.kind != resRead {
