@@ -447,10 +447,7 @@ func (q *QP) executeSend(env Env, p *wire.Packet, ri *RecvInfo, psn PSN, start b
 			wc.Flags |= WCWithInv
 			if q.remoteInv != nil {
 				if st := q.remoteInv(q, wc.InvalidatedRKey); st != WCSuccess {
-					wc.Status = st
-					r.recvValid = false
-					q.rcq.Push(wc)
-					q.enterError()
+					q.invalidateFailed(env, p, psn, wc, st)
 					return
 				}
 			}
@@ -467,6 +464,22 @@ func (q *QP) executeSend(env Env, p *wire.Packet, ri *RecvInfo, psn PSN, start b
 		}
 	}
 	q.finishRequest(env, p, psn, end)
+}
+
+// invalidateFailed: the rkey of a SEND_WITH_INV could not be invalidated
+// (rxe's RESPST_ERR_INVALIDATE_RKEY, "RC - Class J"). As rxe does, the
+// receive completes with the error, the SEND is still acknowledged if it
+// asked for an ACK (at its PSN, the MSN not advanced: rxe goes through
+// do_complete and acknowledge without execute's PSN and MSN update), and
+// the QP then enters ERR. The requester's SEND succeeds.
+func (q *QP) invalidateFailed(env Env, p *wire.Packet, psn PSN, wc WC, st WCStatus) {
+	wc.Status = st
+	q.resp.recvValid = false
+	q.rcq.Push(wc)
+	if q.typ == RC && p.BTH.AckReq() {
+		q.sendAck(env, ackUnlimited, psn)
+	}
+	q.enterError()
 }
 
 // recvLengthError: the SEND is longer than the receive WR.

@@ -1,0 +1,49 @@
+package qp
+
+import (
+	"testing"
+
+	"github.com/rxed/rxed/pkg/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSendWithInvalidateOfABadRKeyIsAcked: a SEND_WITH_INV whose rkey
+// cannot be invalidated completes the receive with REM_INV_REQ_ERR and
+// moves the responder to ERR, but the SEND itself is acknowledged, as
+// rdma_rxe does (rxe_resp.c: RESPST_ERR_INVALIDATE_RKEY, "RC - Class J",
+// goes through do_complete and acknowledge before the error state): the
+// requester's SEND completes successfully.
+//
+// Bug (found by the protocol audit, session AF; fixed in the same
+// session): rxed pushed the failed receive and went to ERR without an
+// ACK, so the requester (an rxe one included) retried into a QP in ERR
+// and failed its SEND with RETRY_EXC_ERR where rxe's peer succeeds.
+func TestSendWithInvalidateOfABadRKeyIsAcked(t *testing.T) {
+	l := newLink(t, RC, 7, 7)
+	l.b.q.SetRemoteInvalidate(func(_ *QP, rkey uint32) WCStatus {
+		require.Equal(t, uint32(0xBAD), rkey)
+		return WCRemInvReqErr
+	})
+	require.NoError(t, l.b.q.PostRecv(&RecvWR{ID: 9, SGL: []SGE{l.b.sge(0, 64)}}))
+	l.post(SendWR{ID: 1, Opcode: WRSendWithInv, Flags: Signaled, InvalidateRKey: 0xBAD,
+		SGL: []SGE{l.a.sge(0, 16)}})
+	req := l.a.env.take()
+	require.Len(t, req, 1)
+	l.deliver(l.b, l.a, req...)
+
+	rwc := poll(t, l.b.rcq)
+	require.Len(t, rwc, 1)
+	require.Equal(t, uint64(9), rwc[0].ID)
+	require.Equal(t, WCRemInvReqErr, rwc[0].Status)
+	require.Equal(t, Err, l.b.q.State())
+	ack := l.b.env.take()
+	require.Len(t, ack, 1, "the SEND is acknowledged")
+	require.Equal(t, wire.RCAck, wire.BTH(ack[0]).Opcode())
+	require.Equal(t, psns(req)[0], psns(ack)[0])
+
+	l.deliver(l.a, l.b, ack...)
+	swc := poll(t, l.a.scq)
+	require.Len(t, swc, 1)
+	require.Equal(t, WCSuccess, swc[0].Status, swc[0].Status.String())
+	require.Equal(t, RTS, l.a.q.State())
+}
