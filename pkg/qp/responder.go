@@ -531,6 +531,15 @@ func (q *QP) executeWrite(env Env, p *wire.Packet, psn PSN, start bool) {
 	// copy when the packet carries all of it (a one-packet WRITE).
 	var whole mr.Region
 	defer whole.Release()
+	// The packet that consumes a receive (WRITE_ONLY or WRITE_LAST with
+	// immediate) needs one before anything else is checked, as rxe's
+	// check_resource comes before check_length and check_rkey: no receive
+	// is an RNR NAK even for a bad rkey, and a later error completes the
+	// receive taken here with its status (nakError).
+	if fl&wire.FlagImm != 0 && !q.takeRecv() {
+		q.noRecv(env, psn)
+		return
+	}
 	if start {
 		r.va, r.rkey, r.length = p.RETH.VA(), p.RETH.RKey(), int(p.RETH.DMALen())
 		r.resid = r.length
@@ -553,10 +562,6 @@ func (q *QP) executeWrite(env Env, p *wire.Packet, psn PSN, start bool) {
 	// check_rkey lets through and acknowledges.
 	if (r.resid > q.mtu && (n != q.mtu || p.PadCount != 0 || end)) || (r.resid <= q.mtu && (n != r.resid || !end)) {
 		q.invalidRequest(env, psn, true)
-		return
-	}
-	if fl&wire.FlagImm != 0 && !q.takeRecv() {
-		q.noRecv(env, psn)
 		return
 	}
 	if n > 0 {
