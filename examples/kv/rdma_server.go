@@ -32,6 +32,7 @@ type RDMAServer struct {
 	recvCQ  *ib.CQ
 	sendCQ  *ib.CQ
 	hello   hello
+	hook    func(point string)
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -59,6 +60,10 @@ const (
 // RDMAServerConfig configures ServeRDMA.
 type RDMAServerConfig struct {
 	Logger *slog.Logger // nil: silent
+
+	// hook, if set (tests), is called at the named points of an accept
+	// and of Close, to hold one side of their race where a test wants it.
+	hook func(point string)
 }
 
 // ServeRDMA registers a's table on dev and listens for rdma_cm connections
@@ -71,7 +76,7 @@ func ServeRDMA(a *App, dev *ib.Device, addr netip.AddrPort, cfg *RDMAServerConfi
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &RDMAServer{app: a, dev: dev, log: log, conns: map[uint32]*serverConn{}}
+	s := &RDMAServer{app: a, dev: dev, log: log, hook: cfg.hook, conns: map[uint32]*serverConn{}}
 	var err error
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
@@ -128,6 +133,14 @@ func (s *RDMAServer) acceptLoop() {
 		if err := s.accept(req); err != nil {
 			s.log.Warn("kv: connection refused", "peer", req.Remote, "err", err)
 		}
+		s.at("accept done")
+	}
+}
+
+// at calls the test hook, if any.
+func (s *RDMAServer) at(point string) {
+	if s.hook != nil {
+		s.hook(point)
 	}
 }
 
@@ -168,29 +181,44 @@ func (s *RDMAServer) accept(req *rdmacm.Request) error {
 			return fail(err)
 		}
 	}
-	// Register before the RTU can let the client's first SEND in.
+	// Register before the RTU can let the client's first SEND in, and
+	// only while the server is open: an entry of s.conns is Close's to
+	// free, and Close took its list when it set closed.
+	s.at("register")
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = req.Reject(nil)
+		return fail(errors.New("server closing"))
+	}
 	s.conns[q.Num()] = c
 	s.mu.Unlock()
+	s.at("accepting")
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	conn, err := req.Accept(ctx, q, &rdmacm.ConnParam{PrivateData: s.hello.append(nil),
 		ResponderResources: responderDepth, RNRRetryCount: 7})
 	cancel()
-	if err != nil {
-		s.mu.Lock()
-		delete(s.conns, q.Num())
-		s.mu.Unlock()
-		return fail(err)
-	}
+	// Whoever takes c out of s.conns frees it: here, unless Close (which
+	// empties the map) took it meanwhile.
 	s.mu.Lock()
-	closed := s.closed
-	if !closed {
+	mine := s.conns[q.Num()] == c
+	switch {
+	case !mine:
+	case err != nil:
+		delete(s.conns, q.Num())
+	default:
 		c.conn = conn
 	}
 	s.mu.Unlock()
-	if closed {
+	if err != nil {
+		if mine {
+			return fail(err)
+		}
+		return err
+	}
+	if !mine {
 		// Close took its list of connections before this one was
-		// accepted (it still destroys the QP): end it here.
+		// established: end it here (Close frees the QP).
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = conn.Disconnect(ctx)
@@ -274,8 +302,9 @@ func (s *RDMAServer) handlerLoop() {
 }
 
 // Close stops listening, disconnects every client (each sees its
-// connection end: ErrConnLost), and frees the server's resources. The
-// table and the device stay.
+// connection end: ErrConnLost), and frees the server's resources,
+// whatever accept was doing meanwhile; an error says one could not be
+// freed. The table and the device stay.
 func (s *RDMAServer) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -293,6 +322,7 @@ func (s *RDMAServer) Close() error {
 	}
 	s.conns = map[uint32]*serverConn{}
 	s.mu.Unlock()
+	s.at("closing")
 	_ = s.l.Close()
 	var wg sync.WaitGroup
 	for _, conn := range open {
@@ -306,26 +336,33 @@ func (s *RDMAServer) Close() error {
 	}
 	wg.Wait()
 	s.cancel()
-	s.wg.Wait()
+	s.wg.Wait() // the accept loop too: every entry Close may free is in conns
+	var errs []error
 	for _, c := range conns {
-		_ = c.qp.Destroy()
-		_ = c.mr.Dereg()
+		errs = append(errs, c.qp.Destroy(), c.mr.Dereg())
 	}
-	s.release()
+	errs = append(errs, s.release())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("kv: closing the server: %w", err)
+	}
 	return nil
 }
 
-func (s *RDMAServer) release() {
+// release frees the server's own resources; an error says one is still
+// in use (a connection's QP or region was left behind).
+func (s *RDMAServer) release() error {
+	var errs []error
 	if s.sendCQ != nil {
-		_ = s.sendCQ.Destroy()
+		errs = append(errs, s.sendCQ.Destroy())
 	}
 	if s.recvCQ != nil {
-		_ = s.recvCQ.Destroy()
+		errs = append(errs, s.recvCQ.Destroy())
 	}
 	if s.tableMR != nil {
-		_ = s.tableMR.Dereg()
+		errs = append(errs, s.tableMR.Dereg())
 	}
 	if s.pd != nil {
-		_ = s.pd.Dealloc()
+		errs = append(errs, s.pd.Dealloc())
 	}
+	return errors.Join(errs...)
 }
