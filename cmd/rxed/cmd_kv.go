@@ -95,7 +95,9 @@ type kvServer struct {
 	tcp   *kv.TCPServer
 }
 
-func startKVServer(ef *engineFlags, tf kvTableFlags, handlerCPU bool, cmPort uint, tcpAddr string, stderr io.Writer) (*kvServer, error) {
+// startKVServer starts the server; keepAlive is its RDMA side's
+// (kv.RDMAServerConfig.KeepAlive: 0 the default, negative none).
+func startKVServer(ef *engineFlags, tf kvTableFlags, handlerCPU bool, cmPort uint, tcpAddr string, keepAlive time.Duration, stderr io.Writer) (*kvServer, error) {
 	s := &kvServer{}
 	var err error
 	if s.table, err = kv.NewTable(tf.config()); err != nil {
@@ -111,7 +113,7 @@ func startKVServer(ef *engineFlags, tf kvTableFlags, handlerCPU bool, cmPort uin
 		return nil, err
 	}
 	if s.rdma, err = kv.ServeRDMA(s.app, s.en.dev, netip.AddrPortFrom(ef.addrs[0], uint16(cmPort)),
-		&kv.RDMAServerConfig{Logger: ef.logger(stderr)}); err != nil {
+		&kv.RDMAServerConfig{Logger: ef.logger(stderr), KeepAlive: keepAlive}); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -150,17 +152,19 @@ func runKVServe(args []string, stdout, stderr io.Writer) int {
 	tcpAddr := fs.String("tcp", "", "TCP `address` (default the first --addr, port 7472)")
 	handlerCPU := fs.Bool("handler-cpu", false, handlerCPUUsage)
 	dur := fs.Duration("for", 0, "stop after this `duration` (default: until SIGINT/SIGTERM)")
+	keepAlive := fs.Duration("keepalive", kv.DefaultKeepAlive, "probe an RDMA connection idle this long with a zero-length RDMA WRITE, and free the slot of a client that no longer answers (`duration`; 0: never)")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
 	}
-	if err := errors.Join(ef.check(), tf.check()); err != nil {
+	ka, kaErr := kvKeepAlive(*keepAlive)
+	if err := errors.Join(ef.check(), tf.check(), kaErr); err != nil {
 		fail(stderr, "kv serve", err)
 		return 2 // a usage error
 	}
 	if *tcpAddr == "" {
 		*tcpAddr = netip.AddrPortFrom(ef.addrs[0], kvTCPPort).String()
 	}
-	s, err := startKVServer(&ef, tf, *handlerCPU, *cmPort, *tcpAddr, stderr)
+	s, err := startKVServer(&ef, tf, *handlerCPU, *cmPort, *tcpAddr, ka, stderr)
 	if err != nil {
 		return fail(stderr, "kv serve", err)
 	}
@@ -182,6 +186,18 @@ func runKVServe(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "kv serve", err)
 	}
 	return 0
+}
+
+// kvKeepAlive is kv serve's --keepalive as kv.RDMAServerConfig.KeepAlive,
+// whose 0 is the default and negative never.
+func kvKeepAlive(d time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("--keepalive %v: want 0 (never) or a positive duration", d)
+	case d == 0:
+		return -1, nil
+	}
+	return d, nil
 }
 
 // runKVOp is one GET, PUT or DELETE against a running server.
@@ -380,7 +396,7 @@ func runKVBench(args []string, stdout, stderr io.Writer) int {
 		sf := o.ef
 		sf.addrs = addrList{o.server}
 		sf.pcap, sf.countersOut = "", ""
-		s, err := startKVServer(&sf, o.tf, o.handlerCPU, o.cmPort, tcpAddr, stderr)
+		s, err := startKVServer(&sf, o.tf, o.handlerCPU, o.cmPort, tcpAddr, 0, stderr)
 		if err != nil {
 			return fail(stderr, "kv bench", fmt.Errorf("server: %v", err))
 		}

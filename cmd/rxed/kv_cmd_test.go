@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/examples/kv"
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
@@ -113,6 +114,13 @@ func TestKVBadInput(t *testing.T) {
 	requireOneLineError(t, runCmd("kv", "bench", "--addr", "127.0.2.1", "--server", "127.0.2.2", "--get", "120"), "--get")
 	requireOneLineError(t, runCmd("kv", "get", "--addr", "127.0.2.1", "127.0.2.2"), "want SERVER KEY")
 	requireOneLineError(t, runCmd("kv", "serve"), "--addr is required")
+	requireOneLineError(t, runCmd("kv", "serve", "--addr", "127.0.2.1", "--keepalive", "-1s"), "--keepalive -1s: want 0 (never) or a positive duration")
+	requireOneLineError(t, runCmd("kv", "serve", "--addr", "127.0.2.1", "--keepalive", "often"), "invalid value \"often\" for flag -keepalive")
+	for d, want := range map[time.Duration]time.Duration{0: -1, time.Second: time.Second, kv.DefaultKeepAlive: kv.DefaultKeepAlive} {
+		got, err := kvKeepAlive(d)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "--keepalive %v as the server's KeepAlive", d)
+	}
 
 	// Nobody serves: the error names the server, on one line, within --timeout.
 	srv, cli := addrPair(t)
@@ -148,7 +156,7 @@ func TestKVSpin(t *testing.T) {
 
 		srv, _ := addrPair(t)
 		ef := engineFlags{addrs: addrList{netip.MustParseAddr(srv)}, port: transport.RoCEv2Port, timeout: 5 * time.Second, spin: c.spin}
-		s, err := startKVServer(&ef, kvTableFlags{buckets: 64, extent: 256, probe: 8}, false, 17474, srv+":17475", io.Discard)
+		s, err := startKVServer(&ef, kvTableFlags{buckets: 64, extent: 256, probe: 8}, false, 17474, srv+":17475", 0, io.Discard)
 		require.NoError(t, err)
 		require.Equal(t, c.server, ef.busyPoll, "server's busy poll for --spin %v", c.spin)
 		require.NoError(t, s.close())

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rxed/rxed/pkg/ib"
@@ -18,24 +19,34 @@ import (
 // RDMAServer serves an App's table over RDMA: the table is registered for
 // remote READ only (clients cannot write it), each client connects with
 // rdma_cm and gets its own RC QP, and one handler goroutine applies the
-// PUTs and DELETEs that arrive by SEND.
+// PUTs and DELETEs that arrive by SEND. A keepalive goroutine probes
+// idle connections (RDMAServerConfig.KeepAlive) so that a client that
+// vanished without disconnecting does not keep its slot.
 //
 // mu guards conns and closed; the accept loop, the per-connection
-// watchers and Close meet there. The handler owns the receive buffers.
+// watchers, the handler, the keepalive goroutine and Close meet there.
+// An entry of conns is a slot, and its QP and region are the server's:
+// whoever takes an entry out (a watcher, kill, a failed accept, Close)
+// frees them. The handler owns the receive buffers.
 type RDMAServer struct {
-	app     *App
-	dev     *ib.Device
-	log     *slog.Logger
-	l       *rdmacm.Listener
-	pd      *ib.PD
-	tableMR *ib.MR
-	recvCQ  *ib.CQ
-	sendCQ  *ib.CQ
-	hello   hello
-	hook    func(point string)
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	app       *App
+	dev       *ib.Device
+	log       *slog.Logger
+	l         *rdmacm.Listener
+	pd        *ib.PD
+	tableMR   *ib.MR
+	recvCQ    *ib.CQ
+	sendCQ    *ib.CQ
+	hello     hello
+	maxConns  int
+	ackTO     uint8
+	keepAlive time.Duration // <= 0: no probes
+	hook      func(point string)
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+
+	probesAcked atomic.Uint64 // keepalives the clients' QPs acknowledged
 
 	mu     sync.Mutex
 	conns  map[uint32]*serverConn // by QPN
@@ -48,18 +59,59 @@ type serverConn struct {
 	conn *rdmacm.Conn
 	mr   *ib.MR
 	buf  []byte // recvDepth slots of maxMsg bytes
+
+	// active: a request arrived since the keepalive goroutine last
+	// looked (the handler sets it, that goroutine clears it). probing: a
+	// keepalive is outstanding (set when posted, cleared by its
+	// completion).
+	active, probing atomic.Bool
 }
 
 const (
 	recvDepth      = 4 // a client has one request outstanding; a few spare
-	maxConns       = 256
-	serverCQDepth  = recvDepth * maxConns
 	responderDepth = 16
+	// keepaliveID is the work request ID of a keepalive WRITE (a
+	// response SEND's is 0).
+	keepaliveID = 1 << 63
 )
 
-// RDMAServerConfig configures ServeRDMA.
+// Defaults of RDMAServerConfig.
+const (
+	// DefaultKeepAlive is the idle time before a connection is probed:
+	// Go's TCP keepalive idle time (net.ListenConfig), so the server's
+	// RDMA and TCP sides notice a vanished client alike. rsockets'
+	// default, TCP's tcp_keepalive_time, is 2 hours, long for a server
+	// whose connection slots are few.
+	DefaultKeepAlive = 15 * time.Second
+	// DefaultMaxConns bounds the connected clients.
+	DefaultMaxConns = 256
+	// DefaultServerACKTimeout is the local ACK timeout exponent of the
+	// server's QPs (67 ms, the client's too): with the client's 7
+	// retries, a client that stopped answering fails a probe or a
+	// response in about half a second. rdma_cm would take the REQ's
+	// (2.1 s on RoCE: 17 s).
+	DefaultServerACKTimeout = 14
+)
+
+// RDMAServerConfig configures ServeRDMA. Zero values take the defaults.
 type RDMAServerConfig struct {
 	Logger *slog.Logger // nil: silent
+	// KeepAlive is how long a connection may stay idle (no request
+	// received) before the server probes it with a zero-length RDMA
+	// WRITE, as rsockets' keepalive does. The probe costs the client's
+	// engine an ACK and its application nothing; a client that vanished
+	// without disconnecting (its process or host died) leaves it
+	// unanswered, its QP runs out of retries, and the server frees the
+	// connection, as it frees any connection one of whose completions
+	// fails. A dead idle client is thus freed within about twice
+	// KeepAlive. 0: DefaultKeepAlive; negative: no probes.
+	KeepAlive time.Duration
+	// MaxConns bounds the connected clients; more are refused (REJ with
+	// "kv: too many clients"). 0: DefaultMaxConns.
+	MaxConns int
+	// ACKTimeout is the local ACK timeout exponent of the clients' QPs
+	// on the server (4.096 us * 2^N), 1..31. 0: DefaultServerACKTimeout.
+	ACKTimeout uint8
 
 	// hook, if set (tests), is called at the named points of an accept
 	// and of Close, to hold one side of their race where a test wants it.
@@ -76,7 +128,23 @@ func ServeRDMA(a *App, dev *ib.Device, addr netip.AddrPort, cfg *RDMAServerConfi
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &RDMAServer{app: a, dev: dev, log: log, hook: cfg.hook, conns: map[uint32]*serverConn{}}
+	s := &RDMAServer{app: a, dev: dev, log: log, hook: cfg.hook, conns: map[uint32]*serverConn{},
+		maxConns: cfg.MaxConns, ackTO: cfg.ACKTimeout, keepAlive: cfg.KeepAlive}
+	switch {
+	case s.maxConns < 0 || s.maxConns > ib.MaxCQE/(recvDepth+1):
+		return nil, fmt.Errorf("kv: MaxConns %d: want 0 (the default, %d) to %d", s.maxConns, DefaultMaxConns, ib.MaxCQE/(recvDepth+1))
+	case s.ackTO > 31:
+		return nil, fmt.Errorf("kv: ACKTimeout %d: want 0 (the default, %d) to 31", s.ackTO, DefaultServerACKTimeout)
+	}
+	if s.maxConns == 0 {
+		s.maxConns = DefaultMaxConns
+	}
+	if s.ackTO == 0 {
+		s.ackTO = DefaultServerACKTimeout
+	}
+	if s.keepAlive == 0 {
+		s.keepAlive = DefaultKeepAlive
+	}
 	var err error
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
@@ -86,11 +154,12 @@ func ServeRDMA(a *App, dev *ib.Device, addr netip.AddrPort, cfg *RDMAServerConfi
 		s.release()
 		return nil, fmt.Errorf("kv: registering the table: %w", err)
 	}
-	if s.recvCQ, err = dev.CreateCQ(serverCQDepth); err != nil {
+	if s.recvCQ, err = dev.CreateCQ(recvDepth * s.maxConns); err != nil {
 		s.release()
 		return nil, err
 	}
-	if s.sendCQ, err = dev.CreateCQ(serverCQDepth); err != nil {
+	// A client's responses (one per receive) and a keepalive.
+	if s.sendCQ, err = dev.CreateCQ((recvDepth + 1) * s.maxConns); err != nil {
 		s.release()
 		return nil, err
 	}
@@ -108,6 +177,10 @@ func ServeRDMA(a *App, dev *ib.Device, addr netip.AddrPort, cfg *RDMAServerConfi
 	s.wg.Add(2)
 	go s.acceptLoop()
 	go s.handlerLoop()
+	if s.keepAlive > 0 {
+		s.wg.Add(1)
+		go s.keepaliveLoop()
+	}
 	return s, nil
 }
 
@@ -148,7 +221,7 @@ func (s *RDMAServer) at(point string) {
 // request with the table's description in the REP.
 func (s *RDMAServer) accept(req *rdmacm.Request) error {
 	s.mu.Lock()
-	full := len(s.conns) >= maxConns
+	full := len(s.conns) >= s.maxConns
 	s.mu.Unlock()
 	if full {
 		_ = req.Reject([]byte("kv: too many clients"))
@@ -196,10 +269,10 @@ func (s *RDMAServer) accept(req *rdmacm.Request) error {
 	s.at("accepting")
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	conn, err := req.Accept(ctx, q, &rdmacm.ConnParam{PrivateData: s.hello.append(nil),
-		ResponderResources: responderDepth, RNRRetryCount: 7})
+		ResponderResources: responderDepth, RNRRetryCount: 7, ACKTimeout: s.ackTO})
 	cancel()
 	// Whoever takes c out of s.conns frees it: here, unless Close (which
-	// empties the map) took it meanwhile.
+	// empties the map) or kill took it meanwhile.
 	s.mu.Lock()
 	mine := s.conns[q.Num()] == c
 	switch {
@@ -218,7 +291,8 @@ func (s *RDMAServer) accept(req *rdmacm.Request) error {
 	}
 	if !mine {
 		// Close took its list of connections before this one was
-		// established: end it here (Close frees the QP).
+		// established, or kill found its QP failed: end it here (they
+		// free the QP).
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = conn.Disconnect(ctx)
@@ -230,7 +304,8 @@ func (s *RDMAServer) accept(req *rdmacm.Request) error {
 }
 
 // watch forgets a connection once it ended, and frees its QP once the CM
-// has forgotten it too.
+// has forgotten it too, unless kill did first (a connection's end flushes
+// its receives, which kill takes for a failure).
 func (s *RDMAServer) watch(c *serverConn) {
 	defer s.wg.Done()
 	select {
@@ -282,12 +357,17 @@ func (s *RDMAServer) handlerLoop() {
 		}
 		t0 := s.app.handlerCPU()
 		for _, wc := range wcs[:n] {
-			s.mu.Lock()
-			c := s.conns[wc.QPNum]
-			s.mu.Unlock()
-			if c == nil || wc.Status != ib.WCSuccess {
-				continue // flushed by a connection's end
+			c := s.conn(wc.QPNum)
+			if c == nil {
+				continue
 			}
+			if wc.Status != ib.WCSuccess {
+				// Flushed (the connection ended, or its QP failed
+				// sending): nothing more will arrive on it.
+				s.kill(c, wc.Status)
+				continue
+			}
+			c.active.Store(true)
 			slot := int(wc.ID)
 			out = s.app.handle(&s.app.rdma, c.buf[slot*m:slot*m+int(wc.ByteLen)], out[:0])
 			if err := s.postRecv(c, slot); err != nil {
@@ -295,10 +375,113 @@ func (s *RDMAServer) handlerLoop() {
 			}
 			_ = c.qp.PostSend(ib.SendWR{Opcode: ib.WRSend, Flags: ib.SendSignaled | ib.SendInline, Inline: out})
 		}
-		for s.sendCQ.Poll(sends) > 0 {
-		}
+		s.reapSends(sends)
 		s.app.rdma.cpuNanos.Add(s.app.handlerCPU() - t0)
 	}
+}
+
+// conn returns the connection of QP qpn, nil if it has none.
+func (s *RDMAServer) conn(qpn uint32) *serverConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[qpn]
+}
+
+// reapSends polls the send CQ empty: the handler's responses and the
+// keepalives. A failed one means the client's QP stopped answering
+// (RETRY_EXC_ERR) or the QP is in ERR anyway: its connection is freed.
+func (s *RDMAServer) reapSends(wcs []ib.WC) {
+	for {
+		n := s.sendCQ.Poll(wcs)
+		if n == 0 {
+			return
+		}
+		for _, wc := range wcs[:n] {
+			c := s.conn(wc.QPNum)
+			if c == nil {
+				continue
+			}
+			if wc.ID == keepaliveID {
+				c.probing.Store(false)
+				if wc.Status == ib.WCSuccess {
+					s.probesAcked.Add(1)
+				}
+			}
+			if wc.Status != ib.WCSuccess {
+				s.kill(c, wc.Status)
+			}
+		}
+	}
+}
+
+// keepaliveLoop probes, every s.keepAlive, each established connection
+// that received no request since the last round and has no probe
+// outstanding: a signaled zero-length RDMA WRITE, which needs no memory
+// or rkey at the client (IBA 9.4.4; rdma_rxe and rxed ACK it without a
+// check) and completes there without a completion. The previous round's
+// probes have completed by then (unless s.keepAlive is shorter than the
+// QP's retries), so a failed one is seen here if not by the handler
+// first (the QP's ERR flushes its receives).
+func (s *RDMAServer) keepaliveLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.keepAlive)
+	defer t.Stop()
+	wcs := make([]ib.WC, 64)
+	var idle []*serverConn
+	for {
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			return
+		}
+		s.reapSends(wcs)
+		idle = idle[:0]
+		s.mu.Lock()
+		for _, c := range s.conns {
+			if c.conn != nil && !c.active.Swap(false) && !c.probing.Load() {
+				idle = append(idle, c)
+			}
+		}
+		s.mu.Unlock()
+		for _, c := range idle {
+			c.probing.Store(true)
+			if err := c.qp.PostSend(ib.SendWR{ID: keepaliveID, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled}); err != nil {
+				s.kill(c, err)
+			}
+		}
+	}
+}
+
+// kill frees a connection whose QP failed: its client stopped answering
+// (a keepalive or a response ran out of retries), or the QP went to ERR
+// for another reason (the connection ended: its receives are flushed).
+// It takes the connection's slot at once; the DREQ it sends (if the
+// connection had not ended) is not waited for: the CM retries it alone,
+// and the QP number is not reused meanwhile (the engine holds destroyed
+// numbers back).
+func (s *RDMAServer) kill(c *serverConn, why any) {
+	s.mu.Lock()
+	mine := s.conns[c.qp.Num()] == c
+	if mine {
+		delete(s.conns, c.qp.Num())
+	}
+	conn := c.conn
+	s.mu.Unlock()
+	if !mine {
+		return
+	}
+	if conn != nil {
+		select {
+		case <-conn.Done(): // ended by the CM: its end flushed the QP
+		default:
+			s.log.Info("kv: connection failed, freed", "peer", conn.RemoteAddr(), "why", why)
+			done, cancel := context.WithCancel(context.Background())
+			cancel() // send the DREQ, do not wait for the DREP
+			_ = conn.Disconnect(done)
+		}
+	}
+	_ = c.qp.Destroy()
+	_ = c.mr.Dereg()
 }
 
 // Close stops listening, disconnects every client (each sees its
