@@ -118,6 +118,13 @@ func (t *Table) LookupQP(key uint32, kind KeyKind, pd *PD, qpn uint32, va, lengt
 	}
 }
 
+// Aligned8 reports whether the Region's 8 bytes, reached at va, are 8-byte
+// aligned both as the peer addresses them (va) and in memory: what
+// ATOMIC_WRITE needs (IBA A19.4.2, rxe_mr_do_atomic_write), as CmpSwap and
+// FetchAdd do (LookupQP checks those itself, ErrAlign). False for an
+// empty Region.
+func (r *Region) Aligned8(va uint64) bool { return len(r.b) >= 8 && !misaligned(va, r.b) }
+
 func misaligned(va uint64, b []byte) bool {
 	return (va|uint64(uintptr(unsafe.Pointer(&b[0]))))&7 != 0
 }

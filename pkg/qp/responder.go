@@ -717,6 +717,13 @@ func (q *QP) executeAtomicWrite(env Env, p *wire.Packet, psn PSN) {
 		q.rkeyError(env, psn, err)
 		return
 	}
+	// rxe_mr_do_atomic_write: a misaligned target is
+	// RESPST_ERR_MISALIGNED_ATOMIC, an invalid request NAK.
+	if !reg.Aligned8(p.RETH.VA()) {
+		reg.Release()
+		q.rkeyError(env, psn, mr.ErrAlign)
+		return
+	}
 	mr.AtomicStore(reg.Bytes(), binary.NativeEndian.Uint64(p.Payload))
 	reg.Release()
 	q.acceptSingle(psn, 0)
