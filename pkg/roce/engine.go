@@ -486,6 +486,10 @@ func (e *Engine) DestroyQP(q *qp.QP) error {
 	// out no more numbers).
 	if err == nil && removed {
 		e.mcast.detachAll(e, q) // rxe_drop_all_mcast_groups (mcast.go)
+		// Type 2 windows name their QP by number: those bound through q
+		// must not be reachable from the next QP to get num (rxe's
+		// windows hold the QP object itself).
+		e.mem.DetachQP(num)
 		e.qpns.release(num, true)
 	}
 	return err
