@@ -71,11 +71,64 @@ func (t *Table) LookupQP(key uint32, kind KeyKind, pd *PD, qpn uint32, va, lengt
 	if atomicOp && length != 8 {
 		return Region{}, ErrRange
 	}
+	return t.lookup(key, kind, pd, qpn, va, length, need, spanRange)
+}
+
+// LookupFlushQP resolves the target of an RDMA FLUSH on behalf of QP
+// number qpn (rxe's check_rkey and process_flush); need is FlushGlobal
+// or FlushPersistent. The checks and errors are LookupQP's, with two
+// differences:
+//
+//   - a zero length does not skip them (rxe skips the rkey of zero-length
+//     READs and WRITEs only): the Region is then empty, at va, which must
+//     lie in the region or window or at its end;
+//   - with whole (the FETH's selectivity level "memory region", rxe's
+//     IB_FLUSH_MR) va and length are ignored and the Region is the whole
+//     region, or all of a window's bound range.
+func (t *Table) LookupFlushQP(key uint32, pd *PD, qpn uint32, va, length uint64, need Access, whole bool) (Region, error) {
+	mode := spanRange
+	switch {
+	case whole:
+		mode = spanWhole
+	case length == 0:
+		mode = spanEmpty
+	}
+	return t.lookup(key, RKey, pd, qpn, va, length, need, mode)
+}
+
+// spanMode says what part of a region or window a lookup resolves.
+type spanMode uint8
+
+const (
+	spanRange spanMode = iota // [va, va+length), length > 0
+	spanEmpty                 // the empty range at va, which may be the end
+	spanWhole                 // all of it; va and length are ignored
+)
+
+// span returns the offset and length in the region of what a lookup in
+// mode resolves, rejecting anything not inside without overflowing.
+func (s *mrState) span(va, length uint64, mode spanMode) (off, n uint64, ok bool) {
+	if mode == spanRange {
+		off, ok = s.rangeOf(va, length)
+		return off, length, ok
+	}
+	if mode == spanWhole {
+		return 0, uint64(len(s.buf)), true
+	}
+	if va < s.iova || va-s.iova > uint64(len(s.buf)) {
+		return 0, 0, false
+	}
+	return va - s.iova, 0, true
+}
+
+// lookup is LookupQP and LookupFlushQP past their length checks.
+func (t *Table) lookup(key uint32, kind KeyKind, pd *PD, qpn uint32, va, length uint64, need Access, mode spanMode) (Region, error) {
+	atomicOp := need&RemoteAtomic != 0
 	if IsMWKey(key) {
 		if kind != RKey {
 			return Region{}, ErrInvalidKey
 		}
-		return t.lookupMW(key, pd, qpn, va, length, need)
+		return t.lookupMW(key, pd, qpn, va, length, need, mode)
 	}
 	if kind != LKey && kind != RKey {
 		return Region{}, ErrInvalidKey
@@ -96,11 +149,11 @@ func (t *Table) LookupQP(key uint32, kind KeyKind, pd *PD, qpn uint32, va, lengt
 		case !st.access.Has(need):
 			return Region{}, ErrAccess
 		}
-		off, ok := st.rangeOf(va, length)
+		off, n, ok := st.span(va, length, mode)
 		if !ok {
 			return Region{}, ErrRange
 		}
-		b := st.buf[off : off+length : off+length]
+		b := st.buf[off : off+n : off+n]
 		if atomicOp && misaligned(va, b) {
 			return Region{}, ErrAlign
 		}
@@ -126,5 +179,5 @@ func (t *Table) LookupQP(key uint32, kind KeyKind, pd *PD, qpn uint32, va, lengt
 func (r *Region) Aligned8(va uint64) bool { return len(r.b) >= 8 && !misaligned(va, r.b) }
 
 func misaligned(va uint64, b []byte) bool {
-	return (va|uint64(uintptr(unsafe.Pointer(&b[0]))))&7 != 0
+	return len(b) == 0 || (va|uint64(uintptr(unsafe.Pointer(&b[0]))))&7 != 0
 }

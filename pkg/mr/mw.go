@@ -245,8 +245,8 @@ func (w *MW) Bind(m *MR, addr, length uint64, access Access) (uint32, error) {
 	return w.t.BindMW(w.pd, NoQP, Bind{MWKey: cur, NewKey: IncKey(cur), MRKey: lkey, Addr: addr, Length: length, Access: access})
 }
 
-// lookupMW is LookupQP for window rkeys.
-func (t *Table) lookupMW(key uint32, pd *PD, qpn uint32, va, length uint64, need Access) (Region, error) {
+// lookupMW is lookup for window rkeys.
+func (t *Table) lookupMW(key uint32, pd *PD, qpn uint32, va, length uint64, need Access, mode spanMode) (Region, error) {
 	w := t.mws.get(KeyIndex(key))
 	if w == nil {
 		return Region{}, ErrInvalidKey
@@ -264,27 +264,37 @@ func (t *Table) lookupMW(key uint32, pd *PD, qpn uint32, va, length uint64, need
 	case !ws.access.Has(need):
 		return Region{}, ErrAccess
 	}
-	off := va
-	if ws.access&ZeroBased == 0 {
-		if va < ws.addr {
+	var off uint64
+	switch mode {
+	case spanWhole:
+		length = ws.length
+	default:
+		off = va
+		if ws.access&ZeroBased == 0 {
+			if va < ws.addr {
+				return Region{}, ErrRange
+			}
+			off = va - ws.addr
+		}
+		if mode == spanEmpty && off > ws.length || mode == spanRange && (off >= ws.length || length > ws.length-off) {
 			return Region{}, ErrRange
 		}
-		off = va - ws.addr
-	}
-	if off >= ws.length || length > ws.length-off {
-		return Region{}, ErrRange
 	}
 	target := ws.addr + off // cannot wrap: the bind checked the window is in the region
+	inner := spanRange
+	if length == 0 {
+		inner = spanEmpty
+	}
 	for {
 		st := ws.mr.st.Load()
 		if st == nil || !st.valid {
 			return Region{}, ErrInvalidKey
 		}
-		moff, ok := st.rangeOf(target, length)
+		moff, n, ok := st.span(target, length, inner)
 		if !ok {
 			return Region{}, ErrRange
 		}
-		b := st.buf[moff : moff+length : moff+length]
+		b := st.buf[moff : moff+n : moff+n]
 		if need&RemoteAtomic != 0 && misaligned(va, b) {
 			return Region{}, ErrAlign
 		}

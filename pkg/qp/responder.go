@@ -691,8 +691,11 @@ func (q *QP) executeFlush(env Env, p *wire.Packet, psn PSN) {
 	if p.FETH != nil && p.FETH.PlacementType()&2 != 0 {
 		need = mr.FlushPersistent
 	}
-	n := uint64(p.RETH.DMALen())
-	reg, err := q.mem.LookupQP(p.RETH.RKey(), mr.RKey, q.pd, q.num, p.RETH.VA(), n, need)
+	// rxe check_rkey: the rkey is checked whatever the length, and a
+	// FLUSH of the whole region (IB_FLUSH_MR) covers all of it,
+	// wherever its VA points (process_flush).
+	whole := p.FETH != nil && p.FETH.Selectivity() == wire.FlushMR
+	reg, err := q.mem.LookupFlushQP(p.RETH.RKey(), q.pd, q.num, p.RETH.VA(), uint64(p.RETH.DMALen()), need, whole)
 	if err != nil {
 		q.rkeyError(env, psn, err)
 		return
