@@ -31,7 +31,9 @@ func (m *MR) MaxLen() int { return m.maxLn }
 
 // Map sets the memory the next REG_MR work request of the
 // fast-registration region m registers (ib_map_mr_sg): buf, at most
-// MaxLen bytes. It fails, changing nothing, on a region that is not a
+// MaxLen bytes. Memory in a Mapping keeps it open (Close fails with
+// ErrMappingBusy) until the region maps other memory or is deregistered.
+// It fails, changing nothing, on a region that is not a
 // fast-registration one (ErrNotFastMR; ErrDeregistered after Dereg), an
 // empty buf (ErrEmptyBuffer) or one longer than MaxLen (ErrMapTooBig). It
 // does not affect a registration already executed.
@@ -49,8 +51,26 @@ func (m *MR) Map(buf []byte) error {
 	case len(buf) > m.maxLn:
 		return wrapf(ErrMapTooBig, "%d > %d", len(buf), m.maxLn)
 	}
-	m.mapped = buf
+	// A REG_MR registers this memory later: the mapping it lies in must
+	// not be unmapped meanwhile (the REG_MR would then find no mapping
+	// to pin and make the region valid over unmapped memory).
+	mp := mappingOf(buf)
+	if mp != nil {
+		if err := mp.pin(buf); err != nil {
+			return err
+		}
+	}
+	m.setMapped(buf, mp)
 	return nil
+}
+
+// setMapped replaces what the next REG_MR maps, buf in the pinned mapping
+// mp (nil: none), letting the previous one's mapping go. t.mu held.
+func (m *MR) setMapped(buf []byte, mp *Mapping) {
+	if m.mappedPin != nil {
+		m.mappedPin.unpin()
+	}
+	m.mapped, m.mappedPin = buf, mp
 }
 
 // RegMapped executes a REG_MR work request on behalf of a QP in pd for

@@ -35,7 +35,8 @@ func (t *Table) Invalidate(pd *PD, qpn uint32, key uint32) error {
 		return wrapf(ErrBadState, "region %#x is not a fast-registration region", key)
 	}
 	// The free version keeps the translation for introspection only; it
-	// pins nothing (fast regions never carry mappings).
+	// pins nothing (the mapping the next REG_MR's memory lies in is
+	// pinned by Map).
 	st := &mrState{key: old.key, pd: old.pd, access: old.access, iova: old.iova, buf: old.buf}
 	st.refs.Store(1)
 	m.st.Store(st)

@@ -17,6 +17,9 @@ type MR struct {
 	maxLn int  // fast: largest buffer a REG_MR may map
 
 	mapped []byte // fast: what the next REG_MR maps (Map); t.mu
+	// mappedPin is the open mapping mapped lies in, pinned while the
+	// region keeps mapped for a REG_MR (Map to Dereg); t.mu.
+	mappedPin *Mapping
 
 	st    atomic.Pointer[mrState] // nil once deregistered
 	numMW int                     // windows bound to the region; t.mu
@@ -259,7 +262,7 @@ func (m *MR) Dereg() error {
 		return wrapf(ErrMWBound, "%d windows bound to mr %#x", n, m.LKey())
 	}
 	m.dead = true
-	m.mapped = nil
+	m.setMapped(nil, nil)
 	t.mrs.free(m.index)
 	old := m.st.Swap(nil)
 	old.pd.users--
