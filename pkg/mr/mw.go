@@ -147,8 +147,9 @@ func bindErr(cause error, format string, args ...any) error {
 // zero-based; a type 2 window must be free, in the QP's PD and bound with a
 // region and non-zero length; the region must be valid, in the window's
 // PD, registered with MW_BIND (C10-73), have LOCAL_WRITE if the window
-// grants remote write or atomic (C10-74), and contain [Addr, Addr+Length)
-// (C10-75).
+// grants remote write or atomic (C10-74), lie in a writable file mapping
+// if the window grants FLUSH_PERSISTENT (as RegMR), and contain
+// [Addr, Addr+Length) (C10-75).
 func (t *Table) BindMW(pd *PD, qpn uint32, b Bind) (uint32, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -206,6 +207,11 @@ func (t *Table) BindMW(pd *PD, qpn uint32, b Bind) (uint32, error) {
 			return 0, bindErr(ErrAccess, "region %#x lacks MW_BIND", b.MRKey)
 		case b.Access&(RemoteWrite|RemoteAtomic) != 0 && ms.access&LocalWrite == 0: // C10-74
 			return 0, bindErr(ErrAccessCombo, "writable window over region %#x without LOCAL_WRITE", b.MRKey)
+		case b.Access&FlushPersistent != 0 && (ms.mapping == nil || !ms.mapping.persistable()):
+			// As RegMR: only a writable file mapping can be made
+			// durable; a FLUSH to persistence would be ACKed for
+			// bytes nothing persisted.
+			return 0, bindErr(ErrUnsupportedAccess, "FLUSH_PERSISTENT window over region %#x, not over a writable file mapping", b.MRKey)
 		}
 		if _, ok := ms.rangeOf(b.Addr, b.Length); !ok { // C10-75
 			return 0, bindErr(ErrRange, "[%#x,+%d) outside region [%#x,+%d)", b.Addr, b.Length, ms.iova, len(ms.buf))
