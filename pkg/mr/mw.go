@@ -251,6 +251,11 @@ func (w *MW) Bind(m *MR, addr, length uint64, access Access) (uint32, error) {
 	return w.t.BindMW(w.pd, NoQP, Bind{MWKey: cur, NewKey: IncKey(cur), MRKey: lkey, Addr: addr, Length: length, Access: access})
 }
 
+// afterWindowLoad, if set (tests), runs between a lookup's reading of a
+// window's binding and of its region's state: the moment an unbind and a
+// re-registration of the region may come between the two.
+var afterWindowLoad func()
+
 // lookupMW is lookup for window rkeys.
 func (t *Table) lookupMW(key uint32, pd *PD, qpn uint32, va, length uint64, need Access, mode spanMode) (Region, error) {
 	w := t.mws.get(KeyIndex(key))
@@ -258,6 +263,9 @@ func (t *Table) lookupMW(key uint32, pd *PD, qpn uint32, va, length uint64, need
 		return Region{}, ErrInvalidKey
 	}
 	ws := w.st.Load()
+	if afterWindowLoad != nil {
+		afterWindowLoad()
+	}
 	switch {
 	case ws == nil || ws.rkey != key:
 		return Region{}, ErrInvalidKey
@@ -305,7 +313,17 @@ func (t *Table) lookupMW(key uint32, pd *PD, qpn uint32, va, length uint64, need
 			return Region{}, ErrAlign
 		}
 		if st.tryGet() {
-			return Region{b: b, st: st}, nil
+			reg := Region{b: b, st: st}
+			if w.st.Load() != ws {
+				// The window was unbound (or rebound, or freed) since
+				// ws was read, and st may be a later registration of
+				// its region that the window never covered (a fast
+				// region invalidated and registered again): ws's
+				// rights do not reach it. Look the key up afresh.
+				reg.Release()
+				return t.lookupMW(key, pd, qpn, va, length, need, mode)
+			}
+			return reg, nil
 		}
 		if ws.mr.st.Load() == st {
 			return Region{}, ErrInvalidKey // over-released; see LookupQP
