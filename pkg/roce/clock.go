@@ -114,16 +114,23 @@ type fakeTimer struct {
 
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 
+// Reset arms the timer d after the clock's time. As with time.Timer, a
+// d that is not positive fires it at once: the deadline has passed, and
+// a later Advance may never come (a caller that re-arms for a deadline
+// an Advance already overtook would otherwise wait for good).
 func (t *fakeTimer) Reset(d time.Duration) {
 	t.c.mu.Lock()
-	t.at = t.c.now.Add(d)
-	t.armed = true
+	defer t.c.mu.Unlock()
 	// Drain a stale firing so Reset behaves like a fresh arming.
 	select {
 	case <-t.ch:
 	default:
 	}
-	t.c.mu.Unlock()
+	t.at = t.c.now.Add(d)
+	t.armed = d > 0
+	if !t.armed {
+		t.ch <- t.c.now // drained above: room for one
+	}
 }
 
 func (t *fakeTimer) Stop() {
