@@ -51,7 +51,9 @@ type Conn interface {
 
 	// Send transmits each of bufs as one datagram from ep.Local to
 	// ep.Remote. It is safe for concurrent use. Like UDP, success means the
-	// datagrams were handed on, not that they arrive.
+	// datagrams were handed on, not that they arrive. A datagram the
+	// network refuses (longer than the path MTU) does not hold back the
+	// others: they are sent, and the error is the first refusal.
 	Send(bufs [][]byte, ep Endpoint) error
 
 	// BatchSize is the number of datagrams the Conn prefers per call; larger

@@ -240,7 +240,9 @@ func sockCallRaw(trap, fd uintptr, p2 unsafe.Pointer, a3, a4 uintptr, p5 unsafe.
 // writeBatch sends bufs (or, when bufs is nil, dgrams) to one destination
 // with sendmmsg, packing runs of equal-sized datagrams into single
 // UDP_SEGMENT messages when GSO is on. A valid from (only for
-// wildcard-bound sockets) sets the source address.
+// wildcard-bound sockets) sets the source address. A datagram the kernel
+// refuses does not stop the others: the error returned is the first
+// refusal, the rest of the batch having been sent.
 func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, from netip.Addr) error {
 	y := &s.sys
 	y.txMu.Lock()
@@ -250,6 +252,7 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 	maxGSO := maxGSOBytes(s.is6)
 	gso := y.gso.Load() && gsoAllowed(s.is6, to.Addr())
 	src := txSource{bufs: bufs, dgrams: dgrams}
+	var refused error // the first message the kernel refused
 	for src.n() > 0 {
 		nm, used := y.pack(&src, gso, maxGSO)
 		y.txOff, y.txEnd = 0, nm
@@ -259,12 +262,22 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 			}
 			if y.txErr != nil {
 				msgGSO := y.txSegs[y.txOff] > 1
-				if !msgGSO || !(errors.Is(y.txErr, unix.EIO) || errors.Is(y.txErr, unix.EINVAL)) {
-					return os.NewSyscallError("sendmmsg", y.txErr)
+				if !msgGSO || !gsoRefusal(y.txErr) {
+					// The kernel judges each message on its own
+					// (EMSGSIZE: a datagram over the path MTU, which
+					// IP_PMTUDISC_DO refuses): the rest of the batch
+					// still goes, as rdma_rxe's packets, each sent
+					// alone, would. The first refusal is reported.
+					if refused == nil {
+						refused = os.NewSyscallError("sendmmsg", y.txErr)
+					}
+					y.txOff++
+					continue
 				}
 				// The kernel or device refused segmentation offload: resend
-				// the rest of this call one datagram per message. EIO means
-				// the device cannot do it at all (no checksum offload).
+				// the rest of this call one datagram per message (those
+				// that fit the path MTU then go). EIO means the device
+				// cannot do it at all (no checksum offload).
 				if errors.Is(y.txErr, unix.EIO) {
 					y.gso.Store(false)
 					s.conn.log.Warn("transport: UDP GSO refused, disabled", "local", s.local, "err", y.txErr)
@@ -286,7 +299,19 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 		}
 		src.skip(used)
 	}
-	return nil
+	return refused
+}
+
+// gsoRefusal reports whether err, refusing a UDP_SEGMENT message, may be
+// about the segmentation, so that its datagrams are sent again one by
+// one: EIO, the device cannot segment (no checksum offload); EINVAL, too
+// many segments, or, on older kernels, segments longer than the path MTU
+// allows; EMSGSIZE, what udp_send_skb says for the latter since a 2024
+// change (backported to the stable kernels; this VM's 6.18 does). Sent
+// alone, the datagrams of the run that fit the MTU (its shorter last
+// one) still go.
+func gsoRefusal(err error) bool {
+	return errors.Is(err, unix.EIO) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EMSGSIZE)
 }
 
 // txSource is what writeBatch sends: whole datagrams or Gather ones.

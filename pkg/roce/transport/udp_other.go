@@ -3,6 +3,7 @@
 package transport
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -94,23 +95,34 @@ func (s *udpSocket) readBatchHooked(b *rxBatch, hold func() bool, release func()
 func (s *udpSocket) pollBatch(*rxBatch) (int, error) { return 0, nil }
 
 // writeBatch sends bufs, or dgrams (joined in a scratch buffer), one
-// datagram per system call.
+// datagram per system call. A datagram refused does not stop the others
+// (as on Linux); the first refusal is returned.
 func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, _ netip.Addr) error {
 	s.sys.txMu.Lock()
 	defer s.sys.txMu.Unlock()
+	var refused error
+	note := func(err error) {
+		if err != nil && refused == nil {
+			refused = err
+		}
+	}
 	for _, b := range bufs {
-		if _, err := s.pc.WriteToUDPAddrPort(b, to); err != nil {
+		_, err := s.pc.WriteToUDPAddrPort(b, to)
+		if errors.Is(err, net.ErrClosed) {
 			return err
 		}
+		note(err)
 	}
 	for i := range dgrams {
 		b := dgrams[i].AppendTo(s.sys.scratch[:0])
 		s.sys.scratch = b
-		if _, err := s.pc.WriteToUDPAddrPort(b, to); err != nil {
+		_, err := s.pc.WriteToUDPAddrPort(b, to)
+		if errors.Is(err, net.ErrClosed) {
 			return err
 		}
+		note(err)
 	}
-	return nil
+	return refused
 }
 
 // canPollSockets: a net.UDPConn cannot be read without waiting.
