@@ -340,7 +340,10 @@ func (c *udpConn) awaitSocket(s *udpSocket, mu sync.Locker) error {
 
 // next returns the next datagram of the current batch (splitting coalesced
 // GRO messages at their segment size) and its message, or ok false when
-// the batch is used up; truncated messages are dropped and counted.
+// the batch is used up; truncated messages and datagrams longer than
+// MaxDatagramSize are dropped and counted. (A GRO socket's slots hold
+// 64 KiB, so the kernel truncates nothing shorter: without this check a
+// datagram that a socket without GRO drops as oversize was handed out.)
 func (c *udpConn) next() (d []byte, m *rxMsg, ok bool) {
 	b := c.cur
 	for c.curMsg < b.n {
@@ -358,6 +361,10 @@ func (c *udpConn) next() (d []byte, m *rxMsg, ok bool) {
 		if c.curOff >= len(m.data) {
 			c.curMsg++
 			c.curOff = 0
+		}
+		if len(d) > MaxDatagramSize {
+			c.stats.dropOversize.Add(1)
+			continue
 		}
 		return d, m, true
 	}

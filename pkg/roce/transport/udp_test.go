@@ -341,3 +341,93 @@ func TestUDPWildcardBound(t *testing.T) {
 		require.Equal(t, []byte{3, 4}, back[1].data)
 	}
 }
+
+// TestNextDropsOversizeDatagrams: a datagram longer than MaxDatagramSize
+// is dropped and counted however it arrived: truncated by the kernel
+// (MSG_TRUNC, a socket without GRO), whole in a GRO socket's 64 KiB slot,
+// or as segments of a coalesced message whose segment size is over the
+// limit; the others of the batch are handed out, split at their segment
+// size.
+//
+// Bug (found by the transport audit, session AF): with GRO on (the
+// default), a socket's slots are 64 KiB, the kernel truncates nothing
+// shorter, and the Conn lent datagrams of up to 64 KiB that the same
+// socket without GRO drops as oversize; the pcap recorder then left them
+// out of the capture (record skips anything over MaxDatagramSize).
+func TestNextDropsOversizeDatagrams(t *testing.T) {
+	big := MaxDatagramSize + 1
+	for _, tc := range []struct {
+		name      string
+		msgs      []rxMsg
+		want      []int // lengths handed out
+		wantDrops uint64
+	}{
+		{name: "fits", msgs: []rxMsg{{data: make([]byte, MaxDatagramSize)}}, want: []int{MaxDatagramSize}},
+		{name: "truncated", msgs: []rxMsg{{data: make([]byte, MaxDatagramSize), trunc: true}, {data: make([]byte, 5)}},
+			want: []int{5}, wantDrops: 1},
+		{name: "whole in a GRO slot", msgs: []rxMsg{{data: make([]byte, 100)}, {data: make([]byte, big)}, {data: make([]byte, 7)}},
+			want: []int{100, 7}, wantDrops: 1},
+		{name: "coalesced, segments over the limit", msgs: []rxMsg{{data: make([]byte, 2*big+10), segSize: big}, {data: make([]byte, 3)}},
+			want: []int{10, 3}, wantDrops: 2},
+		{name: "coalesced, segments within it", msgs: []rxMsg{{data: make([]byte, 3*1000+1), segSize: 1000}},
+			want: []int{1000, 1000, 1000, 1}},
+		{name: "only oversize", msgs: []rxMsg{{data: make([]byte, big)}}, wantDrops: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &udpSocket{local: ap("127.0.0.1:4791"), free: newBatchPool()}
+			c := &udpConn{}
+			b := &rxBatch{sock: s, msgs: tc.msgs}
+			b.lease.home = b
+			c.open(b, len(tc.msgs))
+			pkts := make([][]byte, 16)
+			eps := make([]Endpoint, 16)
+			leases := make([]*Lease, 16)
+			n := c.lend(pkts, eps, leases)
+			var got []int
+			for i := range n {
+				got = append(got, len(pkts[i]))
+				leases[i].Release()
+			}
+			require.Equal(t, tc.want, got)
+			require.Equal(t, tc.wantDrops, c.stats.dropOversize.Load())
+			require.Nil(t, c.cur, "the batch is used up")
+			require.Same(t, b, s.free.tryGet(), "and back in its pool")
+		})
+	}
+}
+
+// TestUDPOversizeDroppedInEveryMode: a datagram over MaxDatagramSize from
+// another sender is dropped and counted whether the receiving socket has
+// GRO or not, lent (ReceiveLent) or copied into buffers that would hold it.
+func TestUDPOversizeDroppedInEveryMode(t *testing.T) {
+	for _, m := range offloadModes {
+		t.Run(m.name, func(t *testing.T) {
+			b := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}, DisableGSO: m.noGSO, DisableGRO: m.noGRO})
+			raw, err := net.ListenUDP("udp4", &net.UDPAddr{IP: lo1.AsSlice()})
+			require.NoError(t, err)
+			defer raw.Close()
+			for _, l := range []int{MaxDatagramSize + 100, 100, MaxDatagramSize + 1, 200} {
+				_, err = raw.WriteToUDPAddrPort(payload(l%250, l), b.LocalAddrs()[0])
+				require.NoError(t, err)
+			}
+			pkts := make([][]byte, 4)
+			eps := make([]Endpoint, 4)
+			leases := make([]*Lease, 4)
+			n, err := b.(Lender).ReceiveLent(pkts, eps, leases)
+			require.NoError(t, err)
+			require.Positive(t, n)
+			require.Equal(t, payload(100, 100), pkts[0])
+			for i := range n {
+				leases[i].Release()
+			}
+			if n == 1 { // the rest came in another batch
+				got := receiveN(t, b, 1, 1<<16)
+				require.Equal(t, payload(200, 200), got[0].data)
+			} else {
+				require.Equal(t, 2, n)
+				require.Equal(t, payload(200, 200), pkts[1])
+			}
+			require.Equal(t, uint64(2), b.(StatsReporter).Stats().DropOversize)
+		})
+	}
+}
