@@ -55,7 +55,9 @@ func (b RxBatch) Datagram(i int) []byte {
 // the front of the batch and returns their number. keep sees each datagram
 // once, in order. A lent datagram is swapped into place (the dropped ones
 // end up behind the kept, with their leases); a copied one is copied
-// down over a dropped one (the receiver's buffers stay where they are).
+// down over a dropped one (the receiver's buffers stay where they are),
+// and is dropped too when that buffer is shorter than it (Receive's
+// rule: dropped, never truncated).
 func (b RxBatch) Partition(keep func([]byte) bool) int {
 	k := 0
 	for i := range b.pkts {
@@ -64,6 +66,9 @@ func (b RxBatch) Partition(keep func([]byte) bool) int {
 		}
 		if k != i {
 			if b.sizes != nil {
+				if b.sizes[i] > len(b.pkts[k]) {
+					continue
+				}
 				b.sizes[k] = copy(b.pkts[k], b.pkts[i][:b.sizes[i]])
 				b.eps[k] = b.eps[i]
 			} else {

@@ -233,3 +233,27 @@ func TestRxFilterConnOverPlainConns(t *testing.T) {
 	require.Equal(t, []int{5, 7}, got)
 	require.Equal(t, Endpoint{Local: ap("10.0.0.2:1"), Remote: ap("10.0.0.1:1")}, eps[0])
 }
+
+// TestRxBatchPartitionNeverTruncates: a kept datagram copied down over a
+// dropped one whose buffer is shorter is dropped, not cut to that
+// buffer's length (Receive's buffers may differ in length).
+//
+// Bug (found by the transport audit, session AF): Partition copied it
+// down truncated and reported the truncated size, so a Faulty (or any
+// RxFilterConn) returned a cut datagram from Receive.
+func TestRxBatchPartitionNeverTruncates(t *testing.T) {
+	bufs := [][]byte{make([]byte, 16), make([]byte, 64), make([]byte, 64), make([]byte, 64)}
+	sizes := make([]int, len(bufs))
+	eps := make([]Endpoint, len(bufs))
+	for i, l := range []int{10, 40, 12, 50} {
+		sizes[i] = copy(bufs[i], idPayload(i, l))
+	}
+	f := dropping(0) // the first goes: the 40-byte second does not fit its 16-byte buffer
+	k := f.FilterRx(RxBatch{pkts: bufs, sizes: sizes, eps: eps})
+	require.Equal(t, []int{0, 1, 2, 3}, f.seen)
+	require.Equal(t, 2, k)
+	require.Equal(t, 2, int(binary.BigEndian.Uint32(bufs[0])), "the 12-byte third took the first buffer")
+	require.Equal(t, 12, sizes[0])
+	require.Equal(t, 3, int(binary.BigEndian.Uint32(bufs[1])))
+	require.Equal(t, 50, sizes[1])
+}
