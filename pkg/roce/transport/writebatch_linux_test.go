@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rxed/rxed/internal/netns"
+	"github.com/rxed/rxed/internal/testenv"
 )
 
 // fakeRawConn runs writeBatch's attempts at once, as a socket that never
@@ -133,13 +134,10 @@ func TestWriteBatchSendsPastARefusedDatagram(t *testing.T) {
 // namespace of its own whose loopback has an MTU of 1500, a batch with a
 // 4000-byte datagram in the middle delivers the others.
 func TestSendPastEMSGSIZEInNetns(t *testing.T) {
-	if why := netns.Available(); why != "" {
-		t.Skip(why)
-	}
+	why := netns.Available()
+	testenv.Need(t, why == "", "%s", why)
 	ns, err := netns.Create(fmt.Sprintf("rxed-msgsize-%d", os.Getpid()))
-	if err != nil {
-		t.Skip(err)
-	}
+	require.NoError(t, err)
 	defer ns.Delete()
 	require.NoError(t, ns.IP("link", "set", "lo", "mtu", "1500"))
 	for _, m := range offloadModes {
