@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,9 @@ import (
 	"github.com/rxed/rxed/pkg/oob"
 	"github.com/stretchr/testify/require"
 )
+
+// idleClientQPN numbers the idle clients' QPs.
+var idleClientQPN atomic.Uint32
 
 // idleClient is a perftest-speaking client from address from that
 // completes the exchange of a write bandwidth test (its QP connected, the
@@ -25,7 +29,9 @@ func idleClient(t *testing.T, ctx context.Context, oobAddr, from string) *oob.Se
 	t.Cleanup(func() { s.CloseWithoutExchange() })
 	_, err = s.Negotiate(ctx, 3)
 	require.NoError(t, err)
-	key := oob.Key{OutReads: 1, QPN: 0x42, PSN: 1, RKey: 1, VAddr: 0x1000, GID: netip.MustParseAddr(from).As16()}
+	// A QP of its own: the daemon refuses a QP another session is
+	// connected to.
+	key := oob.Key{OutReads: 1, QPN: idleClientQPN.Add(1), PSN: 1, RKey: 1, VAddr: 0x1000, GID: netip.MustParseAddr(from).As16()}
 	for range 3 { // its QP's address, then the two barriers
 		_, err := s.HandShake(ctx, key)
 		require.NoError(t, err)

@@ -52,7 +52,7 @@ func (d *Daemon) perftestSession(ctx context.Context, sess *oob.Session, s *sess
 	defer func() {
 		for i, q := range qps {
 			if i < len(remotes) {
-				d.retireQP(q.qp, netip.AddrFrom16(remotes[i].GID), remotes[i].QPN)
+				d.retireQP(q.qp, s.traffic, netip.AddrFrom16(remotes[i].GID), remotes[i].QPN)
 			} else {
 				_ = q.qp.Destroy()
 			}
@@ -136,7 +136,9 @@ func (d *Daemon) perftestSession(ctx context.Context, sess *oob.Session, s *sess
 		st.txLimit.Store(d.cfg.SessionBytes)
 	}
 	for i, rk := range remotes {
-		d.traffic.track(st, qps[i].qp.Num(), netip.AddrFrom16(rk.GID), rk.QPN)
+		if err := d.traffic.track(st, qps[i].qp.Num(), netip.AddrFrom16(rk.GID), rk.QPN); err != nil {
+			return err
+		}
 		if err := d.connectPerftestQP(qps[i], rk, neg.MTU); err != nil {
 			return fmt.Errorf("connecting QP %#x to the client's QP %#x: %v", qps[i].qp.Num(), rk.QPN, err)
 		}

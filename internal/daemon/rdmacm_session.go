@@ -25,6 +25,7 @@ type cmTestQP struct {
 	conn      *rdmacm.Conn
 	gid       netip.Addr // the peer's, from the connection
 	remoteQPN uint32
+	st        *sessionTraffic // the session's accounting
 }
 
 // rdmaCMSession plays the server of ib_write_bw / ib_read_bw /
@@ -166,16 +167,20 @@ func (d *Daemon) acceptTestConn(ctx context.Context, req *rdmacm.Request, cq *ib
 		_ = req.Reject(nil)
 		return nil, err
 	}
-	q := &cmTestQP{perftestQP: pq}
+	q := &cmTestQP{perftestQP: pq, st: s.traffic}
 	// Accounted from before the REP: the client may send its first
 	// request as soon as the REP arrives, before our Accept returns.
 	q.gid, q.remoteQPN = req.RemoteQP()
-	d.traffic.track(s.traffic, q.qp.Num(), q.gid, q.remoteQPN)
+	if err := d.traffic.track(q.st, q.qp.Num(), q.gid, q.remoteQPN); err != nil {
+		_ = req.Reject(nil)
+		_ = q.qp.Destroy()
+		return nil, err
+	}
 	p := &rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7, ACKTimeout: d.cfg.QPTimeout,
 		ResponderResources: min(128, max(req.InitiatorDepth, 1)), InitiatorDepth: min(128, max(req.ResponderResources, 1))}
 	conn, err := req.Accept(ctx, q.qp, p)
 	if err != nil {
-		d.retireQP(q.qp, q.gid, q.remoteQPN)
+		d.retireQP(q.qp, q.st, q.gid, q.remoteQPN)
 		return nil, fmt.Errorf("accepting a test connection: %w", err)
 	}
 	q.conn = conn
@@ -201,7 +206,7 @@ func (d *Daemon) endCMSession(ctrl *CMControl, qps []*cmTestQP, cq *ib.CQ) {
 		_ = c.Disconnect(dctx)
 	}
 	for _, q := range qps {
-		d.retireQP(q.qp, q.gid, q.remoteQPN)
+		d.retireQP(q.qp, q.st, q.gid, q.remoteQPN)
 	}
 	ctrl.Close()
 	_ = cq.Destroy()

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -61,12 +63,22 @@ func newTrafficConn(c transport.Conn, now func() time.Time) *trafficConn {
 	return t
 }
 
+// errQPTracked refuses a session's QP whose peer QP another session's
+// QP already sends to: a peer QP connects to one QP, and sharing the
+// entry would let one session's end forget the other's accounting.
+var errQPTracked = errors.New("the client's QP is connected to another session's QP")
+
 // track routes the datagrams of one QP of a session to st: those that
 // arrive for our QP local, and those we send to the peer's QP remote at
-// addr.
-func (t *trafficConn) track(st *sessionTraffic, local uint32, addr netip.Addr, remote uint32) {
+// addr. A peer QP another session tracks is refused (errQPTracked),
+// nothing tracked.
+func (t *trafficConn) track(st *sessionTraffic, local uint32, addr netip.Addr, remote uint32) error {
+	k := txKey{addr.Unmap(), remote}
+	if v, loaded := t.tx.LoadOrStore(k, st); loaded && v != st {
+		return fmt.Errorf("%w: QP %#x at %s", errQPTracked, remote, k.addr)
+	}
 	t.rx.Store(local, st)
-	t.tx.Store(txKey{addr.Unmap(), remote}, st)
+	return nil
 }
 
 // retireQP destroys a session's QP, then forgets its traffic: in that
@@ -77,15 +89,16 @@ func (t *trafficConn) track(st *sessionTraffic, local uint32, addr netip.Addr, r
 // budget was 1 MiB (2 runs of 20). Once Destroy returns the engine sends
 // nothing more for the QP (roce.Engine.DestroyQP), and the packets that
 // arrive for it are dropped unanswered.
-func (d *Daemon) retireQP(q *ib.QP, addr netip.Addr, remoteQPN uint32) {
+func (d *Daemon) retireQP(q *ib.QP, st *sessionTraffic, addr netip.Addr, remoteQPN uint32) {
 	_ = q.Destroy()
-	d.traffic.untrack(q.Num(), addr, remoteQPN)
+	d.traffic.untrack(st, q.Num(), addr, remoteQPN)
 }
 
-// untrack forgets a QP (the session is over).
-func (t *trafficConn) untrack(local uint32, addr netip.Addr, remote uint32) {
-	t.rx.Delete(local)
-	t.tx.Delete(txKey{addr.Unmap(), remote})
+// untrack forgets a QP of st (the session is over): only st's entries,
+// never another session's (a QP track refused, or never tracked).
+func (t *trafficConn) untrack(st *sessionTraffic, local uint32, addr netip.Addr, remote uint32) {
+	t.rx.CompareAndDelete(local, st)
+	t.tx.CompareAndDelete(txKey{addr.Unmap(), remote}, st)
 }
 
 // trackedQPs counts the QPs tracked (our side of each session's QPs).

@@ -40,7 +40,7 @@ func TestTrafficConnSendBudget(t *testing.T) {
 	tc := newTrafficConn(inner, time.Now)
 	st := &sessionTraffic{}
 	st.txLimit.Store(3 * 100)
-	tc.track(st, 0x11, remote.Addr(), 0x22)
+	require.NoError(t, tc.track(st, 0x11, remote.Addr(), 0x22))
 	ep := transport.Endpoint{Local: local, Remote: remote}
 	for range 10 {
 		require.NoError(t, tc.Send([][]byte{datagram(wire.RCReadResponseOnly, 0x22, 0, 100), datagram(wire.RCAck, 0x33, 0, 50)}, ep))
@@ -65,7 +65,7 @@ func TestTrafficConnSendBudget(t *testing.T) {
 	// A gather send is held to the same budget.
 	require.NoError(t, tc.SendGather([]transport.Gather{{datagram(wire.RCReadResponseOnly, 0x22, 0, 100)}}, ep))
 	require.Equal(t, uint64(8), st.drops.Load())
-	tc.untrack(0x11, remote.Addr(), 0x22)
+	tc.untrack(st, 0x11, remote.Addr(), 0x22)
 	require.NoError(t, tc.Send([][]byte{datagram(wire.RCReadResponseOnly, 0x22, 0, 100)}, ep))
 	require.Equal(t, uint64(8), st.drops.Load(), "untracked: no budget")
 }
@@ -78,7 +78,7 @@ func TestTrafficConnReceive(t *testing.T) {
 	now := time.Unix(1000, 0)
 	tc := newTrafficConn(inner, func() time.Time { return now })
 	st := &sessionTraffic{maxRead: 4096}
-	tc.track(st, 0x11, remote.Addr(), 0x22)
+	require.NoError(t, tc.track(st, 0x11, remote.Addr(), 0x22))
 	ep := transport.Endpoint{Local: remote, Remote: local}
 	require.NoError(t, peer.Send([][]byte{
 		datagram(wire.RCReadRequest, 0x11, 1<<20, 28), // over the cap
