@@ -114,7 +114,7 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	fs.IntVar(&o.gidx, "x", 0, "GID `index` put in perftest key messages")
 	fs.IntVar(&o.mtu, "m", 0, "MTU in bytes offered to perftest clients (default: the port's active MTU)")
 	fs.UintVar(&o.qpTimeout, "qp-timeout", 14, "RC local ACK timeout exponent of the daemon's QPs")
-	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGTERM/SIGINT, let running sessions finish for this long")
+	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGTERM/SIGINT, let running sessions finish for this long (0: end them at once)")
 	fs.IntVar(&o.maxSessions, "max-sessions", 64, "concurrent perftest sessions")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `format`: text or json")
@@ -174,6 +174,9 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	}
 	if o.handshake <= 0 {
 		return bad("--handshake-timeout %v: want a positive duration", o.handshake)
+	}
+	if o.grace < 0 {
+		return bad("--grace %v: want 0 (end running sessions at once) or a positive duration", o.grace)
 	}
 	if o.idle < 0 {
 		return bad("--idle-timeout %v: want 0 (never) or a positive duration", o.idle)
@@ -298,6 +301,9 @@ func serve(ctx context.Context, o *serveOpts, logOut io.Writer, ready func(*daem
 	cfg.HandshakeTimeout, cfg.IdleTimeout, cfg.MaxSessionsPerSource = o.handshake, o.idle, o.perSource
 	if o.idle == 0 {
 		cfg.IdleTimeout = -1 // never
+	}
+	if o.grace == 0 {
+		cfg.ShutdownGrace = -1 // none (the daemon's 0 is its default)
 	}
 	cfg.SessionBytes, cfg.MaxReadLen = int64(o.sessionBytes), int64(o.maxRead)
 	cfg.RDMACMPort = uint16(o.rdmaCMPort)

@@ -139,3 +139,33 @@ func waitMetric(t *testing.T, d *daemon.Daemon, line string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestServeGraceZeroEndsSessionsAtOnce: --grace 0 gives running sessions
+// no time: the daemon stops as soon as it is told to. Bug (found by the
+// daemon audit, session AF): 0 was the daemon's "default" and became 10
+// s, so `--grace 0` waited longer than `--grace 1ms` (and a negative
+// grace was taken as none).
+func TestServeGraceZeroEndsSessionsAtOnce(t *testing.T) {
+	t.Parallel()
+	a, c := addrPair(t)
+	port := reservePort(t)
+	_, logs, stop, done := startServe(t, "--addr", a, "-p", port, "--export", "data=anon,size=1M", "--grace", "0")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	idleClient(t, ctx, net.JoinHostPort(a, port), c) // its session waits for its report
+	logs.waitFor(t, "perftest client connected", 10*time.Second)
+	stop()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second): // the bug: 10 s
+		t.Fatal("serve --grace 0 let the running session go on")
+	}
+	require.Contains(t, logs.String(), "grace period over")
+
+	var errOut strings.Builder
+	_, code, ok := parseServe([]string{"--addr", a, "--export", "data=anon,size=1M", "--grace", "-1s"}, &errOut)
+	require.False(t, ok)
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut.String(), "--grace -1s")
+}

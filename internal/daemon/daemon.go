@@ -60,7 +60,7 @@ type Config struct {
 	// StepTimeout bounds each out-of-band step (0: oob.DefaultTimeout).
 	StepTimeout time.Duration
 	// ShutdownGrace is how long running sessions may continue after the
-	// context is cancelled (0: 10s).
+	// context is cancelled (0: 10s; negative: none, they end at once).
 	ShutdownGrace time.Duration
 	// MaxSessions bounds concurrent perftest sessions (0: 64).
 	MaxSessions int
