@@ -202,8 +202,21 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 			return bad("%v", err)
 		}
 	}
+	names := map[string]bool{}
+	for _, e := range o.exports {
+		if names[e.Name] {
+			return bad("--export: export %s given twice", e.Name)
+		}
+		names[e.Name] = true
+	}
+	if o.perftestExp != "" && !names[o.perftestExp] {
+		return bad("--perftest-export %q: no export has that name", o.perftestExp)
+	}
 	if len(o.exports) == 0 && o.ef.oobPort != 0 {
 		return bad("perftest clients need an export to target (give --export, or -p 0 for no perftest exchange)")
+	}
+	if len(o.exports) == 0 && o.rdmaCMPort != 0 {
+		return bad("--rdma-cm-port: perftest -R clients need an export to target (give --export)")
 	}
 	return o, 0, true
 }

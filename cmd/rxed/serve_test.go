@@ -172,3 +172,28 @@ func TestParseExport(t *testing.T) {
 		require.Error(t, err, in)
 	}
 }
+
+// TestServeBadExportFlagsExit2: export flags that contradict one another
+// are usage errors (exit 2, one line) found before anything is opened.
+// Bug (found by the daemon audit, session AF): a --perftest-export that
+// names no export, an export name given twice, and an rdma_cm listener
+// (-p 0 --rdma-cm-port) with no export to target exited 1, as a failure
+// at run time, while docs/tools.md gives every bad flag exit 2.
+func TestServeBadExportFlagsExit2(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--export", "a=anon,size=4K", "--perftest-export", "zz"}, `--perftest-export "zz"`},
+		{[]string{"--export", "a=anon,size=4K", "--export", "a=anon,size=8K"}, "a given twice"},
+		{[]string{"-p", "0", "--rdma-cm-port", "18515"}, "--export"},
+	} {
+		var errOut strings.Builder
+		_, code, ok := parseServe(append([]string{"--addr", "127.0.0.1"}, c.args...), &errOut)
+		require.False(t, ok, "%v", c.args)
+		require.Equal(t, 2, code, "%v: %s", c.args, errOut.String())
+		require.Contains(t, errOut.String(), c.want, "%v", c.args)
+		require.Equal(t, 1, strings.Count(errOut.String(), "\n"), "%v: one line: %s", c.args, errOut.String())
+	}
+}
