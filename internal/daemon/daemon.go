@@ -463,8 +463,13 @@ func (d *Daemon) shutdown() error {
 	d.log.Info("shutting down", "active_sessions", d.active.Load())
 	if d.oobLn != nil {
 		_ = d.oobLn.Close()
+		// The accept loop ends before the sessions are waited for: a
+		// client it accepted as the listener closed is admitted with
+		// wg.Add, which must not run beside the Wait below, and its
+		// session gets the grace period as the others do.
+		<-d.acceptDone
 	}
-	d.closeRDMACM()
+	d.closeRDMACM() // waits for its accept loop too
 	// Running sessions get the grace period, then their context ends.
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
