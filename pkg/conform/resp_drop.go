@@ -60,9 +60,15 @@ func init() {
 		return b, "opcode 0x18 (reserved)"
 	})
 	drop("D-OPCODE-UC", "UC opcode to an RC QP", "IBA 9.6.1.2 (transport must match the QP)", rcTools, func(c *Conn) ([]byte, string) {
+		// Bug (found by the conformance audit, session AF): without
+		// AckReq a peer that took the UC SEND as an RC SEND ONLY stayed
+		// silent (ib_send_bw has a receive for it), and the probe after
+		// it, a duplicate of its PSN then, was ACKed with the same PSN
+		// and MSN as a valid one: PASS. With AckReq such a peer ACKs it.
 		h := c.Hdr(wire.UCSendOnly)
+		h.AckReq = true
 		b, _ := c.Build(h, pattern(8, 1))
-		return b, "UC SEND ONLY to the RC QP"
+		return b, "UC SEND ONLY (AckReq) to the RC QP"
 	})
 	drop("D-PAD", "pad count larger than the payload", "IBA 9.6.1.1 (packet length)", writeOrSend, func(c *Conn) ([]byte, string) {
 		h := c.Hdr(wire.RCSendOnly)

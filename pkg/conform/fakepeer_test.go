@@ -1,0 +1,301 @@
+package conform
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rxed/rxed/pkg/wire"
+)
+
+// fakeResponder is a scripted RC responder on loopback for judging the
+// responder scenarios' verdict logic without a peer tool: it plays a
+// conformant responder (in-order execution, ACK on AckReq, duplicate
+// handling, one sequence NAK) and its knobs make it wrong or slow in one
+// way. Connect a scenario to it with fakeConn.
+type fakeResponder struct {
+	pc   *net.UDPConn
+	flow wire.Flow // responder -> engine
+	qpn  uint32
+	tool Tool
+
+	// knobs
+	acceptUC bool          // takes a UC SEND ONLY as an RC SEND ONLY (wrong)
+	delay    time.Duration // every response leaves this late (a slow peer)
+
+	mu        sync.Mutex
+	queue     chan delayed // responses sent delay late
+	engineQPN uint32
+	ePSN      uint32
+	msn       uint32
+	nakSent   bool
+	mem       []byte
+	done      chan struct{}
+	wg        sync.WaitGroup
+}
+
+const (
+	fakeVA   = 0x10000
+	fakeRKey = 0x1234
+)
+
+// newFakeResponder binds 127.0.0.2 on a free UDP port; the engine uses
+// 127.0.0.1 on the same port.
+func newFakeResponder(t *testing.T, tool Tool, tune func(*fakeResponder)) (*fakeResponder, uint16) {
+	t.Helper()
+	peer := netip.MustParseAddr("127.0.0.2")
+	var pc *net.UDPConn
+	var port uint16
+	for range 20 {
+		_, port = freePorts(t)
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(peer, port)))
+		if err == nil {
+			pc = c
+			break
+		}
+	}
+	require.NotNil(t, pc, "binding 127.0.0.2")
+	f := &fakeResponder{pc: pc, qpn: 0x1717, tool: tool, ePSN: 0x100, mem: make([]byte, 64<<10), done: make(chan struct{}),
+		flow: wire.Flow{Src: netip.AddrPortFrom(peer, port), Dst: netip.AddrPortFrom(loopback, port)}}
+	if tune != nil {
+		tune(f)
+	}
+	f.queue = make(chan delayed, 4096)
+	f.wg.Add(2)
+	go f.serve()
+	go f.sendLate()
+	t.Cleanup(func() {
+		close(f.done)
+		_ = pc.Close()
+		f.wg.Wait()
+	})
+	return f, port
+}
+
+// fakeConn opens the engine's side towards f as Dial would after the
+// tool's exchange.
+func fakeConn(t *testing.T, f *fakeResponder, port uint16) *Conn {
+	t.Helper()
+	cfg := &Config{Tool: f.tool, Local: loopback, Peer: f.flow.Src.Addr(), RoCEPort: port}
+	cfg.defaults()
+	l, err := OpenLink(netip.AddrPortFrom(loopback, port), f.flow.Src)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	c := &Conn{Link: l, Cfg: cfg, Tool: f.tool, OurQPN: 0x2323, PeerQPN: f.qpn, PSN: 0x100, RKey: fakeRKey, VA: fakeVA, MTU: 1024, PeerOutReads: 16}
+	l.ourQPN, l.peerQPN = c.OurQPN, c.PeerQPN
+	f.mu.Lock()
+	f.engineQPN = c.OurQPN
+	f.mu.Unlock()
+	return c
+}
+
+// runFake runs scenario id against f.
+func runFake(t *testing.T, id string, tool Tool, tune func(*fakeResponder)) Outcome {
+	t.Helper()
+	s, err := Lookup(id)
+	require.NoError(t, err)
+	f, port := newFakeResponder(t, tool, tune)
+	c := fakeConn(t, f, port)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.Run(ctx, c)
+}
+
+func (f *fakeResponder) serve() {
+	defer f.wg.Done()
+	for {
+		buf := make([]byte, 65536)
+		n, _, err := f.pc.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		var p wire.Packet
+		if p.Parse(buf[:n]) != nil {
+			continue
+		}
+		if v, _ := f.flow.Reverse().Verify(buf[:n]); v != wire.ICRCOK {
+			continue
+		}
+		f.mu.Lock()
+		f.handle(&p)
+		f.mu.Unlock()
+	}
+}
+
+// handle runs with f.mu held.
+func (f *fakeResponder) handle(p *wire.Packet) {
+	if p.BTH.TVer() != 0 || p.BTH.PKey() != DefaultPKey || p.BTH.DestQP() != f.qpn || p.Info.Flags&wire.FlagRequest == 0 {
+		return
+	}
+	flags := p.Info.Flags
+	switch {
+	case p.Info.Transport == wire.TransportRC:
+	case f.acceptUC && p.Opcode == wire.UCSendOnly:
+		flags = wire.FlagPayload | wire.FlagOnly | wire.FlagSend | wire.FlagRequest
+	default:
+		return // another transport's opcode: dropped
+	}
+	psn := p.BTH.PSN()
+	switch {
+	case psn == f.ePSN:
+		f.nakSent = false
+	case psnBefore(psn, f.ePSN):
+		switch {
+		case flags&wire.FlagRead != 0:
+			f.readResponse(p, psn)
+		case flags&(wire.FlagSend|wire.FlagWrite) != 0:
+			f.ack(psnAdd(f.ePSN, -1), wire.ACKSyndrome(0x1f))
+		}
+		return
+	default:
+		if !f.nakSent {
+			f.nakSent = true
+			f.ack(f.ePSN, wire.NAKSyndrome(wire.NAKPSNSeqErr))
+		}
+		return
+	}
+	switch {
+	case flags&wire.FlagRead != 0:
+		n := (int(p.RETH.DMALen()) + 1023) / 1024
+		f.ePSN = psnAdd(psn, max(n, 1))
+		f.msn++
+		f.readResponse(p, psn)
+	case flags&wire.FlagSend != 0:
+		if f.tool != IBSendBW && f.tool != IBVRCPingpong {
+			f.ack(psn, wire.RNRSyndrome(12))
+			return
+		}
+		f.ePSN = psnAdd(psn, 1)
+		if flags&(wire.FlagOnly|wire.FlagLast) != 0 {
+			f.msn++
+		}
+		if p.BTH.AckReq() {
+			f.ack(psn, wire.ACKSyndrome(0x1f))
+		}
+	case flags&wire.FlagWrite != 0:
+		f.ePSN = psnAdd(psn, 1)
+		if p.RETH != nil && p.RETH.DMALen() > 0 {
+			off := int(p.RETH.VA() - fakeVA)
+			if p.RETH.RKey() != fakeRKey || off < 0 || off+int(p.RETH.DMALen()) > len(f.mem) {
+				f.ack(psn, wire.NAKSyndrome(wire.NAKRemoteAccess))
+				return
+			}
+			copy(f.mem[off:], p.Payload)
+		}
+		if flags&(wire.FlagOnly|wire.FlagLast) != 0 {
+			f.msn++
+		}
+		if p.BTH.AckReq() {
+			f.ack(psn, wire.ACKSyndrome(0x1f))
+		}
+	}
+}
+
+// send sends one response, delay late (in order with the others).
+func (f *fakeResponder) send(h wire.Headers, payload []byte) {
+	b := make([]byte, h.Len(len(payload)))
+	if _, err := h.Encode(b, payload); err != nil {
+		panic(err)
+	}
+	f.flow.Seal(b)
+	if f.delay == 0 {
+		_, _ = f.pc.WriteToUDPAddrPort(b, f.flow.Dst)
+		return
+	}
+	f.queue <- delayed{at: time.Now().Add(f.delay), b: b}
+}
+
+type delayed struct {
+	at time.Time
+	b  []byte
+}
+
+// sendLate sends the queued responses in order, each at its time.
+func (f *fakeResponder) sendLate() {
+	defer f.wg.Done()
+	for {
+		select {
+		case d := <-f.queue:
+			select {
+			case <-time.After(time.Until(d.at)):
+			case <-f.done:
+				return
+			}
+			_, _ = f.pc.WriteToUDPAddrPort(d.b, f.flow.Dst)
+		case <-f.done:
+			return
+		}
+	}
+}
+
+func (f *fakeResponder) ack(psn uint32, syn wire.Syndrome) {
+	f.send(wire.Headers{Opcode: wire.RCAck, PKey: DefaultPKey, DestQP: f.engineQPN, PSN: psn, Syndrome: syn, MSN: f.msn}, nil)
+}
+
+// readResponse answers the READ p (at psn, possibly a duplicate).
+func (f *fakeResponder) readResponse(p *wire.Packet, psn uint32) {
+	n, off := int(p.RETH.DMALen()), int(p.RETH.VA()-fakeVA)
+	if p.RETH.RKey() != fakeRKey || off < 0 || off+n > len(f.mem) {
+		f.ack(psn, wire.NAKSyndrome(wire.NAKRemoteAccess))
+		return
+	}
+	data := append([]byte(nil), f.mem[off:off+n]...)
+	segs := max((n+1023)/1024, 1)
+	for i := range segs {
+		op := wire.RCReadResponseMiddle
+		switch {
+		case segs == 1:
+			op = wire.RCReadResponseOnly
+		case i == 0:
+			op = wire.RCReadResponseFirst
+		case i == segs-1:
+			op = wire.RCReadResponseLast
+		}
+		f.send(wire.Headers{Opcode: op, PKey: DefaultPKey, DestQP: f.engineQPN, PSN: psnAdd(psn, i),
+			Syndrome: wire.ACKSyndrome(0x1f), MSN: f.msn}, data[i*1024:min(n, (i+1)*1024)])
+	}
+}
+
+// TestFakeResponderIsConformant: the fake responder passes the scenarios
+// the tests below use it for, so that a FAIL there is the knob's doing.
+func TestFakeResponderIsConformant(t *testing.T) {
+	for _, c := range []struct {
+		id   string
+		tool Tool
+	}{
+		{"R-ACK-SEND", IBSendBW},
+		{"R-ACK-WRITE", IBWriteBW},
+		{"R-DUP-SEND", IBSendBW},
+		{"R-SEQ-NAK", IBSendBW},
+		{"D-OPCODE-UC", IBSendBW},
+		{"D-OPCODE-UC", IBWriteBW},
+		{"R-READ-MULTI", IBReadBW},
+		{"R-DUP-READ", IBReadBW},
+		{"R-DUP-READ-MIDDLE", IBReadBW},
+	} {
+		t.Run(c.id+"/"+string(c.tool), func(t *testing.T) {
+			o := runFake(t, c.id, c.tool, nil)
+			require.Equal(t, Pass, o.Verdict, o.Evidence)
+		})
+	}
+}
+
+// TestDropUCOpcodeFailsAPeerThatTakesIt: D-OPCODE-UC against a responder
+// that takes a UC SEND ONLY to its RC QP as an RC SEND (with ib_send_bw a
+// receive waits for it). Bug (found by the conformance audit, session AF):
+// the UC packet had no AckReq, so the peer stayed silent, and the probe
+// after it, a duplicate then, was ACKed like a valid request: PASS.
+func TestDropUCOpcodeFailsAPeerThatTakesIt(t *testing.T) {
+	o := runFake(t, "D-OPCODE-UC", IBSendBW, func(f *fakeResponder) { f.acceptUC = true })
+	require.Equal(t, Fail, o.Verdict, o.Evidence)
+	require.Contains(t, o.Evidence, "the peer answered")
+}
