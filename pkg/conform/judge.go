@@ -44,6 +44,26 @@ func expectNAK(ctx context.Context, c *Conn, psn uint32, code uint8, what string
 	return Passf("%s: %s", what, r)
 }
 
+// responses gathers the peer's responses to our QP until want have come,
+// each within answerWait of the one before, then listens extra longer for
+// any further one (a second NAK, a response too many). How many arrived in
+// a fixed window says nothing about a slow peer (an emulated guest, a
+// loaded host): its answers come late, not wrong.
+func (c *Conn) responses(ctx context.Context, want int, extra time.Duration) []*Rx {
+	var got []*Rx
+	for len(got) < want {
+		r, ok := c.Response(ctx, answerWait)
+		if !ok {
+			return got
+		}
+		got = append(got, r)
+	}
+	if extra > 0 {
+		got = append(got, c.Collect(ctx, extra, c.IsResponse)...)
+	}
+	return got
+}
+
 // expectSilence requires no response (and no echo) for d.
 func expectSilence(ctx context.Context, c *Conn, d time.Duration) (string, bool) {
 	got := c.Collect(ctx, d, func(r *Rx) bool {

@@ -202,7 +202,12 @@ func init() {
 					return Errorf("%v", err)
 				}
 			}
-			got := c.Collect(ctx, silenceWait+200*1e6, c.IsResponse)
+			// Bug (found by the conformance audit, session AF): the
+			// answers were collected for a fixed 500 ms, so a slow peer
+			// answering every READ later FAILed ("0 of n answered, no
+			// NAK"). n packets are awaited (n-1 responses and a NAK, or n
+			// responses), each within answerWait of the one before.
+			got := c.responses(ctx, n, silenceWait)
 			answered := 0
 			for _, r := range got {
 				if r.Syn().Kind() == wire.SynNAK {

@@ -37,7 +37,11 @@ func init() {
 					return Errorf("%v", err)
 				}
 			}
-			got := c.Collect(ctx, silenceWait+200*time.Millisecond, c.IsResponse)
+			// Bug (found by the conformance audit, session AF): the
+			// responses were collected for a fixed 500 ms, so a slow peer
+			// whose one NAK came later FAILed with "no NAK". Wait for the
+			// first answer, then listen as long for a second NAK.
+			got := c.responses(ctx, 1, silenceWait+200*time.Millisecond)
 			naks := 0
 			for _, r := range got {
 				if r.Syn().Kind() == wire.SynNAK && r.Syn().NAKCode() == wire.NAKPSNSeqErr {
@@ -161,12 +165,17 @@ func init() {
 			h.VA, h.RKey, h.DMALen = c.VA, c.RKey, uint32(n)
 			c.next(3)
 			_ = c.Send(h, nil, "READ 3 PMTU")
-			first := c.Collect(ctx, silenceWait, c.IsResponse)
-			_ = c.Send(h, nil, "duplicate READ")
-			again := c.Collect(ctx, silenceWait, c.IsResponse)
+			// Bug (found by the conformance audit, session AF): both
+			// answers were collected in fixed 300 ms windows, so a slow
+			// peer FAILed (the original's responses arriving late were
+			// missed, or taken for the duplicate's). Each is awaited,
+			// then extras are listened for.
+			first := c.responses(ctx, 3, silenceWait)
 			if len(first) != 3 {
 				return Failf("original READ got %d responses, want 3", len(first))
 			}
+			_ = c.Send(h, nil, "duplicate READ")
+			again := c.responses(ctx, 3, silenceWait)
 			if len(again) != 3 {
 				return Failf("duplicate READ got %d responses, want 3", len(again))
 			}
@@ -186,14 +195,14 @@ func init() {
 			h.VA, h.RKey, h.DMALen = c.VA, c.RKey, uint32(n)
 			c.next(3)
 			_ = c.Send(h, nil, "READ 3 PMTU")
-			first := c.Collect(ctx, silenceWait, c.IsResponse)
+			first := c.responses(ctx, 3, silenceWait) // awaited, as in R-DUP-READ
 			if len(first) != 3 {
 				return Failf("original READ got %d responses, want 3", len(first))
 			}
 			d := h
 			d.PSN, d.VA, d.DMALen = psnAdd(h.PSN, 1), c.VA+uint64(c.MTU), uint32(2*c.MTU)
 			_ = c.Send(d, nil, "duplicate READ from the middle PSN")
-			again := c.Collect(ctx, silenceWait, c.IsResponse)
+			again := c.responses(ctx, 2, silenceWait)
 			if len(again) != 2 {
 				return Failf("duplicate from psn=%#x got %d responses, want 2", d.PSN, len(again))
 			}
