@@ -206,10 +206,10 @@ func init() {
 				return o
 			}
 			max := r.PSN()
-			q := r.PSN()
+			q, qAt := r.PSN(), r.At
 			if x, ok := c.Next(ctx, c.ackTimeout()/4, func(x *Rx) bool { return c.IsRequest(x) && x.PSN() == psnAdd(r.PSN(), 1) }); ok {
 				c.Absorb(r)
-				q, max = x.PSN(), x.PSN()
+				q, qAt, max = x.PSN(), x.At, x.PSN()
 			}
 			_ = c.SendNAK(q, wire.NAKPSNSeqErr, "NAK sequence error: expected this PSN")
 			at := c.Since()
@@ -224,11 +224,19 @@ func init() {
 				}
 				c.Serve(x)
 				d := x.At - at
+				// Bug (found by the conformance audit, session AF): the
+				// resend was measured from the NAK, but the peer's timer
+				// runs from its transmission of q, up to T/4 earlier (the
+				// wait for a second packet above): a requester that
+				// ignored the NAK and resent on its timer, 3/4 T after
+				// the NAK, PASSed. A resend T after q's transmission may
+				// be its timer's.
 				switch {
 				case x.PSN() != q:
 					return Failf("after NAK sequence error psn=%#x the peer resent from psn=%#x (%s)", q, x.PSN(), x)
-				case d >= c.ackTimeout()-time.Millisecond:
-					return Failf("resent from psn=%#x only %v after the NAK: its timer, not the NAK, drove it (T=%v)", q, d.Round(100*time.Microsecond), c.ackTimeout())
+				case x.At-qAt >= c.ackTimeout()-time.Millisecond:
+					return Failf("resent from psn=%#x only %v after the NAK, %v after its transmission: its timer, not the NAK, drove it (T=%v)",
+						q, d.Round(100*time.Microsecond), (x.At - qAt).Round(100*time.Microsecond), c.ackTimeout())
 				}
 				return Passf("NAK sequence error psn=%#x: resent from it %v later (%s)", q, d.Round(100*time.Microsecond), x)
 			}

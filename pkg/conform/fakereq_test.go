@@ -1,0 +1,140 @@
+package conform
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rxed/rxed/pkg/wire"
+)
+
+// fakeRequester plays ibv_rc_pingpong's client on loopback for judging the
+// requester scenarios' verdict logic: it sends one SEND ONLY and resends it
+// on its local ACK timer (T after each transmission) until it is ACKed.
+// With honourNAK it resends at once on a sequence NAK, as IBA 9.7.5.2.2
+// requires; without, it ignores NAKs and only its timer resends.
+type fakeRequester struct {
+	pc   *net.UDPConn
+	flow wire.Flow // requester -> engine
+	t    time.Duration
+
+	honourNAK bool
+
+	mu    sync.Mutex
+	acked bool
+	done  chan struct{}
+	wg    sync.WaitGroup
+}
+
+// runFakeRequester runs requester scenario id against a fakeRequester.
+func runFakeRequester(t *testing.T, id string, honourNAK bool) Outcome {
+	t.Helper()
+	s, err := Lookup(id)
+	require.NoError(t, err)
+	peer := netip.MustParseAddr("127.0.0.2")
+	var pc *net.UDPConn
+	var port uint16
+	for range 20 {
+		_, port = freePorts(t)
+		if c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(peer, port))); err == nil {
+			pc = c
+			break
+		}
+	}
+	require.NotNil(t, pc, "binding 127.0.0.2")
+	cfg := &Config{Tool: IBVRCPingpong, Local: loopback, Peer: peer, RoCEPort: port, Serve: true}
+	cfg.defaults()
+	l, err := OpenLink(netip.AddrPortFrom(loopback, port), netip.AddrPortFrom(peer, port))
+	require.NoError(t, err)
+	const psn = 0x500
+	c := &Conn{Link: l, Cfg: cfg, Tool: IBVRCPingpong, OurQPN: 0x2323, PeerQPN: 0x1717, PSN: 0x900, MTU: 1024,
+		srv: &serveState{ePSN: psn, atomics: map[uint32]uint64{}, words: map[uint64]uint64{}}}
+	l.ourQPN, l.peerQPN = c.OurQPN, c.PeerQPN
+	f := &fakeRequester{pc: pc, flow: wire.Flow{Src: netip.AddrPortFrom(peer, port), Dst: netip.AddrPortFrom(loopback, port)},
+		t: c.ackTimeout(), honourNAK: honourNAK, done: make(chan struct{})}
+	t.Cleanup(func() {
+		close(f.done)
+		_ = pc.Close()
+		_ = l.Close()
+		f.wg.Wait()
+	})
+	h := wire.Headers{Opcode: wire.RCSendOnly, PKey: DefaultPKey, DestQP: c.OurQPN, PSN: psn, AckReq: true}
+	pkt := make([]byte, h.Len(64))
+	_, err = h.Encode(pkt, pattern(64, 1))
+	require.NoError(t, err)
+	f.flow.Seal(pkt)
+	f.wg.Add(1)
+	go f.run(pkt, psn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.Run(ctx, c)
+}
+
+// run transmits pkt, then again T after each transmission (or at once on
+// a sequence NAK when honourNAK) until an ACK covers psn.
+func (f *fakeRequester) run(pkt []byte, psn uint32) {
+	defer f.wg.Done()
+	nak := make(chan struct{}, 8)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		buf := make([]byte, 65536)
+		for {
+			n, _, err := f.pc.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
+			}
+			var p wire.Packet
+			if p.Parse(buf[:n]) != nil || p.AETH == nil {
+				continue
+			}
+			switch syn := p.AETH.Syndrome(); {
+			case syn.Kind() == wire.SynACK && !psnBefore(p.BTH.PSN(), psn):
+				f.mu.Lock()
+				f.acked = true
+				f.mu.Unlock()
+			case syn.Kind() == wire.SynNAK && syn.NAKCode() == wire.NAKPSNSeqErr && f.honourNAK:
+				nak <- struct{}{}
+			}
+		}
+	}()
+	for range 8 {
+		f.mu.Lock()
+		acked := f.acked
+		f.mu.Unlock()
+		if acked {
+			return
+		}
+		_, _ = f.pc.WriteToUDPAddrPort(pkt, f.flow.Dst)
+		select {
+		case <-time.After(f.t):
+		case <-nak:
+		case <-f.done:
+			return
+		}
+	}
+}
+
+// TestGoBackJudgesTheResendFromItsTransmission: Q-SEQ-GOBACK against a
+// requester with one message outstanding (ibv_rc_pingpong). The scenario
+// waits T/4 for a second packet before it NAKs, so a requester that
+// ignores the NAK resends on its timer only 3/4 T after the NAK. Bug (found
+// by the conformance audit, session AF): the verdict measured the resend
+// from the NAK and called anything sooner than T "driven by the NAK", so
+// that requester PASSed; the timer runs from the transmission.
+func TestGoBackJudgesTheResendFromItsTransmission(t *testing.T) {
+	o := runFakeRequester(t, "Q-SEQ-GOBACK", true)
+	require.Equal(t, Pass, o.Verdict, o.Evidence)
+	o = runFakeRequester(t, "Q-SEQ-GOBACK", false)
+	require.Equal(t, Fail, o.Verdict, o.Evidence)
+	require.Contains(t, o.Evidence, "its timer, not the NAK")
+}
