@@ -25,6 +25,9 @@ type fakeRequester struct {
 	t    time.Duration
 
 	honourNAK bool
+	// late delays the first retransmission by this much more (a peer
+	// descheduled once: an emulated guest under load).
+	late time.Duration
 
 	mu    sync.Mutex
 	acked bool
@@ -33,7 +36,7 @@ type fakeRequester struct {
 }
 
 // runFakeRequester runs requester scenario id against a fakeRequester.
-func runFakeRequester(t *testing.T, id string, honourNAK bool) Outcome {
+func runFakeRequester(t *testing.T, id string, honourNAK bool, late time.Duration) Outcome {
 	t.Helper()
 	s, err := Lookup(id)
 	require.NoError(t, err)
@@ -48,7 +51,7 @@ func runFakeRequester(t *testing.T, id string, honourNAK bool) Outcome {
 		}
 	}
 	require.NotNil(t, pc, "binding 127.0.0.2")
-	cfg := &Config{Tool: IBVRCPingpong, Local: loopback, Peer: peer, RoCEPort: port, Serve: true}
+	cfg := &Config{Tool: IBVRCPingpong, Local: loopback, Peer: peer, RoCEPort: port, Serve: true, PeerIters: 1}
 	cfg.defaults()
 	l, err := OpenLink(netip.AddrPortFrom(loopback, port), netip.AddrPortFrom(peer, port))
 	require.NoError(t, err)
@@ -57,7 +60,7 @@ func runFakeRequester(t *testing.T, id string, honourNAK bool) Outcome {
 		srv: &serveState{ePSN: psn, atomics: map[uint32]uint64{}, words: map[uint64]uint64{}}}
 	l.ourQPN, l.peerQPN = c.OurQPN, c.PeerQPN
 	f := &fakeRequester{pc: pc, flow: wire.Flow{Src: netip.AddrPortFrom(peer, port), Dst: netip.AddrPortFrom(loopback, port)},
-		t: c.ackTimeout(), honourNAK: honourNAK, done: make(chan struct{})}
+		t: c.ackTimeout(), honourNAK: honourNAK, late: late, done: make(chan struct{})}
 	t.Cleanup(func() {
 		close(f.done)
 		_ = pc.Close()
@@ -80,7 +83,7 @@ func runFakeRequester(t *testing.T, id string, honourNAK bool) Outcome {
 // a sequence NAK when honourNAK) until an ACK covers psn.
 func (f *fakeRequester) run(pkt []byte, psn uint32) {
 	defer f.wg.Done()
-	nak := make(chan struct{}, 8)
+	nak := make(chan time.Duration, 16) // resend after this
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -98,16 +101,24 @@ func (f *fakeRequester) run(pkt []byte, psn uint32) {
 				continue
 			}
 			switch syn := p.AETH.Syndrome(); {
-			case syn.Kind() == wire.SynACK && !psnBefore(p.BTH.PSN(), psn):
+			case syn.Kind() == wire.SynACK && p.BTH.PSN() == psn:
 				f.mu.Lock()
 				f.acked = true
 				f.mu.Unlock()
 			case syn.Kind() == wire.SynNAK && syn.NAKCode() == wire.NAKPSNSeqErr && f.honourNAK:
-				nak <- struct{}{}
+				nak <- 0
+			case syn.Kind() == wire.SynRNR:
+				nak <- rnrDelay(syn.RNRTimer())
 			}
 		}
 	}()
-	for range 8 {
+	wait := time.Duration(0)
+	for range 16 {
+		select {
+		case <-time.After(wait):
+		case <-f.done:
+			return
+		}
 		f.mu.Lock()
 		acked := f.acked
 		f.mu.Unlock()
@@ -117,10 +128,14 @@ func (f *fakeRequester) run(pkt []byte, psn uint32) {
 		_, _ = f.pc.WriteToUDPAddrPort(pkt, f.flow.Dst)
 		select {
 		case <-time.After(f.t):
-		case <-nak:
+			wait = 0
+		case d := <-nak:
+			wait = d
 		case <-f.done:
 			return
 		}
+		wait += f.late
+		f.late = 0
 	}
 }
 
@@ -132,9 +147,27 @@ func (f *fakeRequester) run(pkt []byte, psn uint32) {
 // from the NAK and called anything sooner than T "driven by the NAK", so
 // that requester PASSed; the timer runs from the transmission.
 func TestGoBackJudgesTheResendFromItsTransmission(t *testing.T) {
-	o := runFakeRequester(t, "Q-SEQ-GOBACK", true)
+	o := runFakeRequester(t, "Q-SEQ-GOBACK", true, 0)
 	require.Equal(t, Pass, o.Verdict, o.Evidence)
-	o = runFakeRequester(t, "Q-SEQ-GOBACK", false)
+	o = runFakeRequester(t, "Q-SEQ-GOBACK", false, 0)
 	require.Equal(t, Fail, o.Verdict, o.Evidence)
 	require.Contains(t, o.Evidence, "its timer, not the NAK")
+}
+
+// TestRequesterCasesWaitForADescheduledPeer: a requester whose first
+// retransmission leaves 500 ms late (descheduled once; its timers are
+// right) gets the verdict an undisturbed one gets. Bug (found by the
+// conformance audit, session AF): Q-GHOST-ACK, Q-RNR-TIMER, Q-RNR-INFINITE
+// and Q-RNR-NOT-EXCEEDED awaited the retransmission they need for quietFor
+// (368 ms at timeout 14) and FAILed it ("taken as an acknowledgement",
+// "gave up after 0 RNR NAKs"), while Q-TIMEOUT-RETRY and Q-SEQ-LIMIT-OK
+// waited patience, as docs/conform.md says every such scenario does.
+func TestRequesterCasesWaitForADescheduledPeer(t *testing.T) {
+	for _, id := range []string{"Q-GHOST-ACK", "Q-RNR-TIMER", "Q-RNR-INFINITE", "Q-RNR-NOT-EXCEEDED", "Q-TIMEOUT-RETRY", "Q-SEQ-LIMIT-OK"} {
+		t.Run(id, func(t *testing.T) {
+			t.Parallel()
+			o := runFakeRequester(t, id, true, 500*time.Millisecond)
+			require.Equal(t, Pass, o.Verdict, o.Evidence)
+		})
+	}
 }

@@ -114,9 +114,14 @@ func init() {
 			const code = 22
 			_ = c.SendRNR(r.PSN(), code, "RNR NAK, timer 20.48 ms")
 			at := c.Since()
-			again, ok := c.Next(ctx, c.quietFor()+rnrDelay(code), func(x *Rx) bool { return c.IsRequest(x) && x.PSN() == r.PSN() })
+			// Bug (found by the conformance audit, session AF): the
+			// RNR scenarios awaited the retransmissions they need for
+			// quietFor only, so a peer descheduled once FAILed ("gave
+			// up"); they wait patience, as Q-TIMEOUT-RETRY and
+			// Q-SEQ-LIMIT-OK do.
+			again, ok := c.Next(ctx, c.patience()+rnrDelay(code), func(x *Rx) bool { return c.IsRequest(x) && x.PSN() == r.PSN() })
 			if !ok {
-				return Failf("psn=%#x not resent within %v of the RNR NAK", r.PSN(), c.quietFor()+rnrDelay(code))
+				return Failf("psn=%#x not resent within %v of the RNR NAK", r.PSN(), c.patience()+rnrDelay(code))
 			}
 			c.Serve(again)
 			d := again.At - at
@@ -137,7 +142,7 @@ func init() {
 				return o
 			}
 			const naks = 9
-			s := c.watchPSN(ctx, r.PSN(), r, c.quietFor(), naks+1, func(x *Rx, n int) bool {
+			s := c.watchPSN(ctx, r.PSN(), r, c.patience(), naks+1, func(x *Rx, n int) bool {
 				if n <= naks {
 					_ = c.SendRNR(x.PSN(), 14, fmt.Sprintf("RNR NAK %d, timer 1.28 ms", n))
 				}
@@ -180,7 +185,7 @@ func init() {
 			if !ok {
 				return o
 			}
-			s := c.watchPSN(ctx, r.PSN(), r, c.quietFor(), k+1, func(x *Rx, n int) bool {
+			s := c.watchPSN(ctx, r.PSN(), r, c.patience(), k+1, func(x *Rx, n int) bool {
 				if n <= k {
 					_ = c.SendRNR(x.PSN(), 14, fmt.Sprintf("RNR NAK %d of %d", n, k))
 				}
