@@ -28,15 +28,19 @@ type fakeRequester struct {
 	// late delays the first retransmission by this much more (a peer
 	// descheduled once: an emulated guest under load).
 	late time.Duration
+	// rnrRetry, if not 0, is the requester's finite rnr_retry: after that
+	// many retries answered by RNR NAKs it gives up (sends nothing more).
+	rnrRetry int
 
 	mu    sync.Mutex
 	acked bool
+	rnrs  int // RNR NAKs received
 	done  chan struct{}
 	wg    sync.WaitGroup
 }
 
 // runFakeRequester runs requester scenario id against a fakeRequester.
-func runFakeRequester(t *testing.T, id string, honourNAK bool, late time.Duration) Outcome {
+func runFakeRequester(t *testing.T, id string, honourNAK bool, late time.Duration, tune ...func(*Config)) Outcome {
 	t.Helper()
 	s, err := Lookup(id)
 	require.NoError(t, err)
@@ -52,6 +56,9 @@ func runFakeRequester(t *testing.T, id string, honourNAK bool, late time.Duratio
 	}
 	require.NotNil(t, pc, "binding 127.0.0.2")
 	cfg := &Config{Tool: IBVRCPingpong, Local: loopback, Peer: peer, RoCEPort: port, Serve: true, PeerIters: 1}
+	for _, f := range tune {
+		f(cfg)
+	}
 	cfg.defaults()
 	l, err := OpenLink(netip.AddrPortFrom(loopback, port), netip.AddrPortFrom(peer, port))
 	require.NoError(t, err)
@@ -61,6 +68,9 @@ func runFakeRequester(t *testing.T, id string, honourNAK bool, late time.Duratio
 	l.ourQPN, l.peerQPN = c.OurQPN, c.PeerQPN
 	f := &fakeRequester{pc: pc, flow: wire.Flow{Src: netip.AddrPortFrom(peer, port), Dst: netip.AddrPortFrom(loopback, port)},
 		t: c.ackTimeout(), honourNAK: honourNAK, late: late, done: make(chan struct{})}
+	if cfg.PeerRNRRetry < 7 { // 7: infinite
+		f.rnrRetry = cfg.PeerRNRRetry
+	}
 	t.Cleanup(func() {
 		close(f.done)
 		_ = pc.Close()
@@ -108,6 +118,9 @@ func (f *fakeRequester) run(pkt []byte, psn uint32) {
 			case syn.Kind() == wire.SynNAK && syn.NAKCode() == wire.NAKPSNSeqErr && f.honourNAK:
 				nak <- 0
 			case syn.Kind() == wire.SynRNR:
+				f.mu.Lock()
+				f.rnrs++
+				f.mu.Unlock()
 				nak <- rnrDelay(syn.RNRTimer())
 			}
 		}
@@ -120,9 +133,9 @@ func (f *fakeRequester) run(pkt []byte, psn uint32) {
 			return
 		}
 		f.mu.Lock()
-		acked := f.acked
+		acked, exceeded := f.acked, f.rnrRetry > 0 && f.rnrs > f.rnrRetry
 		f.mu.Unlock()
-		if acked {
+		if acked || exceeded {
 			return
 		}
 		_, _ = f.pc.WriteToUDPAddrPort(pkt, f.flow.Dst)
@@ -167,6 +180,23 @@ func TestRequesterCasesWaitForADescheduledPeer(t *testing.T) {
 		t.Run(id, func(t *testing.T) {
 			t.Parallel()
 			o := runFakeRequester(t, id, true, 500*time.Millisecond)
+			require.Equal(t, Pass, o.Verdict, o.Evidence)
+		})
+	}
+}
+
+// TestRNRExceededCountsALateRetransmission: Q-RNR-EXCEEDED against a
+// requester with rnr_retry 3 whose first retransmission leaves 500 ms
+// late gets the verdict an undisturbed one gets: the four transmissions
+// are all counted. Bug (found by the conformance audit, session AF, as in
+// TestRequesterCasesWaitForADescheduledPeer): the count ended at the
+// first silence longer than quietFor (368 ms), one transmission in.
+func TestRNRExceededCountsALateRetransmission(t *testing.T) {
+	rnr3 := func(c *Config) { c.PeerRNRRetry = 3 }
+	for name, late := range map[string]time.Duration{"undisturbed": 0, "late": 500 * time.Millisecond} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			o := runFakeRequester(t, "Q-RNR-EXCEEDED", true, late, rnr3)
 			require.Equal(t, Pass, o.Verdict, o.Evidence)
 		})
 	}

@@ -149,9 +149,11 @@ func init() {
 			c.Absorb(r2)
 			c.ReadResponse(r2.PSN(), r2.Pkt.RETH.VA(), int(r2.Pkt.RETH.DMALen()), 0, -1, "response to the second READ only")
 			at := c.Since()
-			again, ok := c.Next(ctx, c.quietFor(), func(x *Rx) bool { return c.IsRequest(x) && x.PSN() == r1.PSN() })
+			// Patience, not quietFor: the verdict needs this request
+			// (session AF, as Q-GHOST-ACK).
+			again, ok := c.Next(ctx, c.patience(), func(x *Rx) bool { return c.IsRequest(x) && x.PSN() == r1.PSN() })
 			if !ok {
-				return Failf("READ psn=%#x never requested again after the response to psn=%#x: taken as complete (%s)", r1.PSN(), r2.PSN(), c.qpParams())
+				return Failf("READ psn=%#x never requested again within %v after the response to psn=%#x: taken as complete (%s)", r1.PSN(), c.patience(), r2.PSN(), c.qpParams())
 			}
 			c.Serve(again)
 			how := "on the implied NAK"

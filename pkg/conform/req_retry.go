@@ -166,7 +166,10 @@ func init() {
 			if !ok {
 				return o
 			}
-			s := c.watchPSN(ctx, r.PSN(), r, c.quietFor(), c.Cfg.PeerRNRRetry+4, func(x *Rx, n int) bool {
+			// Each retransmission is awaited for patience (session AF, as
+			// Q-RNR-NOT-EXCEEDED): one that comes late must not end the
+			// count short of rnr_retry.
+			s := c.watchPSN(ctx, r.PSN(), r, c.patience(), c.Cfg.PeerRNRRetry+4, func(x *Rx, n int) bool {
 				_ = c.SendRNR(x.PSN(), 14, fmt.Sprintf("RNR NAK %d", n))
 				return true
 			})
@@ -368,11 +371,11 @@ func init() {
 			va, l := r.Pkt.RETH.VA(), int(r.Pkt.RETH.DMALen())
 			c.ReadResponse(r.PSN(), va, l, 0, k, "partial READ response")
 			want := psnAdd(r.PSN(), k)
-			x, ok := c.Next(ctx, c.quietFor(), func(x *Rx) bool {
+			x, ok := c.Next(ctx, c.patience(), func(x *Rx) bool {
 				return c.IsRequest(x) && x.Pkt.Opcode == wire.RCReadRequest && !psnBefore(x.PSN(), r.PSN()) && psnBefore(x.PSN(), psnAdd(r.PSN(), n))
 			})
 			if !ok {
-				return Failf("READ psn=%#x answered %d of %d packets: not re-requested within %v", r.PSN(), k, n, c.quietFor())
+				return Failf("READ psn=%#x answered %d of %d packets: not re-requested within %v", r.PSN(), k, n, c.patience())
 			}
 			c.Serve(x)
 			wva, wl := va+uint64(k*c.MTU), l-k*c.MTU
@@ -399,9 +402,9 @@ func init() {
 			_ = c.SendACK(r.PSN(), "ACK of the FIRST packet only")
 			max, want := r.PSN(), psnAdd(r.PSN(), 1)
 			for {
-				x, ok := c.NextRequest(ctx, c.quietFor())
+				x, ok := c.NextRequest(ctx, c.patience())
 				if !ok {
-					return Failf("nothing resent within %v after ACKing psn=%#x of a multi-packet message", c.quietFor(), r.PSN())
+					return Failf("nothing resent within %v after ACKing psn=%#x of a multi-packet message", c.patience(), r.PSN())
 				}
 				if psnBefore(max, x.PSN()) {
 					max = x.PSN()
