@@ -40,7 +40,9 @@ import (
 // Config opens a Device.
 type Config struct {
 	// Addrs are the local IPv4/IPv6 addresses to bind; they make up the GID
-	// table in this order (GID index 0 is the first). Required unless Conn
+	// table in this order (GID index 0 is the first), without their zones:
+	// an IPv6 link-local address needs one to bind (fe80::1%eth0, the
+	// interface the socket then sends on) and is GID fe80::1. Required unless Conn
 	// is set, in which case they default to Conn's addresses.
 	Addrs []netip.Addr
 	// Port is the UDP port; 0 means 4791, the RoCEv2 port every rdma_rxe
@@ -179,7 +181,9 @@ func OpenDevice(cfg Config) (*Device, error) {
 		}
 	}
 	for _, g := range gids {
-		d.gids = append(d.gids, g.Unmap())
+		// A GID has no zone: fe80::1%eth0 binds the socket to eth0 and is
+		// GID fe80::1, as in rdma_rxe's table.
+		d.gids = append(d.gids, g.Unmap().WithZone(""))
 	}
 	if las := conn.LocalAddrs(); len(las) > 0 {
 		d.port = las[0].Port()

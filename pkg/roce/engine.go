@@ -223,16 +223,20 @@ func New(cfg Config) (*Engine, error) {
 	if e.mem == nil {
 		e.mem = mr.NewTable(nil)
 	}
+	// GIDs carry no zone (a GID is 16 bytes), nor does any address the
+	// engine compares: a Conn bound to a link-local address lists it with
+	// its zone (fe80::1%eth0) but reports the addresses of the datagrams
+	// it receives without one, and sends on its interface itself.
 	for _, ap := range cfg.Conn.LocalAddrs() {
-		e.ports[ap.Addr().Unmap()] = ap.Port()
+		e.ports[ap.Addr().Unmap().WithZone("")] = ap.Port()
 	}
 	if len(cfg.GIDs) > 0 {
 		for _, g := range cfg.GIDs {
-			e.gids = append(e.gids, g.Unmap())
+			e.gids = append(e.gids, g.Unmap().WithZone(""))
 		}
 	} else {
 		for _, ap := range cfg.Conn.LocalAddrs() {
-			e.gids = append(e.gids, ap.Addr().Unmap())
+			e.gids = append(e.gids, ap.Addr().Unmap().WithZone(""))
 		}
 	}
 	if len(e.gids) == 0 {
@@ -329,11 +333,13 @@ func (e *Engine) Close() error {
 // Memory returns the engine's memory table.
 func (e *Engine) Memory() *mr.Table { return e.mem }
 
-// GIDs returns the GID table (local addresses, IPv4 unmapped).
+// GIDs returns the GID table (local addresses, IPv4 unmapped, without
+// zones).
 func (e *Engine) GIDs() []netip.Addr { return append([]netip.Addr(nil), e.gids...) }
 
-// Port returns the UDP port the engine receives on at addr.
-func (e *Engine) Port(addr netip.Addr) uint16 { return e.ports[addr.Unmap()] }
+// Port returns the UDP port the engine receives on at addr (its zone, if
+// any, ignored).
+func (e *Engine) Port(addr netip.Addr) uint16 { return e.ports[addr.Unmap().WithZone("")] }
 
 // Clock returns the engine's clock.
 func (e *Engine) Clock() Clock { return e.clock }

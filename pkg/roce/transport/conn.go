@@ -26,6 +26,11 @@ const MaxDatagramSize = 9216
 // either the zero AddrPort, an address with port 0, or one of LocalAddrs) and
 // Remote is the destination. Both are compared after Unmap, so IPv4-mapped
 // IPv6 addresses (the form of a RoCE v2 IPv4 GID) are accepted.
+//
+// Endpoints carry no zone, as GIDs do not: a Conn bound to an IPv6
+// link-local address (fe80::1%eth0, as LocalAddrs lists it) reports
+// fe80::1 on receive, accepts fe80::1 (or the zoned form) as Local on
+// send, and sends to a link-local Remote on the interface it is bound to.
 type Endpoint struct {
 	Local, Remote netip.AddrPort
 }

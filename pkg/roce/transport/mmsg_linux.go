@@ -142,7 +142,7 @@ func (s *udpSocket) finishRead(b *rxBatch) (int, error) {
 		m.data = y.bufs[i][:h.len]
 		m.trunc = h.hdr.Flags&unix.MSG_TRUNC != 0
 		m.remote = sockaddrToAddrPort(&y.names[i])
-		m.local = s.local.Addr()
+		m.local = s.addr
 		m.segSize = 0
 		s.parseCmsgs(m, y.oob[i*rxOOBSize:i*rxOOBSize+int(h.hdr.Controllen)])
 		if m.segSize > 0 && m.segSize < len(m.data) {

@@ -74,7 +74,8 @@ func (b *rxBatch) recycle() { b.sock.free.put(b) }
 type udpSocket struct {
 	conn   *udpConn
 	pc     *net.UDPConn
-	local  netip.AddrPort
+	local  netip.AddrPort // as bound, with the zone of a link-local address
+	addr   netip.Addr     // local's address without its zone, as Endpoints carry it
 	is6    bool
 	free   *batchPool   // the free batches (recycling never blocks)
 	made   atomic.Int32 // batches allocated
@@ -161,6 +162,7 @@ func OpenUDP(cfg UDPConfig) (Conn, error) {
 			c.closeSockets()
 			return nil, fmt.Errorf("transport: OpenUDP %v: %w", netip.AddrPortFrom(a, uint16(port)), err)
 		}
+		s.addr = s.local.Addr().WithZone("")
 		if port == 0 {
 			port = int(s.local.Port())
 		}
@@ -500,7 +502,7 @@ func (c *udpConn) route(ep Endpoint) (s *udpSocket, remote netip.AddrPort, from 
 // wildcard-bound socket matches any address of its family), or without a
 // local address the first socket of the remote's family.
 func (c *udpConn) pick(local netip.AddrPort, remote6 bool) *udpSocket {
-	la := local.Addr().Unmap()
+	la := local.Addr().Unmap().WithZone("")
 	for _, s := range c.socks {
 		if s.is6 != remote6 {
 			continue
@@ -508,7 +510,7 @@ func (c *udpConn) pick(local netip.AddrPort, remote6 bool) *udpSocket {
 		if !la.IsValid() {
 			return s
 		}
-		if la != s.local.Addr() && !s.local.Addr().IsUnspecified() {
+		if la != s.addr && !s.local.Addr().IsUnspecified() {
 			continue
 		}
 		if local.Port() != 0 && local.Port() != s.local.Port() {

@@ -52,6 +52,7 @@ type sockSys struct {
 	txN     int
 	txErr   error
 	sendFn  func(uintptr) bool
+	scope   uint32 // the interface index of a link-local bound address (its zone), else 0
 }
 
 func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, error) {
@@ -121,6 +122,15 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 		if wantGRO {
 			s.sys.gro = unix.SetsockoptInt(f, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
 		}
+		// A socket bound to a link-local address (with its zone) sends to
+		// link-local destinations, which come without one, on that
+		// interface: the sockaddr's scope id says so (the kernel would
+		// also take the bound device for a scope id 0).
+		if sa, e := unix.Getsockname(f); e == nil {
+			if sa6, ok := sa.(*unix.SockaddrInet6); ok && netip.AddrFrom16(sa6.Addr).IsLinkLocalUnicast() {
+				s.sys.scope = sa6.ZoneId
+			}
+		}
 	})
 	if err == nil {
 		err = optErr
@@ -182,6 +192,9 @@ func (y *sockSys) setName(to netip.AddrPort, is6 bool) {
 		y.txName.Family = unix.AF_INET6
 		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&y.txName.Port))[:], to.Port())
 		y.txName.Addr = to.Addr().As16()
+		if y.scope != 0 && to.Addr().IsLinkLocalUnicast() {
+			y.txName.Scope_id = y.scope
+		}
 		y.txNameN = unix.SizeofSockaddrInet6
 		return
 	}

@@ -71,8 +71,8 @@ func (s *udpSocket) readBatch(b *rxBatch) (int, error) {
 	m := &b.msgs[0]
 	m.data = b.sys.buf[:n]
 	m.trunc = n > s.slotSz
-	m.remote = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-	m.local = s.local.Addr()
+	m.remote = netip.AddrPortFrom(from.Addr().Unmap().WithZone(""), from.Port())
+	m.local = s.addr
 	m.segSize = 0
 	return 1, nil
 }
@@ -100,6 +100,11 @@ func (s *udpSocket) pollBatch(*rxBatch) (int, error) { return 0, nil }
 func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, _ netip.Addr) error {
 	s.sys.txMu.Lock()
 	defer s.sys.txMu.Unlock()
+	// A link-local destination comes without a zone (a GID has none): it
+	// is on the interface the socket is bound to.
+	if z := s.local.Addr().Zone(); z != "" && to.Addr().IsLinkLocalUnicast() && to.Addr().Zone() == "" {
+		to = netip.AddrPortFrom(to.Addr().WithZone(z), to.Port())
+	}
 	var refused error
 	note := func(err error) {
 		if err != nil && refused == nil {

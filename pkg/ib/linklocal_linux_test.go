@@ -1,0 +1,153 @@
+//go:build linux
+
+package ib_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/internal/netns"
+	"github.com/rxed/rxed/internal/testenv"
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/stretchr/testify/require"
+)
+
+// linkLocalPair opens two devices on the two ends of a veth pair, each
+// end in a network namespace of its own, bound to the IPv6 link-local
+// addresses fe80::a%va and fe80::b%vb (added without DAD, so they are
+// usable at once). A peer's addr is its GID: the address without a zone,
+// as a GID carries none (rdma_rxe's GID index 0 is such an address).
+func linkLocalPair(t *testing.T) (a, b *peer) {
+	t.Helper()
+	why := netns.Available()
+	testenv.Need(t, why == "", "%s", why)
+	var nss [2]*netns.NS
+	for i, side := range []string{"a", "b"} {
+		ns, err := netns.Create(fmt.Sprintf("rxed-ll%s-%d", side, os.Getpid()))
+		require.NoError(t, err)
+		t.Cleanup(func() { ns.Delete() })
+		nss[i] = ns
+	}
+	require.NoError(t, nss[0].IP("link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", nss[1].Name))
+	ends := []struct{ dev, addr string }{{"va", "fe80::a"}, {"vb", "fe80::b"}}
+	for i, end := range ends {
+		require.NoError(t, nss[i].IP("addr", "add", end.addr+"/64", "dev", end.dev, "nodad"))
+		require.NoError(t, nss[i].IP("link", "set", end.dev, "up"))
+	}
+	// The carrier comes a moment after both ends are up; neighbour
+	// discovery before it fails, and the first packets with it.
+	for i, end := range ends {
+		require.Eventually(t, func() bool {
+			out, err := nss[i].Command(context.Background(), "cat", "/sys/class/net/"+end.dev+"/operstate").Output()
+			return err == nil && strings.TrimSpace(string(out)) == "up"
+		}, 10*time.Second, 10*time.Millisecond, "%s never came up", end.dev)
+	}
+	peers := [2]*peer{}
+	for i, end := range ends {
+		ns := nss[i]
+		bind := netip.MustParseAddr(end.addr + "%" + end.dev)
+		var dev *ib.Device
+		require.NoError(t, ns.Do(func() error {
+			var err error
+			dev, err = ib.OpenDevice(ib.Config{Addrs: []netip.Addr{bind}, Workers: 1})
+			return err
+		}))
+		p := &peer{dev: dev, addr: netip.MustParseAddr(end.addr), buf: make([]byte, 64<<10)}
+		var err error
+		p.pd, err = dev.AllocPD()
+		require.NoError(t, err)
+		p.cq, err = dev.CreateCQ(64)
+		require.NoError(t, err)
+		p.mr, err = p.pd.RegMR(p.buf, ib.AccessLocalWrite|remoteAll)
+		require.NoError(t, err)
+		t.Cleanup(p.close)
+		peers[i] = p
+	}
+	return peers[0], peers[1]
+}
+
+// RoCEv2 between IPv6 link-local addresses, as rdma_rxe's GID index 0
+// (fe80::/64 from the MAC) carries it: an RC SEND, RDMA WRITE and READ,
+// and a UD SEND between two devices on a veth pair. The GID table holds
+// the addresses without their zone; the sockets send on the interface
+// they are bound to.
+func TestLinkLocalIPv6InNetns(t *testing.T) {
+	a, b := linkLocalPair(t)
+	for _, p := range []*peer{a, b} {
+		gid, err := p.dev.QueryGID(1, 0)
+		require.NoError(t, err)
+		require.Equal(t, p.addr, gid, "GID 0 is the bound address without its zone")
+		require.Equal(t, uint16(4791), p.dev.Engine().Port(p.addr))
+	}
+
+	t.Run("RC", func(t *testing.T) {
+		qa, qb := a.createQP(ib.RC), b.createQP(ib.RC)
+		connectRC(a, qa, b, qb)
+		connectRC(b, qb, a, qa)
+
+		require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 7, SGL: []ib.SGE{b.sge(0, 256)}}))
+		copy(a.buf, "link-local send")
+		require.NoError(t, qa.PostSend(ib.SendWR{ID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{a.sge(0, 15)}}))
+		swc := nextWC(t, a.cq)
+		require.Equal(t, ib.WCSuccess, swc.Status, "SEND: %v", swc.Status)
+		rwc := nextWC(t, b.cq)
+		require.Equal(t, ib.WCSuccess, rwc.Status)
+		require.Equal(t, "link-local send", string(b.buf[:rwc.ByteLen]))
+
+		copy(a.buf[1024:], "link-local write")
+		require.NoError(t, qa.PostSend(
+			ib.SendWR{ID: 2, Opcode: ib.WRRDMAWrite, SGL: []ib.SGE{a.sge(1024, 16)}, RemoteAddr: b.mr.IOVA() + 4096, RKey: b.mr.RKey()},
+			ib.SendWR{ID: 3, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled, SGL: []ib.SGE{a.sge(8192, 16)},
+				RemoteAddr: b.mr.IOVA() + 4096, RKey: b.mr.RKey()}))
+		wc := nextWC(t, a.cq)
+		require.Equal(t, ib.WCSuccess, wc.Status, "READ: %v", wc.Status)
+		require.Equal(t, uint64(3), wc.ID)
+		require.Equal(t, "link-local write", string(b.buf[4096:4112]))
+		require.Equal(t, "link-local write", string(a.buf[8192:8208]))
+	})
+
+	t.Run("UD", func(t *testing.T) {
+		const qkey = 0x11111111
+		qa, qb := a.createQP(ib.UD), b.createQP(ib.UD)
+		for _, q := range []*ib.QP{qa, qb} {
+			require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, QKey: qkey},
+				ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrQKey))
+			require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSRTR}, ib.AttrState))
+			require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: 1}, ib.AttrState|ib.AttrSQPSN))
+		}
+		ah, err := a.pd.CreateAH(ib.AHAttr{DGID: b.addr, DestPort: b.dev.UDPPort(), PortNum: 1})
+		require.NoError(t, err)
+		defer ah.Destroy()
+
+		require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 9, SGL: []ib.SGE{b.sge(16384, 40+512)}}))
+		copy(a.buf[2048:], "datagram")
+		wr := ib.SendWR{ID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{a.sge(2048, 8)}}
+		ib.UDSend(&wr, ah, qb.Num(), qkey)
+		require.NoError(t, qa.PostSend(wr))
+		require.Equal(t, ib.WCSuccess, nextWC(t, a.cq).Status)
+		rwc := nextWC(t, b.cq)
+		require.Equal(t, ib.WCSuccess, rwc.Status)
+		require.Equal(t, qa.Num(), rwc.SrcQP)
+		require.Equal(t, "datagram", string(b.buf[16384+40:16384+rwc.ByteLen]))
+		// The GRH's source GID is the sender's address, zone-free.
+		var sgid [16]byte
+		copy(sgid[:], b.buf[16384+8:16384+24])
+		require.Equal(t, a.addr, netip.AddrFrom16(sgid))
+	})
+}
+
+// nextWC waits up to 10 s for the next completion on cq.
+func nextWC(t *testing.T, cq *ib.CQ) ib.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wc [1]ib.WC
+	_, err := cq.WaitPoll(ctx, wc[:])
+	require.NoError(t, err, "no completion")
+	return wc[0]
+}
