@@ -113,7 +113,7 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	fs.StringVar(&o.perftestExp, "perftest-export", "", "`name` of the export perftest clients target (default: the first)")
 	fs.IntVar(&o.gidx, "x", 0, "GID `index` put in perftest key messages")
 	fs.IntVar(&o.mtu, "m", 0, "MTU in bytes offered to perftest clients (default: the port's active MTU)")
-	fs.UintVar(&o.qpTimeout, "qp-timeout", 14, "RC local ACK timeout exponent of the daemon's QPs")
+	fs.UintVar(&o.qpTimeout, "qp-timeout", 14, "RC local ACK timeout exponent of the daemon's QPs (1..31; 0, no timeout, is refused)")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGTERM/SIGINT, let running sessions finish for this long (0: end them at once)")
 	fs.IntVar(&o.maxSessions, "max-sessions", 64, "concurrent perftest sessions")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
@@ -154,8 +154,10 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	if o.mtu != 0 && oob.MTUEnum(o.mtu) == 0 {
 		return bad("-m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	}
-	if o.qpTimeout > 31 {
-		return bad("--qp-timeout %d: want 0..31", o.qpTimeout)
+	if o.qpTimeout < 1 || o.qpTimeout > 31 {
+		// 0 is IBA's infinite timeout, which the daemon's Config would
+		// take for its default (14): refused rather than changed.
+		return bad("--qp-timeout %d: want 1..31 (0, no timeout, would let a vanished client hold its session's QP)", o.qpTimeout)
 	}
 	if _, err := o.ef.gid("-x", o.gidx); err != nil {
 		return bad("%v", err)

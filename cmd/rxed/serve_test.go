@@ -188,6 +188,10 @@ func TestServeBadExportFlagsExit2(t *testing.T) {
 		{[]string{"--export", "a=anon,size=4K", "--perftest-export", "zz"}, `--perftest-export "zz"`},
 		{[]string{"--export", "a=anon,size=4K", "--export", "a=anon,size=8K"}, "a given twice"},
 		{[]string{"-p", "0", "--rdma-cm-port", "18515"}, "--export"},
+		// Bug (daemon audit, session AF): 0, IBA's infinite timeout,
+		// silently became the daemon's default 14.
+		{[]string{"--export", "a=anon,size=4K", "--qp-timeout", "0"}, "--qp-timeout 0"},
+		{[]string{"--export", "a=anon,size=4K", "--qp-timeout", "32"}, "--qp-timeout 32"},
 	} {
 		var errOut strings.Builder
 		_, code, ok := parseServe(append([]string{"--addr", "127.0.0.1"}, c.args...), &errOut)
