@@ -38,9 +38,12 @@ const perfQKey = 0x11111111
 const perfAllMax = 1 << 23
 
 type perfOpts struct {
-	ef         engineFlags
-	test       oob.Test
-	size       uint64
+	ef   engineFlags
+	test oob.Test
+	size uint64
+	// sizeSet: -s was given. A UD send test without it runs at the
+	// negotiated MTU, as perftest's does.
+	sizeSet    bool
 	iters      uint64
 	duration   time.Duration
 	qps        int
@@ -110,7 +113,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	fs.BoolVar(&o.test.Latency, "lat", false, "latency test (ib_*_lat) instead of bandwidth (ib_*_bw)")
 	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of polling (perftest's -e; polling lets the engine receive in the test's goroutine; the devices still poll while packets flow)")
 	var size sizeFlag
-	sizeVar(fs, &size, "s", 0, "message `size` in bytes, K/M/G suffixes (default 65536 for bandwidth, 2 for latency; atomics are 8)")
+	sizeVar(fs, &size, "s", 0, "message `size` in bytes, K/M/G suffixes (default 65536 for bandwidth, 2 for latency; UD bandwidth: the MTU; atomics are 8)")
 	iters := fs.Uint64("n", 0, "iterations (default 5000 for write bandwidth, 1000 otherwise)")
 	dur := fs.Int("D", 0, "run for this many `seconds` instead of -n (write/read/atomic bandwidth)")
 	fs.IntVar(&o.qps, "q", 1, "number of QPs")
@@ -210,6 +213,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 		return bad("-m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	}
 	o.size = uint64(size)
+	o.sizeSet = flagSet(fs, "s")
 	switch {
 	case o.test.Verb == oob.VerbAtomic:
 		if o.size != 0 && o.size != 8 {
@@ -352,11 +356,16 @@ func (o *perfOpts) maxSize() int {
 
 func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error) {
 	log := o.ef.logger(stderr)
-	if o.conn == ib.UD && o.size > 4096 {
-		return fmt.Errorf("-s %d: UD messages must fit the MTU", o.size)
-	}
 	if o.mtu != 0 {
 		o.ef.activeMTU = ib.MTU(oob.MTUEnum(o.mtu)) // -m lowers the port MTU (UD uses it)
+	}
+	if o.conn == ib.UD && o.size > 4096 {
+		if o.sizeSet {
+			return fmt.Errorf("-s %d: UD messages must fit the MTU", o.size)
+		}
+		// No -s: the buffers hold the largest MTU; session lowers the
+		// size to the negotiated one.
+		o.size = 4096
 	}
 	o.ef.busyPoll = deviceBusyPoll(o.server == "" && o.test.ServerIdles(), o.events, o.ef.spin)
 	en, err := o.ef.open(log)
@@ -432,6 +441,11 @@ func (r *perfRun) session(ctx context.Context, sess *oob.Session, closed *bool) 
 		return err
 	}
 	r.mtu = neg.MTU
+	if mtu := oob.MTUBytes(r.mtu); o.conn == ib.UD && int(o.size) > mtu && !o.sizeSet {
+		// perftest's check_link, when no size was asked for.
+		fmt.Fprintf(r.stderr, " Max msg size in UD is MTU %d\n Changing to this MTU\n", mtu)
+		o.size = uint64(mtu)
+	}
 	if o.conn == ib.UD && int(o.size) > oob.MTUBytes(r.mtu) {
 		return fmt.Errorf("-s %d: UD messages must fit the negotiated MTU %d", o.size, oob.MTUBytes(r.mtu))
 	}
