@@ -151,3 +151,64 @@ func TestReaderFormats(t *testing.T) {
 	_, err = wirepcap.ReadFile(filepath.Join(dir, "missing.pcap"))
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
+
+// TestRecordCutAfterItsHeaderIsUnexpectedEOF cuts a two-frame capture at
+// every byte after the file header: a cut at a record boundary is a clean
+// end after the frames before it, any other cut is io.ErrUnexpectedEOF, in
+// pcap and in pcapng.
+//
+// Bug (found by the tools audit, session AF): a classic pcap cut right
+// after a record's 16-byte header read as a clean end of file, so `rxed
+// decode` exited 0 and the frame was silently left out; pcapgo's
+// io.ReadFull of the record's data returns io.EOF, not
+// io.ErrUnexpectedEOF, when none of it is there (pcapng was right).
+func TestRecordCutAfterItsHeaderIsUnexpectedEOF(t *testing.T) {
+	ipPkt := roceIPv4(t)
+	ci := gopacket.CaptureInfo{Timestamp: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), CaptureLength: len(ipPkt), Length: len(ipPkt)}
+	var pc bytes.Buffer
+	pw := pcapgo.NewWriter(&pc)
+	require.NoError(t, pw.WriteFileHeader(65535, layers.LinkTypeRaw))
+	pcapHeader := pc.Len()
+	require.NoError(t, pw.WritePacket(ci, ipPkt))
+	pcapFirst := pc.Len()
+	require.NoError(t, pw.WritePacket(ci, ipPkt))
+
+	var ng bytes.Buffer
+	nw, err := pcapgo.NewNgWriter(&ng, layers.LinkTypeRaw)
+	require.NoError(t, err)
+	require.NoError(t, nw.Flush())
+	ngHeader := ng.Len()
+	require.NoError(t, nw.WritePacket(ci, ipPkt))
+	require.NoError(t, nw.Flush())
+	ngFirst := ng.Len()
+	require.NoError(t, nw.WritePacket(ci, ipPkt))
+	require.NoError(t, nw.Flush())
+
+	for _, c := range []struct {
+		name                 string
+		file                 []byte
+		header, first, whole int
+	}{
+		{"pcap", pc.Bytes(), pcapHeader, pcapFirst, pc.Len()},
+		{"pcapng", ng.Bytes(), ngHeader, ngFirst, ng.Len()},
+	} {
+		for n := c.header; n <= c.whole; n++ {
+			r, err := wirepcap.NewReader(bytes.NewReader(c.file[:n]))
+			require.NoError(t, err)
+			frames := 0
+			for {
+				_, err = r.Next()
+				if err != nil {
+					break
+				}
+				frames++
+			}
+			switch n {
+			case c.header, c.first, c.whole:
+				require.Equalf(t, io.EOF, err, "%s cut at %d of %d bytes", c.name, n, c.whole)
+			default:
+				require.ErrorIsf(t, err, io.ErrUnexpectedEOF, "%s cut at %d of %d bytes (after %d frames)", c.name, n, c.whole, frames)
+			}
+		}
+	}
+}

@@ -93,6 +93,13 @@ func (r *Reader) Next() (Frame, error) {
 	} else {
 		data, ci, err = r.pcap.ZeroCopyReadPacketData()
 		lt = r.pcap.LinkType()
+		// pcapgo reads a record's data with io.ReadFull, whose io.EOF (none
+		// of it there) reads as a clean end; but the record's header was
+		// read, as its timestamp says (a failed header read leaves ci
+		// zero, a read one is at or after 1970).
+		if err == io.EOF && !ci.Timestamp.IsZero() {
+			err = io.ErrUnexpectedEOF
+		}
 	}
 	if err != nil {
 		if errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
