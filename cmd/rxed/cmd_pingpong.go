@@ -73,7 +73,7 @@ func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
 	mtu := fs.Int("m", 1024, "path MTU in bytes: 256, 512, 1024, 2048 or 4096")
 	fs.UintVar(&o.rx, "r", 500, "receives to post at a time (rx depth)")
 	fs.UintVar(&o.iters, "n", 1000, "number of exchanges")
-	fs.UintVar(&o.sl, "l", 0, "service level")
+	fs.UintVar(&o.sl, "l", 0, "service level (0..15)")
 	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of polling (as the tools' -e; the device still polls while packets flow)")
 	fs.IntVar(&o.gidx, "g", 0, "local GID `index` (index into the --addr list)")
 	fs.BoolVar(&o.chk, "c", false, "validate received buffers (as the tools' -c/--chk)")
@@ -134,7 +134,9 @@ func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
 	case o.size == 0:
 		return bad("-s 0: size must be at least 1")
 	case o.size > 1<<30:
-		return bad("-s %d: too large", o.size)
+		return bad("-s %d: too large", uint64(size))
+	case o.sl > 15:
+		return bad("-l %d: service level must be 0..15", o.sl)
 	case o.iters == 0:
 		return bad("-n 0: need at least one iteration")
 	case o.qpTimeout > 31:
