@@ -46,11 +46,7 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rxed stat: unexpected argument %q\n", rest[0])
 		return 2
 	}
-	url := *addr
-	if !strings.Contains(url, "://") {
-		url = "http://" + url + "/metrics"
-	}
-	m, err := fetchMetrics(url, *timeout)
+	m, err := fetchMetrics(metricsURL(*addr), *timeout)
 	if err != nil {
 		return fail(stderr, "stat", err)
 	}
@@ -173,4 +169,17 @@ func rootCause(err error) error {
 		}
 		err = u.Unwrap()
 	}
+}
+
+// metricsURL is the page --metrics names: a host:port is its /metrics
+// over HTTP; a URL is taken as given, except that one with no path (or
+// "/") means its /metrics too, as Prometheus's scrape target does.
+func metricsURL(addr string) string {
+	if !strings.Contains(addr, "://") {
+		return "http://" + addr + "/metrics"
+	}
+	if scheme, rest, _ := strings.Cut(addr, "://"); !strings.Contains(strings.TrimSuffix(rest, "/"), "/") {
+		return scheme + "://" + strings.TrimSuffix(rest, "/") + "/metrics"
+	}
+	return addr
 }

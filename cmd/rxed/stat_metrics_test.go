@@ -120,3 +120,20 @@ func TestStatParseBadPages(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]uint64{"rcvd_pkts": 12, `export_bytes{export="a",kind="anon"}`: 4096, "legacy": 3, "cm_rx_req": 2}, m)
 }
+
+// TestStatMetricsURL: --metrics takes a host:port or a URL; a URL without
+// a path is the daemon's /metrics too. Bug (found by the tools audit,
+// session AF): http://host:port/ was fetched as given and got a 404.
+func TestStatMetricsURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:9479":                     "http://127.0.0.1:9479/metrics",
+		"[::1]:9479":                         "http://[::1]:9479/metrics",
+		"http://127.0.0.1:9479":              "http://127.0.0.1:9479/metrics",
+		"http://127.0.0.1:9479/":             "http://127.0.0.1:9479/metrics",
+		"https://example.test/":              "https://example.test/metrics",
+		"http://127.0.0.1:9479/metrics":      "http://127.0.0.1:9479/metrics",
+		"http://127.0.0.1:9479/rxed/metrics": "http://127.0.0.1:9479/rxed/metrics",
+	} {
+		require.Equal(t, want, metricsURL(in), in)
+	}
+}
