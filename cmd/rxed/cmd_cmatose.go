@@ -373,7 +373,7 @@ func cmatoseServer(ctx context.Context, o *cmaOpts, dev *ib.Device, pd *ib.PD, n
 	errs := make([]error, o.conns)
 	for i := range o.conns {
 		req, err := ln.accept(wctx)
-		if err != nil {
+		if err = waitErr(wctx, err); err != nil {
 			wg.Wait()
 			return fmt.Errorf("waiting for connection %d of %d on %s: %v", i+1, o.conns, laddr, err)
 		}

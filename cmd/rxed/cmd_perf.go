@@ -403,6 +403,7 @@ func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error
 		}
 		actx, cancel := withWait(ctx, o.wait)
 		sess, err = ln.Accept(actx)
+		err = waitErr(actx, err)
 		cancel()
 		ln.Close()
 		if err != nil {

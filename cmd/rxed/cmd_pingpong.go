@@ -241,6 +241,7 @@ func pingpong(ctx context.Context, o *pingpongOpts, stdout, stderr io.Writer) (e
 	} else {
 		actx, cancel := withWait(ctx, o.wait)
 		remote, err = ln.Exchange(actx, s.local, s.connect)
+		err = waitErr(actx, err)
 		cancel()
 	}
 	if err != nil {

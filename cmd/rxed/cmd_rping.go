@@ -267,6 +267,7 @@ func rpingServe(ctx context.Context, o *rpingOpts, dev *ib.Device, stdout, stder
 	if !o.persistent {
 		actx, cancel := withWait(ctx, o.wait)
 		req, err := ln.accept(actx)
+		err = waitErr(actx, err)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("waiting for a client on %s: %v", laddr, err)
@@ -283,6 +284,7 @@ func rpingServe(ctx context.Context, o *rpingOpts, dev *ib.Device, stdout, stder
 	for o.clients == 0 || served < o.clients {
 		actx, cancel := withWait(ctx, o.wait)
 		req, err := ln.accept(actx)
+		err = waitErr(actx, err)
 		cancel()
 		if err != nil {
 			wg.Wait()

@@ -202,7 +202,7 @@ func udaddyServer(ctx context.Context, o *cmaOpts, dev *ib.Device, pd *ib.PD, no
 	errs := make([]error, o.conns)
 	for i := range o.conns {
 		req, err := ln.accept(wctx)
-		if err != nil {
+		if err = waitErr(wctx, err); err != nil {
 			wg.Wait()
 			return fmt.Errorf("waiting for request %d of %d on %s: %v", i+1, o.conns, laddr, err)
 		}

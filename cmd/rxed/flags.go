@@ -273,7 +273,31 @@ func withWait(ctx context.Context, wait time.Duration) (context.Context, context
 	if wait <= 0 {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, wait)
+	w := &waitExpired{wait: wait, deadline: time.Now().Add(wait)}
+	return context.WithDeadlineCause(context.WithValue(ctx, waitKey{}, w), w.deadline, w)
+}
+
+// waitExpired is the cause of a --wait that ran out.
+type waitExpired struct {
+	wait     time.Duration
+	deadline time.Time
+}
+
+func (e *waitExpired) Error() string { return fmt.Sprintf("no client within --wait %v", e.wait) }
+
+type waitKey struct{}
+
+// waitErr is err, or the --wait that ran out if that is why the wait on
+// wctx (from withWait) failed: "no client within --wait 5s" instead of
+// the context's "context deadline exceeded" or a listener's own timeout
+// message (the oob listeners turn the deadline into a socket deadline,
+// which may fire before the context's timer).
+func waitErr(wctx context.Context, err error) error {
+	w, _ := wctx.Value(waitKey{}).(*waitExpired)
+	if err == nil || w == nil || time.Now().Before(w.deadline) {
+		return err
+	}
+	return w
 }
 
 // closeEngineAndMemory stops the engine first (so nothing touches the
