@@ -22,16 +22,7 @@ func connectedPair(t *testing.T, srvIP, cliIP string) (cli, srv *Conn, cliDev *i
 	l, err := Listen(sdev, netip.AddrPortFrom(netip.MustParseAddr(srvIP), 7471), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() })
-	newQP := func(dev *ib.Device) *ib.QP {
-		pd, err := dev.AllocPD()
-		require.NoError(t, err)
-		cq, err := dev.CreateCQ(64)
-		require.NoError(t, err)
-		q, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq,
-			Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		require.NoError(t, err)
-		return q
-	}
+	newQP := func(dev *ib.Device) *ib.QP { return rcQP(t, dev) }
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	accepted := make(chan *Conn, 1)
@@ -49,6 +40,19 @@ func connectedPair(t *testing.T, srvIP, cliIP string) (cli, srv *Conn, cliDev *i
 	srv = <-accepted
 	require.NotNil(t, srv)
 	return cli, srv, cdev
+}
+
+// rcQP creates an RC QP in RESET on dev, with a PD and a CQ of its own.
+func rcQP(t *testing.T, dev *ib.Device) *ib.QP {
+	t.Helper()
+	pd, err := dev.AllocPD()
+	require.NoError(t, err)
+	cq, err := dev.CreateCQ(64)
+	require.NoError(t, err)
+	q, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	return q
 }
 
 // waitEnded waits for c to end and returns its events so far.
@@ -148,13 +152,7 @@ func TestFailedAcceptLeavesTheQPInError(t *testing.T) {
 	l, err := Listen(sdev, netip.AddrPortFrom(srv, 7471), nil)
 	require.NoError(t, err)
 	defer l.Close()
-	pd, err := sdev.AllocPD()
-	require.NoError(t, err)
-	cq, err := sdev.CreateCQ(8)
-	require.NoError(t, err)
-	q, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq,
-		Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	require.NoError(t, err)
+	q := rcQP(t, sdev)
 
 	// A REQ from a peer that will never send the RTU (no device there).
 	hdr := mad.CMAHeader{IPVersion: 4, SrcPort: 40000, Src: cli, Dst: srv}
@@ -181,9 +179,7 @@ func TestFailedAcceptLeavesTheQPInError(t *testing.T) {
 
 	// A QP the handshake never touched is left alone: the Request was
 	// answered, so this Accept fails before it moves anything.
-	q2, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: cq, RecvCQ: cq,
-		Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	require.NoError(t, err)
+	q2 := rcQP(t, sdev)
 	_, err = r.Accept(ctx, q2, nil)
 	require.ErrorIs(t, err, ErrAnswered)
 	require.Equal(t, ib.QPSReset, q2.State())
