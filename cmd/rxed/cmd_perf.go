@@ -139,7 +139,7 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	tokenFile := fs.String("token-file", "", "client: read the shared secret from `file` (trailing newline ignored)")
 	fs.StringVar(&o.listen, "listen", "", "server: TCP `address` of the exchange (default: every address, port -p); e.g. 10.0.0.1 or [::1]:18515")
 	fs.BoolVar(&o.rdmaCM, "R", false, "connect with rdma_cm (perftest -R): no TCP, the exchange runs over an rdma_cm control connection on port -p")
-	rest, code, ok := parseArgs(fs, args[1:], stderr)
+	rest, code, ok := parseArgsAnywhere(fs, args[1:], stderr)
 	if !ok {
 		return nil, code, false
 	}

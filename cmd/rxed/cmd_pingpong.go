@@ -81,7 +81,7 @@ func parsePingpong(args []string, stderr io.Writer) (*pingpongOpts, int, bool) {
 	fs.DurationVar(&o.wait, "wait", 0, "server: give up when no client connects within this `duration` (0 waits forever, like the tools)")
 	fs.UintVar(&o.qpTimeout, "qp-timeout", 14, "RC local ACK timeout exponent (4.096 µs * 2^N; the tools use 14)")
 	fs.StringVar(&o.listen, "listen", "", "server: TCP `address` of the exchange (default: every address, port -p, as the tools); e.g. 10.0.0.1 or [::1]:18515")
-	rest, code, ok := parseArgs(fs, args, stderr)
+	rest, code, ok := parseArgsAnywhere(fs, args, stderr)
 	if !ok {
 		return nil, code, false
 	}

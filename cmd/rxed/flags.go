@@ -260,6 +260,28 @@ func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (rest []string
 	return fs.Args(), 0, true
 }
 
+// parseArgsAnywhere is parseArgs for the commands that mirror perftest
+// and the pingpong tools, whose getopt takes flags before and after the
+// server address alike (ib_write_bw 10.0.0.1 -s 65536): every argument
+// that is not a flag or a flag's value is returned in order. "--" ends
+// the flags.
+func parseArgsAnywhere(fs *flag.FlagSet, args []string, stderr io.Writer) (rest []string, code int, ok bool) {
+	for {
+		left, code, ok := parseArgs(fs, args, stderr)
+		if !ok {
+			return nil, code, false
+		}
+		if len(left) == 0 {
+			return rest, 0, true
+		}
+		if n := len(args) - len(left); n > 0 && args[n-1] == "--" {
+			return append(rest, left...), 0, true
+		}
+		rest = append(rest, left[0])
+		args = left[1:]
+	}
+}
+
 // fail prints the one-line error of command name and returns status 1.
 func fail(stderr io.Writer, name string, err error) int {
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")

@@ -163,7 +163,7 @@ func parsePerfTCP(args []string, stderr io.Writer) (*perfTCPOpts, int, bool) {
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "client: connecting and the hello's answer must take less than this `duration`")
 	fs.BoolVar(&o.gbits, "report_gbits", false, "report bandwidth in Gb/sec")
 	fs.BoolVar(&o.validate, "validate", false, "server: check every byte of the stream or ping (the client sends perf's pattern)")
-	rest, code, ok := parseArgs(fs, args, stderr)
+	rest, code, ok := parseArgsAnywhere(fs, args, stderr)
 	if !ok {
 		return nil, code, false
 	}
