@@ -85,11 +85,11 @@ func (m *Manager) onSIDRREP(r rx, rep *mad.SIDRREP) {
 const sidrAnswerWindow = time.Minute
 
 // maxSIDRAnswers bounds the SIDR_REPs kept. Anyone can send SIDR_REQs,
-// with any request ID and source address, so without a bound a flood of
-// them to a UD service grew the table by one answer per request for a
-// minute (found by the security audit, session AF). Past the bound the
-// oldest answer is forgotten: a late duplicate of its request then
-// reaches the listener as a new one, as every duplicate does with cm.c.
+// with any request ID and source address: without a bound a flood of
+// them to a UD service would grow the table by one answer per request
+// for a minute. Past the bound the oldest answer is forgotten: a late
+// duplicate of its request then reaches the listener as a new one, as
+// every duplicate does with cm.c.
 const maxSIDRAnswers = 4096
 
 // sidrAnswer is a SIDR_REP sent, kept for the duplicates of its request.

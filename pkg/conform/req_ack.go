@@ -27,12 +27,7 @@ func init() {
 			}
 			ghost := psnAdd(r.PSN(), 0x10000)
 			_ = c.sendAETH(wire.RCAck, ghost, wire.ACKSyndrome(0x1f), c.MSN()+64, "ghost ACK: a PSN the peer never sent")
-			// Bug (found by the conformance audit, session AF): the
-			// retransmission this verdict needs was awaited for
-			// quietFor only, so a peer descheduled once FAILed; like
-			// every scenario that needs another transmission it waits
-			// patience.
-			again, ok := c.Next(ctx, c.patience(), func(x *Rx) bool { return c.IsRequest(x) && x.PSN() == r.PSN() })
+			again, ok := c.awaitRequest(ctx, 0, samePSN(r.PSN()))
 			if !ok {
 				return Failf("ghost ACK psn=%#x taken as an acknowledgement: psn=%#x was not retransmitted within %v (%s)", ghost, r.PSN(), c.patience(), c.qpParams())
 			}
@@ -149,9 +144,7 @@ func init() {
 			c.Absorb(r2)
 			c.ReadResponse(r2.PSN(), r2.Pkt.RETH.VA(), int(r2.Pkt.RETH.DMALen()), 0, -1, "response to the second READ only")
 			at := c.Since()
-			// Patience, not quietFor: the verdict needs this request
-			// (session AF, as Q-GHOST-ACK).
-			again, ok := c.Next(ctx, c.patience(), func(x *Rx) bool { return c.IsRequest(x) && x.PSN() == r1.PSN() })
+			again, ok := c.awaitRequest(ctx, 0, samePSN(r1.PSN()))
 			if !ok {
 				return Failf("READ psn=%#x never requested again within %v after the response to psn=%#x: taken as complete (%s)", r1.PSN(), c.patience(), r2.PSN(), c.qpParams())
 			}

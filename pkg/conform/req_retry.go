@@ -114,12 +114,7 @@ func init() {
 			const code = 22
 			_ = c.SendRNR(r.PSN(), code, "RNR NAK, timer 20.48 ms")
 			at := c.Since()
-			// Bug (found by the conformance audit, session AF): the
-			// RNR scenarios awaited the retransmissions they need for
-			// quietFor only, so a peer descheduled once FAILed ("gave
-			// up"); they wait patience, as Q-TIMEOUT-RETRY and
-			// Q-SEQ-LIMIT-OK do.
-			again, ok := c.Next(ctx, c.patience()+rnrDelay(code), func(x *Rx) bool { return c.IsRequest(x) && x.PSN() == r.PSN() })
+			again, ok := c.awaitRequest(ctx, rnrDelay(code), samePSN(r.PSN()))
 			if !ok {
 				return Failf("psn=%#x not resent within %v of the RNR NAK", r.PSN(), c.patience()+rnrDelay(code))
 			}
@@ -166,9 +161,9 @@ func init() {
 			if !ok {
 				return o
 			}
-			// Each retransmission is awaited for patience (session AF, as
-			// Q-RNR-NOT-EXCEEDED): one that comes late must not end the
-			// count short of rnr_retry.
+			// Each retransmission is awaited for patience (awaitRequest):
+			// one that comes late must not end the count short of
+			// rnr_retry.
 			s := c.watchPSN(ctx, r.PSN(), r, c.patience(), c.Cfg.PeerRNRRetry+4, func(x *Rx, n int) bool {
 				_ = c.SendRNR(x.PSN(), 14, fmt.Sprintf("RNR NAK %d", n))
 				return true
@@ -222,9 +217,9 @@ func init() {
 			_ = c.SendNAK(q, wire.NAKPSNSeqErr, "NAK sequence error: expected this PSN")
 			at := c.Since()
 			for {
-				x, ok := c.NextRequest(ctx, c.quietFor())
+				x, ok := c.awaitRequest(ctx, 0, nil)
 				if !ok {
-					return Failf("no retransmission within %v of NAK sequence error psn=%#x", c.quietFor(), q)
+					return Failf("no retransmission within %v of NAK sequence error psn=%#x", c.patience(), q)
 				}
 				if psnBefore(max, x.PSN()) {
 					max = x.PSN() // still the first transmission
@@ -232,13 +227,11 @@ func init() {
 				}
 				c.Serve(x)
 				d := x.At - at
-				// Bug (found by the conformance audit, session AF): the
-				// resend was measured from the NAK, but the peer's timer
-				// runs from its transmission of q, up to T/4 earlier (the
-				// wait for a second packet above): a requester that
-				// ignored the NAK and resent on its timer, 3/4 T after
-				// the NAK, PASSed. A resend T after q's transmission may
-				// be its timer's.
+				// The peer's timer runs from its transmission of q, up to
+				// T/4 before the NAK (the wait for a second packet above):
+				// a requester that ignores the NAK resends on its timer
+				// 3/4 T after the NAK, so the resend is judged from q's
+				// transmission. One T after it may be its timer's.
 				switch {
 				case x.PSN() != q:
 					return Failf("after NAK sequence error psn=%#x the peer resent from psn=%#x (%s)", q, x.PSN(), x)
@@ -371,8 +364,8 @@ func init() {
 			va, l := r.Pkt.RETH.VA(), int(r.Pkt.RETH.DMALen())
 			c.ReadResponse(r.PSN(), va, l, 0, k, "partial READ response")
 			want := psnAdd(r.PSN(), k)
-			x, ok := c.Next(ctx, c.patience(), func(x *Rx) bool {
-				return c.IsRequest(x) && x.Pkt.Opcode == wire.RCReadRequest && !psnBefore(x.PSN(), r.PSN()) && psnBefore(x.PSN(), psnAdd(r.PSN(), n))
+			x, ok := c.awaitRequest(ctx, 0, func(x *Rx) bool {
+				return x.Pkt.Opcode == wire.RCReadRequest && !psnBefore(x.PSN(), r.PSN()) && psnBefore(x.PSN(), psnAdd(r.PSN(), n))
 			})
 			if !ok {
 				return Failf("READ psn=%#x answered %d of %d packets: not re-requested within %v", r.PSN(), k, n, c.patience())
@@ -402,7 +395,7 @@ func init() {
 			_ = c.SendACK(r.PSN(), "ACK of the FIRST packet only")
 			max, want := r.PSN(), psnAdd(r.PSN(), 1)
 			for {
-				x, ok := c.NextRequest(ctx, c.patience())
+				x, ok := c.awaitRequest(ctx, 0, nil)
 				if !ok {
 					return Failf("nothing resent within %v after ACKing psn=%#x of a multi-packet message", c.patience(), r.PSN())
 				}

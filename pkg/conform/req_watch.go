@@ -246,3 +246,15 @@ func (c *Conn) timerRule() string {
 func (c *Conn) patience() time.Duration {
 	return max(c.quietFor(), 3*time.Second)
 }
+
+// awaitRequest waits for a request of the peer's that the verdict needs
+// (one match accepts; nil: any), for patience plus extra (a timer the
+// scenario asked the peer to wait out first). Every scenario whose
+// verdict needs another transmission waits here, not for quietFor: a
+// window that short failed peers whose retransmission came once late.
+func (c *Conn) awaitRequest(ctx context.Context, extra time.Duration, match func(*Rx) bool) (*Rx, bool) {
+	return c.Next(ctx, c.patience()+extra, func(x *Rx) bool { return c.IsRequest(x) && (match == nil || match(x)) })
+}
+
+// samePSN matches a packet with PSN psn.
+func samePSN(psn uint32) func(*Rx) bool { return func(x *Rx) bool { return x.PSN() == psn } }

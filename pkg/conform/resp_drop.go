@@ -60,11 +60,10 @@ func init() {
 		return b, "opcode 0x18 (reserved)"
 	})
 	drop("D-OPCODE-UC", "UC opcode to an RC QP", "IBA 9.6.1.2 (transport must match the QP)", rcTools, func(c *Conn) ([]byte, string) {
-		// Bug (found by the conformance audit, session AF): without
-		// AckReq a peer that took the UC SEND as an RC SEND ONLY stayed
-		// silent (ib_send_bw has a receive for it), and the probe after
-		// it, a duplicate of its PSN then, was ACKed with the same PSN
-		// and MSN as a valid one: PASS. With AckReq such a peer ACKs it.
+		// With AckReq: a peer that took the UC SEND as an RC SEND ONLY
+		// (ib_send_bw has a receive for it) then ACKs it, where without
+		// it that peer would stay silent and ACK the probe after it, a
+		// duplicate of its PSN then, as it ACKs a valid one.
 		h := c.Hdr(wire.UCSendOnly)
 		h.AckReq = true
 		b, _ := c.Build(h, pattern(8, 1))

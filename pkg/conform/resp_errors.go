@@ -202,11 +202,9 @@ func init() {
 					return Errorf("%v", err)
 				}
 			}
-			// Bug (found by the conformance audit, session AF): the
-			// answers were collected for a fixed 500 ms, so a slow peer
-			// answering every READ later FAILed ("0 of n answered, no
-			// NAK"). n packets are awaited (n-1 responses and a NAK, or n
-			// responses), each within answerWait of the one before.
+			// n packets are awaited (n-1 responses and a NAK, or n
+			// responses), each within answerWait of the one before: a
+			// slow peer answers late, not wrongly.
 			got := c.responses(ctx, n, silenceWait)
 			answered := 0
 			for _, r := range got {
