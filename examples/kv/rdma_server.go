@@ -240,8 +240,7 @@ func (s *RDMAServer) accept(req *rdmacm.Request) error {
 		return err
 	}
 	fail := func(err error) error {
-		_ = q.Destroy()
-		_ = c.mr.Dereg()
+		_ = c.free()
 		return err
 	}
 	if err := ib.InitQP(q, ib.ConnectAttr{}); err != nil {
@@ -273,22 +272,18 @@ func (s *RDMAServer) accept(req *rdmacm.Request) error {
 	cancel()
 	// Whoever takes c out of s.conns frees it: here, unless Close (which
 	// empties the map) or kill took it meanwhile.
-	s.mu.Lock()
-	mine := s.conns[q.Num()] == c
-	switch {
-	case !mine:
-	case err != nil:
-		delete(s.conns, q.Num())
-	default:
-		c.conn = conn
-	}
-	s.mu.Unlock()
 	if err != nil {
-		if mine {
+		if s.take(c) {
 			return fail(err)
 		}
 		return err
 	}
+	s.mu.Lock()
+	mine := s.conns[q.Num()] == c
+	if mine {
+		c.conn = conn
+	}
+	s.mu.Unlock()
 	if !mine {
 		// Close took its list of connections before this one was
 		// established, or kill found its QP failed: end it here (they
@@ -324,15 +319,27 @@ func (s *RDMAServer) watch(c *serverConn) {
 		}
 		break
 	}
-	s.mu.Lock()
-	_, mine := s.conns[c.qp.Num()]
-	delete(s.conns, c.qp.Num())
-	s.mu.Unlock()
-	if mine {
-		_ = c.qp.Destroy()
-		_ = c.mr.Dereg()
+	if s.take(c) {
+		_ = c.free()
 	}
 }
+
+// take removes c from s.conns if it is still there, and reports whether
+// it was: the caller then owns it and frees it. (Close empties the map;
+// kill and watch race for an ended connection.)
+func (s *RDMAServer) take(c *serverConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mine := s.conns[c.qp.Num()] == c
+	if mine {
+		delete(s.conns, c.qp.Num())
+	}
+	return mine
+}
+
+// free destroys the connection's QP, then deregisters its receive
+// buffers.
+func (c *serverConn) free() error { return errors.Join(c.qp.Destroy(), c.mr.Dereg()) }
 
 func (s *RDMAServer) postRecv(c *serverConn, slot int) error {
 	m := s.maxMsg()
@@ -460,16 +467,12 @@ func (s *RDMAServer) keepaliveLoop() {
 // and the QP number is not reused meanwhile (the engine holds destroyed
 // numbers back).
 func (s *RDMAServer) kill(c *serverConn, why any) {
-	s.mu.Lock()
-	mine := s.conns[c.qp.Num()] == c
-	if mine {
-		delete(s.conns, c.qp.Num())
-	}
-	conn := c.conn
-	s.mu.Unlock()
-	if !mine {
+	if !s.take(c) {
 		return
 	}
+	s.mu.Lock()
+	conn := c.conn // set under mu by accept
+	s.mu.Unlock()
 	if conn != nil {
 		select {
 		case <-conn.Done(): // ended by the CM: its end flushed the QP
@@ -480,8 +483,7 @@ func (s *RDMAServer) kill(c *serverConn, why any) {
 			_ = conn.Disconnect(done)
 		}
 	}
-	_ = c.qp.Destroy()
-	_ = c.mr.Dereg()
+	_ = c.free()
 }
 
 // Close stops listening, disconnects every client (each sees its
@@ -522,7 +524,7 @@ func (s *RDMAServer) Close() error {
 	s.wg.Wait() // the accept loop too: every entry Close may free is in conns
 	var errs []error
 	for _, c := range conns {
-		errs = append(errs, c.qp.Destroy(), c.mr.Dereg())
+		errs = append(errs, c.free())
 	}
 	errs = append(errs, s.release())
 	if err := errors.Join(errs...); err != nil {

@@ -183,7 +183,7 @@ func OpenDevice(cfg Config) (*Device, error) {
 	for _, g := range gids {
 		// A GID has no zone: fe80::1%eth0 binds the socket to eth0 and is
 		// GID fe80::1, as in rdma_rxe's table.
-		d.gids = append(d.gids, g.Unmap().WithZone(""))
+		d.gids = append(d.gids, transport.GIDAddr(g))
 	}
 	if las := conn.LocalAddrs(); len(las) > 0 {
 		d.port = las[0].Port()

@@ -27,16 +27,15 @@ func holdQPResources(pd *PD, attr *QPInitAttr) error {
 	if err := pd.pd.Hold(); err != nil {
 		return err
 	}
-	held := make([]*useCount, 0, 3)
-	for _, u := range attr.useCounts() {
+	us := attr.useCounts()
+	for i, u := range us {
 		if !u.hold() {
-			for _, h := range held {
+			for _, h := range us[:i] {
 				h.release()
 			}
 			pd.pd.Unhold()
 			return errorf(ErrDestroyed, "%s destroyed", u.what)
 		}
-		held = append(held, u)
 	}
 	return nil
 }

@@ -228,15 +228,15 @@ func New(cfg Config) (*Engine, error) {
 	// its zone (fe80::1%eth0) but reports the addresses of the datagrams
 	// it receives without one, and sends on its interface itself.
 	for _, ap := range cfg.Conn.LocalAddrs() {
-		e.ports[ap.Addr().Unmap().WithZone("")] = ap.Port()
+		e.ports[transport.GIDAddr(ap.Addr())] = ap.Port()
 	}
 	if len(cfg.GIDs) > 0 {
 		for _, g := range cfg.GIDs {
-			e.gids = append(e.gids, g.Unmap().WithZone(""))
+			e.gids = append(e.gids, transport.GIDAddr(g))
 		}
 	} else {
 		for _, ap := range cfg.Conn.LocalAddrs() {
-			e.gids = append(e.gids, ap.Addr().Unmap().WithZone(""))
+			e.gids = append(e.gids, transport.GIDAddr(ap.Addr()))
 		}
 	}
 	if len(e.gids) == 0 {
@@ -339,7 +339,7 @@ func (e *Engine) GIDs() []netip.Addr { return append([]netip.Addr(nil), e.gids..
 
 // Port returns the UDP port the engine receives on at addr (its zone, if
 // any, ignored).
-func (e *Engine) Port(addr netip.Addr) uint16 { return e.ports[addr.Unmap().WithZone("")] }
+func (e *Engine) Port(addr netip.Addr) uint16 { return e.ports[transport.GIDAddr(addr)] }
 
 // Clock returns the engine's clock.
 func (e *Engine) Clock() Clock { return e.clock }

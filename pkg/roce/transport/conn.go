@@ -35,6 +35,11 @@ type Endpoint struct {
 	Local, Remote netip.AddrPort
 }
 
+// GIDAddr is a in the form GIDs and Endpoints carry addresses: an IPv4
+// address unmapped, and no zone (a GID is 16 bytes; the interface of a
+// link-local address is the bound socket's business).
+func GIDAddr(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
+
 // Conn is a batched datagram transport.
 //
 // Buffer ownership: the caller owns every buffer it passes. Receive copies

@@ -162,7 +162,7 @@ func OpenUDP(cfg UDPConfig) (Conn, error) {
 			c.closeSockets()
 			return nil, fmt.Errorf("transport: OpenUDP %v: %w", netip.AddrPortFrom(a, uint16(port)), err)
 		}
-		s.addr = s.local.Addr().WithZone("")
+		s.addr = GIDAddr(s.local.Addr())
 		if port == 0 {
 			port = int(s.local.Port())
 		}
@@ -502,7 +502,7 @@ func (c *udpConn) route(ep Endpoint) (s *udpSocket, remote netip.AddrPort, from 
 // wildcard-bound socket matches any address of its family), or without a
 // local address the first socket of the remote's family.
 func (c *udpConn) pick(local netip.AddrPort, remote6 bool) *udpSocket {
-	la := local.Addr().Unmap().WithZone("")
+	la := GIDAddr(local.Addr())
 	for _, s := range c.socks {
 		if s.is6 != remote6 {
 			continue

@@ -71,7 +71,7 @@ func (s *udpSocket) readBatch(b *rxBatch) (int, error) {
 	m := &b.msgs[0]
 	m.data = b.sys.buf[:n]
 	m.trunc = n > s.slotSz
-	m.remote = netip.AddrPortFrom(from.Addr().Unmap().WithZone(""), from.Port())
+	m.remote = netip.AddrPortFrom(GIDAddr(from.Addr()), from.Port())
 	m.local = s.addr
 	m.segSize = 0
 	return 1, nil
