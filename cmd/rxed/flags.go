@@ -296,10 +296,10 @@ func withWait(ctx context.Context, wait time.Duration) (context.Context, context
 		return ctx, func() {}
 	}
 	w := &waitExpired{wait: wait, deadline: time.Now().Add(wait)}
-	return context.WithDeadlineCause(context.WithValue(ctx, waitKey{}, w), w.deadline, w)
+	return context.WithDeadline(context.WithValue(ctx, waitKey{}, w), w.deadline)
 }
 
-// waitExpired is the cause of a --wait that ran out.
+// waitExpired is the error of a --wait that ran out (waitErr).
 type waitExpired struct {
 	wait     time.Duration
 	deadline time.Time

@@ -172,10 +172,7 @@ func (s *perfCM) connectControl(ctx context.Context) error {
 	actx, cancel := withWait(ctx, o.wait)
 	defer cancel()
 	req, err := ln.Accept(actx)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return fmt.Errorf("no client connected within --wait %v", o.wait)
-		}
+	if err = waitErr(actx, err); err != nil {
 		return err
 	}
 	c, err := req.Accept(ctx, s.ctrl.QP(), connParam(p))

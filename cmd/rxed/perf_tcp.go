@@ -268,9 +268,9 @@ func acceptTCPTest(ctx context.Context, o *perfTCPOpts, stdout io.Writer) (*net.
 	stop := context.AfterFunc(actx, func() { ln.Close() })
 	nc, err := ln.Accept()
 	stop()
-	if err != nil {
-		if actx.Err() != nil {
-			return nil, tcpHello{}, fmt.Errorf("no client within --wait %v", o.wait)
+	if err = waitErr(actx, err); err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err() // interrupted: the listener was closed for it
 		}
 		return nil, tcpHello{}, err
 	}
