@@ -308,6 +308,13 @@ func (c *CMControl) recv(ctx context.Context, n int, what string, bounded bool) 
 // xchg is perftest's ctx_xchg_data: the client sends then reads, the
 // server reads then answers; both messages have len(my) bytes.
 func (c *CMControl) xchg(ctx context.Context, my []byte, what string, bounded bool) ([]byte, error) {
+	return c.xchgThen(ctx, my, what, bounded, nil)
+}
+
+// xchgThen is xchg; a server calls beforeAnswer (if not nil) between
+// reading the peer's message and answering it, and answers only if it
+// returns nil.
+func (c *CMControl) xchgThen(ctx context.Context, my []byte, what string, bounded bool, beforeAnswer func() error) ([]byte, error) {
 	if c.cfg.Role == oob.Client {
 		if err := c.send(ctx, my, what); err != nil {
 			return nil, err
@@ -317,6 +324,11 @@ func (c *CMControl) xchg(ctx context.Context, my []byte, what string, bounded bo
 	m, err := c.recv(ctx, len(my), what, bounded)
 	if err != nil {
 		return nil, err
+	}
+	if beforeAnswer != nil {
+		if err := beforeAnswer(); err != nil {
+			return nil, err
+		}
 	}
 	return m, c.send(ctx, my, what)
 }
@@ -369,11 +381,16 @@ func (c *CMControl) Negotiate(ctx context.Context, localMTU int) (oob.Negotiated
 // false leaves the wait for the peer to ctx alone (an idle server waiting
 // for the client's run).
 func (c *CMControl) HandShake(ctx context.Context, k oob.Key, bounded bool) (oob.Key, error) {
+	return c.handShakeThen(ctx, k, bounded, nil)
+}
+
+// handShakeThen is HandShake with xchgThen's beforeAnswer.
+func (c *CMControl) handShakeThen(ctx context.Context, k oob.Key, bounded bool, beforeAnswer func() error) (oob.Key, error) {
 	gidx := c.cfg.GIDIndex
 	if k == (oob.Key{}) {
 		gidx = 0 // perftest's all-zero my_dest of the hand shakes around the CM connection
 	}
-	m, err := c.xchg(ctx, AppendCMKey(nil, k, gidx), "key message", bounded)
+	m, err := c.xchgThen(ctx, AppendCMKey(nil, k, gidx), "key message", bounded, beforeAnswer)
 	if err != nil {
 		return oob.Key{}, err
 	}

@@ -4,8 +4,8 @@ package daemon
 // ib_write_bw / ib_read_bw / ib_atomic_bw clients run with -R connect
 // here instead of the TCP exchange. One listener takes every request on
 // the port: a request from an address that has a session waiting for its
-// test connections goes to that session (the oldest waiting one, if the
-// address has several); any other request opens a new session, under the
+// test connections goes to that session (one at a time per address:
+// cmWaiters); any other request opens a new session, under the
 // same rules as the TCP exchange (the allowlist, the global and
 // per-source limits, the handshake and idle timeouts, the READ cap and
 // the session byte budget). The peer's GID is the CM's (the address the
@@ -29,50 +29,79 @@ import (
 // unless a port is given.
 const DefaultRDMACMPort = oob.DefaultPort
 
-// cmWaiters are the sessions waiting for test connections, by peer
-// address, oldest first.
+// cmWaiters holds, per peer address, the one session waiting for its
+// client's test connections (its window: from its answer to the client's
+// first hand shake to the second).
+//
+// Why one: a test connection's REQ names nothing that ties it to a
+// control connection (perftest's REQs are alike, rdma_cm's header has a
+// fresh source port per ID, and two clients on one host share its
+// address and CA GUID; see perftest_write_bw_rc_4096_rdmacm.pcap frames 1
+// and 24), so the address is all there is to route it by. With two
+// sessions of one address waiting at once, a test QP of the one could be
+// connected to the other. A session opens its window only when no other
+// of its address has one, and its client connects its test QPs only after
+// that (perftest dials them once the first hand shake is answered), so
+// every test REQ from the address in the window is its client's; a new
+// client's control REQ arriving in that window (a few round trips) is
+// still taken for a test connection (docs/tools.md).
 //
 // Locking: mu guards m; never held across I/O.
 type cmWaiters struct {
 	mu sync.Mutex
-	m  map[netip.Addr][]chan *rdmacm.Request
+	m  map[netip.Addr]*cmWindow
 }
 
-func (w *cmWaiters) add(peer netip.Addr) chan *rdmacm.Request {
-	ch := make(chan *rdmacm.Request, maxPerftestQPs)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.m == nil {
-		w.m = map[netip.Addr][]chan *rdmacm.Request{}
-	}
-	w.m[peer] = append(w.m[peer], ch)
-	return ch
+// cmWindow is one session's window.
+type cmWindow struct {
+	ch   chan *rdmacm.Request // its test connections
+	ctrl <-chan struct{}      // closed once its control connection has ended
+	free chan struct{}        // closed when the window closes (end)
 }
 
-func (w *cmWaiters) remove(peer netip.Addr, ch chan *rdmacm.Request) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	l := w.m[peer]
-	for i, c := range l {
-		if c == ch {
-			l = append(l[:i:i], l[i+1:]...)
-			break
+// open opens peer's window for a session whose control connection ends
+// with ctrl, waiting while another session of peer has it open (wait is
+// called first, once, if it must); it returns the channel of the
+// session's test connections, or ctx's error.
+func (w *cmWaiters) open(ctx context.Context, peer netip.Addr, ctrl <-chan struct{}, wait func()) (chan *rdmacm.Request, error) {
+	for {
+		w.mu.Lock()
+		if w.m == nil {
+			w.m = map[netip.Addr]*cmWindow{}
+		}
+		cur := w.m[peer]
+		if cur == nil {
+			ch := make(chan *rdmacm.Request, maxPerftestQPs)
+			w.m[peer] = &cmWindow{ch: ch, ctrl: ctrl, free: make(chan struct{})}
+			w.mu.Unlock()
+			return ch, nil
+		}
+		w.mu.Unlock()
+		if wait != nil {
+			wait()
+			wait = nil
+		}
+		select {
+		case <-cur.free:
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
-	if len(l) == 0 {
-		delete(w.m, peer)
-	} else {
-		w.m[peer] = l
-	}
 }
 
-// end takes ch out (remove) and answers every request still queued in it
-// with reject: after remove nothing more can land there, and a request
-// left unanswered would stay half open in the CM for good, holding one
-// of its MaxHalfOpen slots (a client that sent its test REQs and
-// vanished, then a session that ended on an error).
+// end closes ch's window (the next session of its address may open
+// one) and answers every request still queued in it with reject: after
+// that nothing more can land there, and a request left unanswered would
+// stay half open in the CM for good, holding one of its MaxHalfOpen
+// slots (a client that sent its test REQs and vanished, then a session
+// that ended on an error). Ending a window twice does nothing more.
 func (w *cmWaiters) end(peer netip.Addr, ch chan *rdmacm.Request, reject func(*rdmacm.Request)) {
-	w.remove(peer, ch)
+	w.mu.Lock()
+	if cur := w.m[peer]; cur != nil && cur.ch == ch {
+		delete(w.m, peer)
+		close(cur.free)
+	}
+	w.mu.Unlock()
 	for {
 		select {
 		case r := <-ch:
@@ -86,18 +115,29 @@ func (w *cmWaiters) end(peer netip.Addr, ch chan *rdmacm.Request, reject func(*r
 // rejectTestConn answers a test connection the session will not take.
 func rejectTestConn(r *rdmacm.Request) { _ = r.Reject(nil) }
 
-// deliver hands req to peer's oldest waiting session.
+// deliver hands req to the session of peer waiting for test
+// connections. It reports false when there is none, when that session
+// has all the connections it may take, or when its control connection
+// has ended: its client is gone, and req is a new client's (it
+// reconnected), not a test connection of the old one.
 func (w *cmWaiters) deliver(peer netip.Addr, req *rdmacm.Request) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, ch := range w.m[peer] {
-		select {
-		case ch <- req:
-			return true
-		default: // that session has all the connections it may take
-		}
+	cur := w.m[peer]
+	if cur == nil {
+		return false
 	}
-	return false
+	select {
+	case <-cur.ctrl:
+		return false
+	default:
+	}
+	select {
+	case cur.ch <- req:
+		return true
+	default:
+		return false
+	}
 }
 
 // openRDMACM starts listening on the rdma_cm port (New).

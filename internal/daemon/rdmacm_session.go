@@ -75,11 +75,27 @@ func (d *Daemon) rdmaCMSession(ctx context.Context, req *rdmacm.Request, s *sess
 	if err != nil {
 		return err
 	}
-	// Wait for test connections from the client before its first hand
-	// shake completes: its REQs follow our answer at once.
-	waiter := d.cm.waiters.add(s.peer)
-	defer d.cm.waiters.end(s.peer, waiter, rejectTestConn) // on every return: errors too
-	if _, err := ctrl.HandShake(hctx, oob.Key{}, true); err != nil {
+	// The client connects its test QPs as soon as we answer its first
+	// hand shake: wait for them from then on, not before, so that the
+	// window in which a request from the address is taken for a test
+	// connection is as short as it can be (cmWaiters). The answer waits
+	// while another session of the address waits for its own.
+	var waiter chan *rdmacm.Request
+	defer func() {
+		if waiter != nil {
+			d.cm.waiters.end(s.peer, waiter, rejectTestConn) // on every return: errors too
+		}
+	}()
+	if _, err := ctrl.handShakeThen(hctx, oob.Key{}, true, func() error {
+		var err error
+		waiter, err = d.cm.waiters.open(hctx, s.peer, conn.Done(), func() {
+			log.Debug("rdma_cm session waits for another session of its address to connect its test QPs")
+		})
+		if err != nil {
+			return fmt.Errorf("waiting for another session of %s to connect its test QPs: %w", s.peer, err)
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	if qps, err = d.acceptTestConns(hctx, ctrl, cq, waiter, s, qps); err != nil {
