@@ -100,7 +100,9 @@ func (d *Daemon) perftestSession(ctx context.Context, sess *oob.Session, s *sess
 		k, err := sess.Answer(hctx, func(k oob.Key) (oob.Key, error) {
 			if len(remotes) == 0 || k != remotes[0] {
 				if err := gc.check(k, s.peer, ext, d.cfg.AllowUnverifiedGID); err != nil {
-					d.refusedGID.Add(1)
+					if errors.Is(err, errUnverifiedGID) { // not a malformed key (the all-zero GID)
+						d.refusedGID.Add(1)
+					}
 					return oob.Key{}, err
 				}
 			}
@@ -164,14 +166,14 @@ func (d *Daemon) perftestSession(ctx context.Context, sess *oob.Session, s *sess
 	if ext {
 		err := sess.CheckAddress(hctx, func(got [16]byte) (oob.Grant, oob.ExtStatus) {
 			if gc.needProof && (proofErr != nil || got != nonce) {
+				// Counted here, as refused: a client that leaves before
+				// its proof arrives was refused nothing.
+				d.refusedGID.Add(1)
 				return oob.Grant{}, oob.ExtUnverifiedGID
 			}
 			return oob.Grant{RKey: d.target.MR.RKey(), VAddr: d.target.MR.IOVA(), Len: uint64(d.target.MR.Len())}, oob.ExtOK
 		})
 		if err != nil {
-			if gc.needProof {
-				d.refusedGID.Add(1)
-			}
 			return err
 		}
 		// Proved: the amplification bound gives way to the session's.
