@@ -151,6 +151,11 @@ type Daemon struct {
 	stopOnce    sync.Once
 	acceptDone  chan struct{}
 	metricsDone chan struct{}
+
+	// Test hooks (nil in production): afterAccept runs in the TCP accept
+	// loop as Accept has returned a client, before its admission;
+	// awaitingAcceptLoop as shutdown starts waiting for that loop.
+	afterAccept, awaitingAcceptLoop func()
 }
 
 // New maps and registers the exports, opens the engine and the listeners.
@@ -351,6 +356,9 @@ func (d *Daemon) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
+		if d.afterAccept != nil {
+			d.afterAccept()
+		}
 		ap, _ := netip.ParseAddrPort(sess.RemoteAddr())
 		peer := ap.Addr().Unmap()
 		if !allowed(d.cfg.Allow, peer) {
@@ -467,6 +475,9 @@ func (d *Daemon) shutdown() error {
 		// client it accepted as the listener closed is admitted with
 		// wg.Add, which must not run beside the Wait below, and its
 		// session gets the grace period as the others do.
+		if d.awaitingAcceptLoop != nil {
+			d.awaitingAcceptLoop()
+		}
 		<-d.acceptDone
 	}
 	d.closeRDMACM() // waits for its accept loop too
