@@ -137,8 +137,12 @@ func (w *worker) flush() {
 		err = w.e.conn.Send(w.txOut[:w.txN], w.txEP)
 	}
 	if err != nil {
-		w.ctr.SendErr.Add(uint64(w.txN))
-		w.e.log.Debug("roce: send failed", "err", err, "n", w.txN)
+		// A transport that sent part of the batch says how much it did
+		// not (transport.SendError): send_err counts those, as rdma_rxe
+		// counts each packet its send refused, not the whole batch.
+		refused := transport.Refused(err, w.txN)
+		w.ctr.SendErr.Add(uint64(refused))
+		w.e.log.Debug("roce: send failed", "err", err, "n", w.txN, "refused", refused)
 	}
 	w.txN = 0
 }

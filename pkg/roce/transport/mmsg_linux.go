@@ -242,8 +242,11 @@ func sockCallRaw(trap, fd uintptr, p2 unsafe.Pointer, a3, a4 uintptr, p5 unsafe.
 // UDP_SEGMENT messages when GSO is on. A valid from (only for
 // wildcard-bound sockets) sets the source address. A datagram the kernel
 // refuses does not stop the others: the error returned is the first
-// refusal, the rest of the batch having been sent.
-func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, from netip.Addr) error {
+// refusal, the rest of the batch having been sent. sent and sentBytes
+// count the datagrams that went (every other one was refused), each once:
+// a GSO message the kernel refused is sent again one datagram at a time
+// and counts as those.
+func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, from netip.Addr) (sent int, sentBytes uint64, err error) {
 	y := &s.sys
 	y.txMu.Lock()
 	defer y.txMu.Unlock()
@@ -258,7 +261,7 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 		y.txOff, y.txEnd = 0, nm
 		for y.txOff < y.txEnd {
 			if err := y.rc.Write(y.sendFn); err != nil {
-				return err
+				return sent, sentBytes, err
 			}
 			if y.txErr != nil {
 				msgGSO := y.txSegs[y.txOff] > 1
@@ -290,16 +293,18 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 				used = done
 				break
 			}
-			for _, k := range y.txSegs[y.txOff : y.txOff+y.txN] {
-				if k > 1 {
+			for i := y.txOff; i < y.txOff+y.txN; i++ {
+				if y.txSegs[i] > 1 {
 					s.conn.stats.gsoSends.Add(1)
 				}
+				sent += y.txSegs[i]
+				sentBytes += uint64(y.txBytes[i])
 			}
 			y.txOff += y.txN
 		}
 		src.skip(used)
 	}
-	return refused
+	return sent, sentBytes, refused
 }
 
 // gsoRefusal reports whether err, refusing a UDP_SEGMENT message, may be
@@ -377,6 +382,7 @@ func (y *sockSys) allocTx(n int) {
 	y.txHdrs = make([]mmsghdr, n)
 	y.txIovs = make([]unix.Iovec, len(Gather{})*n)
 	y.txSegs = make([]int, n)
+	y.txBytes = make([]int, n)
 	y.txOOB = make([]byte, n*txOOBSpace)
 }
 
@@ -392,9 +398,10 @@ func (y *sockSys) pack(src *txSource, gso bool, maxGSO int) (msgs, used int) {
 		if gso {
 			cnt = gsoRun(src, used, (len(y.txIovs)-k)/maxPieces, maxGSO)
 		}
-		niov := 0
+		niov, nb := 0, 0
 		for j := range cnt {
 			niov += src.iovecs(used+j, y.txIovs[k+niov:])
+			nb += src.len(used + j)
 		}
 		h := &y.txHdrs[msgs].hdr
 		h.Name = (*byte)(unsafe.Pointer(&y.txName))
@@ -414,7 +421,7 @@ func (y *sockSys) pack(src *txSource, gso bool, maxGSO int) (msgs, used int) {
 			h.Control = nil
 			h.SetControllen(0)
 		}
-		y.txSegs[msgs] = cnt
+		y.txSegs[msgs], y.txBytes[msgs] = cnt, nb
 		k += niov
 		used += cnt
 		msgs++

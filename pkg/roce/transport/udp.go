@@ -436,27 +436,29 @@ func (c *udpConn) Send(bufs [][]byte, ep Endpoint) error {
 	if err != nil {
 		return err
 	}
-	var nb uint64
 	for _, b := range bufs {
 		if len(b) > MaxDatagramSize {
 			return ErrTooLarge
 		}
-		nb += uint64(len(b))
 	}
-	return c.write(s, bufs, nil, remote, from, len(bufs), nb)
+	return c.write(s, bufs, nil, remote, from, len(bufs))
 }
 
-// write sends n datagrams of nb bytes in all (bufs or dgrams) and counts
-// them.
-func (c *udpConn) write(s *udpSocket, bufs [][]byte, dgrams []Gather, remote netip.AddrPort, from netip.Addr, n int, nb uint64) error {
+// write sends the n datagrams of bufs or dgrams and counts those that
+// went. When the kernel refused some (or the socket closed
+// mid-batch), the others were still sent: they count in SentPackets and
+// the error, a *SendError, counts the rest, so each datagram is counted
+// once, sent or refused.
+func (c *udpConn) write(s *udpSocket, bufs [][]byte, dgrams []Gather, remote netip.AddrPort, from netip.Addr, n int) error {
 	if n == 0 {
 		return nil
 	}
-	if err := s.writeBatch(bufs, dgrams, remote, from); err != nil {
-		return err
+	sent, sentBytes, err := s.writeBatch(bufs, dgrams, remote, from)
+	c.stats.sentPackets.Add(uint64(sent))
+	c.stats.sentBytes.Add(sentBytes)
+	if err != nil {
+		return &SendError{Refused: n - sent, Err: err}
 	}
-	c.stats.sentPackets.Add(uint64(n))
-	c.stats.sentBytes.Add(nb)
 	return nil
 }
 
@@ -466,15 +468,12 @@ func (c *udpConn) SendGather(dgrams []Gather, ep Endpoint) error {
 	if err != nil {
 		return err
 	}
-	var nb uint64
 	for i := range dgrams {
-		l := dgrams[i].Len()
-		if l > MaxDatagramSize {
+		if dgrams[i].Len() > MaxDatagramSize {
 			return ErrTooLarge
 		}
-		nb += uint64(l)
 	}
-	return c.write(s, nil, dgrams, remote, from, len(dgrams), nb)
+	return c.write(s, nil, dgrams, remote, from, len(dgrams))
 }
 
 // route picks the socket, destination and (for a wildcard-bound socket)

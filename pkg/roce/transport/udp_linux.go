@@ -42,6 +42,7 @@ type sockSys struct {
 	txHdrs  []mmsghdr
 	txIovs  []unix.Iovec
 	txSegs  []int // bufs carried by each message
+	txBytes []int // ... and their bytes
 	txOOB   []byte
 	txName  unix.RawSockaddrInet6
 	txNameN uint32

@@ -96,8 +96,9 @@ func (s *udpSocket) pollBatch(*rxBatch) (int, error) { return 0, nil }
 
 // writeBatch sends bufs, or dgrams (joined in a scratch buffer), one
 // datagram per system call. A datagram refused does not stop the others
-// (as on Linux); the first refusal is returned.
-func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, _ netip.Addr) error {
+// (as on Linux); the first refusal is returned, and sent and sentBytes
+// count those that went.
+func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, _ netip.Addr) (sent int, sentBytes uint64, err error) {
 	s.sys.txMu.Lock()
 	defer s.sys.txMu.Unlock()
 	// A link-local destination comes without a zone (a GID has none): it
@@ -106,28 +107,31 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 		to = netip.AddrPortFrom(to.Addr().WithZone(z), to.Port())
 	}
 	var refused error
-	note := func(err error) {
-		if err != nil && refused == nil {
+	note := func(n int, err error) {
+		if err == nil {
+			sent++
+			sentBytes += uint64(n)
+		} else if refused == nil {
 			refused = err
 		}
 	}
 	for _, b := range bufs {
 		_, err := s.pc.WriteToUDPAddrPort(b, to)
 		if errors.Is(err, net.ErrClosed) {
-			return err
+			return sent, sentBytes, err
 		}
-		note(err)
+		note(len(b), err)
 	}
 	for i := range dgrams {
 		b := dgrams[i].AppendTo(s.sys.scratch[:0])
 		s.sys.scratch = b
 		_, err := s.pc.WriteToUDPAddrPort(b, to)
 		if errors.Is(err, net.ErrClosed) {
-			return err
+			return sent, sentBytes, err
 		}
-		note(err)
+		note(len(b), err)
 	}
-	return refused
+	return sent, sentBytes, refused
 }
 
 // canPollSockets: a net.UDPConn cannot be read without waiting.

@@ -118,13 +118,14 @@ func TestWriteBatchSendsPastARefusedDatagram(t *testing.T) {
 				y.gso.Store(tc.gso)
 				k := &mtuKernel{t: t, y: y, mtu: 1500, gsoErr: gsoErr}
 				y.rc, y.sendFn = fakeRawConn{}, k.send
-				err := s.writeBatch(dgramsOfLens(tc.lens...), nil, netip.MustParseAddrPort("127.0.0.2:4791"), netip.Addr{})
+				sent, _, err := s.writeBatch(dgramsOfLens(tc.lens...), nil, netip.MustParseAddrPort("127.0.0.2:4791"), netip.Addr{})
 				if tc.wantErr == nil {
 					require.NoError(t, err)
 				} else {
 					require.ErrorIs(t, err, tc.wantErr)
 				}
 				require.Equal(t, tc.wantSent, k.sent)
+				require.Equal(t, len(tc.wantSent), sent)
 			})
 		}
 	}
@@ -132,7 +133,9 @@ func TestWriteBatchSendsPastARefusedDatagram(t *testing.T) {
 
 // TestSendPastEMSGSIZEInNetns is the same with the kernel: in a network
 // namespace of its own whose loopback has an MTU of 1500, a batch with a
-// 4000-byte datagram in the middle delivers the others.
+// 4000-byte datagram in the middle delivers the others. The counters see
+// each datagram once: the four sent in SentPackets, the two refused in
+// the error (TestSendCountsEachDatagramOnce's bug: none was counted sent).
 func TestSendPastEMSGSIZEInNetns(t *testing.T) {
 	why := netns.Available()
 	testenv.Need(t, why == "", "%s", why)
@@ -155,6 +158,10 @@ func TestSendPastEMSGSIZEInNetns(t *testing.T) {
 		bufs := dgramsOfLens(100, 100, 4000, 4000, 101, 102)
 		err = a.Send(bufs, Endpoint{Remote: b.LocalAddrs()[0]})
 		require.ErrorIs(t, err, unix.EMSGSIZE, m.name)
+		require.Equal(t, 2, Refused(err, len(bufs)), m.name)
+		st := a.(StatsReporter).Stats()
+		require.Equal(t, uint64(4), st.SentPackets, m.name)
+		require.Equal(t, uint64(100+100+101+102), st.SentBytes, m.name)
 		got := receiveN(t, b, 4, MaxDatagramSize)
 		want := [][]byte{bufs[0], bufs[1], bufs[4], bufs[5]}
 		for i := range want {
