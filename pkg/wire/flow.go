@@ -118,6 +118,19 @@ func SetIPv4ID(ip []byte, id uint16) {
 	binary.BigEndian.PutUint16(ip[10:], IPv4Checksum(ip[:20]))
 }
 
+// SetIPv4Unseen writes into the IPv4 header ip (20 bytes) the two
+// ICRC-covered fields a UDP receiver does not see, as VerifyIPv4 solved
+// them: the Identification and the DF flag (set unless dfClear; the other
+// flags and the fragment offset are kept), and fixes its checksum.
+func SetIPv4Unseen(ip []byte, id uint16, dfClear bool) {
+	ff := binary.BigEndian.Uint16(ip[6:]) | ipv4FlagDF
+	if dfClear {
+		ff &^= ipv4FlagDF
+	}
+	binary.BigEndian.PutUint16(ip[6:], ff)
+	SetIPv4ID(ip, id)
+}
+
 // IPv4Checksum is the Internet checksum of an IPv4 header h (0 for a
 // header whose checksum field is right).
 func IPv4Checksum(h []byte) uint16 {
@@ -252,26 +265,37 @@ func (f Flow) SealGather(hdr, payload, trailer []byte) {
 // construction, never detected. Errors CRC-32 always detects (e.g. bursts
 // up to 32 bits) are no longer guaranteed to be caught.
 func (f Flow) Verify(pkt []byte) (Verdict, uint16) {
+	v, id, _ := f.VerifyIPv4(pkt)
+	return v, id
+}
+
+// VerifyIPv4 is Verify that also tells which DF hypothesis the ICRC
+// verified under: dfClear when only the sender's header with DF clear
+// explains it (a sender other than Linux and rxe, which set DF). Whoever
+// rebuilds the header the packet came with (the pcap recorder) needs both
+// the ID and the flag, or the rebuilt header fails the ICRC. IPv6 (no ID,
+// no DF) returns 0 and false.
+func (f Flow) VerifyIPv4(pkt []byte) (v Verdict, id uint16, dfClear bool) {
 	if len(pkt) < BTHLen+ICRCLen || !f.valid() {
-		return ICRCUnverifiable, 0
+		return ICRCUnverifiable, 0, false
 	}
 	n := len(pkt) - ICRCLen
 	got := binary.LittleEndian.Uint32(pkt[n:])
 	delta := f.icrc(pkt[:n]) ^ got
 	if delta == 0 {
-		return ICRCOK, 0
+		return ICRCOK, 0, false
 	}
 	if !f.IsIPv4() { // IPv6: every covered field is known
-		return ICRCBad, 0
+		return ICRCBad, 0, false
 	}
 	// Bytes covered after the ID field: the rest of the IPv4 header (14),
 	// the UDP header (8) and the packet without its ICRC.
 	e := unadvance(delta, 14+8+n)
 	if id, ok := solveID(e); ok {
-		return ICRCOK, id
+		return ICRCOK, id, false
 	}
 	if id, ok := solveID(e ^ dfFlip); ok {
-		return ICRCOK, id
+		return ICRCOK, id, true
 	}
-	return ICRCBad, 0
+	return ICRCBad, 0, false
 }

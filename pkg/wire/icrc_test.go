@@ -87,6 +87,10 @@ func TestSolveIDAllValues(t *testing.T) {
 	}
 }
 
+// TestFlowVerifySolvesIDAndDF: Verify finds the sender's IPv4 ID under
+// either DF hypothesis, and VerifyIPv4 says which (the pcap recorder's
+// bug, lead's task list: it wrote DF set for a packet that verified only
+// with DF clear, so the frame's ICRC failed).
 func TestFlowVerifySolvesIDAndDF(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	src := netip.MustParseAddrPort("10.77.0.12:49552")
@@ -119,6 +123,18 @@ func TestFlowVerifySolvesIDAndDF(t *testing.T) {
 		v, got := f.Verify(pkt)
 		require.Equal(t, ICRCOK, v)
 		require.Equal(t, id, got)
+		// VerifyIPv4 tells the DF hypothesis too, and the header rebuilt
+		// from what it solved is the sender's: its ICRC verifies.
+		v, got, dfClear := f.VerifyIPv4(pkt)
+		require.Equal(t, ICRCOK, v)
+		require.Equal(t, id, got)
+		require.Equal(t, !df, dfClear)
+		var hdrs [28]byte
+		f.PutHeaders(hdrs[:], len(pkt))
+		SetIPv4Unseen(hdrs[:20], got, dfClear)
+		require.Equal(t, ip[4:8], hdrs[4:8], "ID and flags")
+		require.Zero(t, IPv4Checksum(hdrs[:20]))
+		require.Equal(t, ICRCOK, VerifyICRC(hdrs[:20], hdrs[20:], pkt))
 		// The wrong direction or port must not verify.
 		v, _ = f.Reverse().Verify(pkt)
 		require.Equal(t, ICRCBad, v)

@@ -22,8 +22,9 @@ type PcapOptions struct {
 	Clock func() time.Time
 	// Logger hears about the first write error; nil is silent.
 	Logger *slog.Logger
-	// KeepIPv4ID0 disables solving the IPv4 Identification of received
-	// packets from their ICRC (see NewPcapRecorder) and writes 0 instead.
+	// KeepIPv4ID0 disables solving the IPv4 Identification and DF flag
+	// of received packets from their ICRC (see NewPcapRecorder) and
+	// writes ID 0 and DF, the header of the recorder's own sends, instead.
 	KeepIPv4ID0 bool
 }
 
@@ -57,10 +58,12 @@ type PcapRecorder struct {
 // as rdma_rxe sends it (OpenUDP's sockets send a real one; the ICRC masks it).
 //
 // A received datagram's IP header is not visible through a UDP socket, so it
-// is reconstructed the same way. The one unknown that matters is the IPv4
-// Identification rdma_rxe sets: it is solved from the packet's ICRC
-// (wire.Flow.Verify) so that the frame's ICRC verifies; when it cannot be
-// solved (not RoCE, corrupt) or KeepIPv4ID0 is set, the ID is 0.
+// is reconstructed the same way. The unknowns that matter are the IPv4
+// Identification rdma_rxe sets and the DF flag (set by Linux and rxe, clear
+// from some other senders): both are solved from the packet's ICRC
+// (wire.Flow.VerifyIPv4) so that the frame's ICRC verifies; when they
+// cannot be solved (not RoCE, corrupt) or KeepIPv4ID0 is set, the frame
+// has ID 0 and DF.
 //
 // The UDP ports are the engine's own (4791 unless it was opened on another
 // one). The capture stays classic pcap, which has no place for a note, so
@@ -214,8 +217,8 @@ func (r *PcapRecorder) record(g *Gather, src, dst netip.AddrPort, received bool)
 	fl := wire.Flow{Src: netip.AddrPortFrom(s, src.Port()), Dst: netip.AddrPortFrom(d, dst.Port())}
 	ipLen := fl.PutHeaders(f[off:], n)
 	if s.Is4() && received && !r.keep0 {
-		if v, id := fl.Verify(g[0]); v == wire.ICRCOK && id != 0 {
-			wire.SetIPv4ID(f[off:], id)
+		if v, id, dfClear := fl.VerifyIPv4(g[0]); v == wire.ICRCOK && (id != 0 || dfClear) {
+			wire.SetIPv4Unseen(f[off:], id, dfClear)
 		}
 	}
 	off += ipLen + udpHeaderLen
