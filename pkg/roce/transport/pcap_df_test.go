@@ -3,24 +3,22 @@ package transport
 import (
 	"bytes"
 	"encoding/binary"
-	"strings"
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rxed/rxed/internal/decode"
 	"github.com/rxed/rxed/pkg/wire"
-	"github.com/rxed/rxed/pkg/wire/wirepcap"
 )
 
 // TestPcapRecorderWritesTheDFTheICRCVerifiedWith: a peer other than Linux
 // or rdma_rxe may send with DF clear, and its ICRC covers that flag. The
 // recorder writes the flag (and ID) under which the received packet's
-// ICRC verified, so the frame verifies from the pcap: with the frame's
-// own header (wire.VerifyICRC) and in rxed decode, which reports no
-// defect. (tshark 4.0 shows the ICRC but does not check it, so it is no
-// oracle here.)
+// ICRC verified, so the frame verifies from the pcap with its own header
+// (wire.VerifyICRC; rxed decode's check of such a capture is
+// internal/decode's TestDecodeVerifiesARecordedDFClearPacket). This test
+// stays clear of pkg/wire/wirepcap: importing it registers a gopacket
+// decoder for port 4791 that other tests of this package do not expect.
 //
 // Bug (the pcap recorder, lead's task list): the frame kept DF set
 // whatever the verifier found, so the ICRC of a DF-clear sender's packet
@@ -61,13 +59,4 @@ func TestPcapRecorderWritesTheDFTheICRCVerifiedWith(t *testing.T) {
 		require.Zero(t, wire.IPv4Checksum(ip.Contents), "frame %d: header checksum", i)
 		require.Equal(t, wire.ICRCOK, icrcOK(frames[i]), "frame %d", i)
 	}
-
-	// rxed decode checks each ICRC against the captured header.
-	r, err := wirepcap.NewReader(bytes.NewReader(w.Bytes()))
-	require.NoError(t, err)
-	var out strings.Builder
-	st, err := decode.Decode(r, decode.Options{}, &out)
-	require.NoError(t, err)
-	require.Equal(t, 3, st.RoCE, "%s", out.String())
-	require.Zero(t, st.Errors, "%s", out.String())
 }
