@@ -43,7 +43,9 @@ type Config struct {
 	// table in this order (GID index 0 is the first), without their zones:
 	// an IPv6 link-local address needs one to bind (fe80::1%eth0, the
 	// interface the socket then sends on) and is GID fe80::1. Required unless Conn
-	// is set, in which case they default to Conn's addresses.
+	// is set, in which case they default to Conn's addresses (a Conn bound
+	// to :: serves GIDs such as fe80::1 given here, sending on the
+	// interface that has each).
 	Addrs []netip.Addr
 	// Port is the UDP port; 0 means 4791, the RoCEv2 port every rdma_rxe
 	// peer uses. Ports other than 4791 only make sense between rxed engines

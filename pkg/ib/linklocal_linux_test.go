@@ -14,21 +14,24 @@ import (
 	"github.com/rxed/rxed/internal/netns"
 	"github.com/rxed/rxed/internal/testenv"
 	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
 
 // linkLocalPair opens two devices on the two ends of a veth pair, each
 // end in a network namespace of its own, bound to the IPv6 link-local
 // addresses fe80::a%va and fe80::b%vb (added without DAD, so they are
-// usable at once). A peer's addr is its GID: the address without a zone,
-// as a GID carries none (rdma_rxe's GID index 0 is such an address).
-func linkLocalPair(t *testing.T) (a, b *peer) {
+// usable at once), or, with wildB, b's device on a socket bound to ::
+// whose GID table is fe80::b. A peer's addr is its GID: the address
+// without a zone, as a GID carries none (rdma_rxe's GID index 0 is such
+// an address).
+func linkLocalPair(t *testing.T, wildB bool) (a, b *peer) {
 	t.Helper()
 	why := netns.Available()
 	testenv.Need(t, why == "", "%s", why)
 	var nss [2]*netns.NS
 	for i, side := range []string{"a", "b"} {
-		ns, err := netns.Create(fmt.Sprintf("rxed-ll%s-%d", side, os.Getpid()))
+		ns, err := netns.Create(fmt.Sprintf("rxed-ll%s%v-%d", side, wildB, os.Getpid()))
 		require.NoError(t, err)
 		t.Cleanup(func() { ns.Delete() })
 		nss[i] = ns
@@ -53,6 +56,14 @@ func linkLocalPair(t *testing.T) (a, b *peer) {
 		bind := netip.MustParseAddr(end.addr + "%" + end.dev)
 		var dev *ib.Device
 		require.NoError(t, ns.Do(func() error {
+			if wildB && i == 1 {
+				conn, err := transport.OpenUDP(transport.UDPConfig{Addrs: []netip.Addr{netip.IPv6Unspecified()}, Port: transport.RoCEv2Port})
+				if err != nil {
+					return err
+				}
+				dev, err = ib.OpenDevice(ib.Config{Conn: conn, Addrs: []netip.Addr{netip.MustParseAddr(end.addr)}, Workers: 1})
+				return err
+			}
 			var err error
 			dev, err = ib.OpenDevice(ib.Config{Addrs: []netip.Addr{bind}, Workers: 1})
 			return err
@@ -73,11 +84,29 @@ func linkLocalPair(t *testing.T) (a, b *peer) {
 
 // RoCEv2 between IPv6 link-local addresses, as rdma_rxe's GID index 0
 // (fe80::/64 from the MAC) carries it: an RC SEND, RDMA WRITE and READ,
-// and a UD SEND between two devices on a veth pair. The GID table holds
-// the addresses without their zone; the sockets send on the interface
-// they are bound to.
+// and a UD SEND each way between two devices on a veth pair. The GID
+// table holds the addresses without their zone; the sockets send on the
+// interface they are bound to.
 func TestLinkLocalIPv6InNetns(t *testing.T) {
-	a, b := linkLocalPair(t)
+	a, b := linkLocalPair(t, false)
+	testLinkLocal(t, a, b)
+}
+
+// The same with b's device on a socket bound to :: (its GID table
+// fe80::b, given apart): a send from the wildcard socket to a link-local
+// GID leaves on the interface that has the source GID, and what it
+// receives names the sender's GID.
+//
+// Bug (link-local from a socket bound to ::, lead's task list): the
+// socket's IPV6_PKTINFO named the link-local source without an
+// interface, which the kernel refuses (EINVAL), and the engine sealed
+// the ICRC for UDP source port 0, the GID having no socket of its own.
+func TestLinkLocalIPv6WildcardInNetns(t *testing.T) {
+	a, b := linkLocalPair(t, true)
+	testLinkLocal(t, a, b)
+}
+
+func testLinkLocal(t *testing.T, a, b *peer) {
 	for _, p := range []*peer{a, b} {
 		gid, err := p.dev.QueryGID(1, 0)
 		require.NoError(t, err)
@@ -120,24 +149,30 @@ func TestLinkLocalIPv6InNetns(t *testing.T) {
 			require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSRTR}, ib.AttrState))
 			require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSRTS, SQPSN: 1}, ib.AttrState|ib.AttrSQPSN))
 		}
-		ah, err := a.pd.CreateAH(ib.AHAttr{DGID: b.addr, DestPort: b.dev.UDPPort(), PortNum: 1})
-		require.NoError(t, err)
-		defer ah.Destroy()
+		for _, dir := range []struct {
+			from, to   *peer
+			qfrom, qto *ib.QP
+		}{{a, b, qa, qb}, {b, a, qb, qa}} {
+			from, to := dir.from, dir.to
+			ah, err := from.pd.CreateAH(ib.AHAttr{DGID: to.addr, DestPort: to.dev.UDPPort(), PortNum: 1})
+			require.NoError(t, err)
+			defer ah.Destroy()
 
-		require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 9, SGL: []ib.SGE{b.sge(16384, 40+512)}}))
-		copy(a.buf[2048:], "datagram")
-		wr := ib.SendWR{ID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{a.sge(2048, 8)}}
-		ib.UDSend(&wr, ah, qb.Num(), qkey)
-		require.NoError(t, qa.PostSend(wr))
-		require.Equal(t, ib.WCSuccess, nextWC(t, a.cq).Status)
-		rwc := nextWC(t, b.cq)
-		require.Equal(t, ib.WCSuccess, rwc.Status)
-		require.Equal(t, qa.Num(), rwc.SrcQP)
-		require.Equal(t, "datagram", string(b.buf[16384+40:16384+rwc.ByteLen]))
-		// The GRH's source GID is the sender's address, zone-free.
-		var sgid [16]byte
-		copy(sgid[:], b.buf[16384+8:16384+24])
-		require.Equal(t, a.addr, netip.AddrFrom16(sgid))
+			require.NoError(t, dir.qto.PostRecv(ib.RecvWR{ID: 9, SGL: []ib.SGE{to.sge(16384, 40+512)}}))
+			copy(from.buf[2048:], "datagram")
+			wr := ib.SendWR{ID: 1, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{from.sge(2048, 8)}}
+			ib.UDSend(&wr, ah, dir.qto.Num(), qkey)
+			require.NoError(t, dir.qfrom.PostSend(wr))
+			require.Equal(t, ib.WCSuccess, nextWC(t, from.cq).Status, "%v to %v", from.addr, to.addr)
+			rwc := nextWC(t, to.cq)
+			require.Equal(t, ib.WCSuccess, rwc.Status, "%v to %v", from.addr, to.addr)
+			require.Equal(t, dir.qfrom.Num(), rwc.SrcQP)
+			require.Equal(t, "datagram", string(to.buf[16384+40:16384+rwc.ByteLen]))
+			// The GRH's source GID is the sender's address, zone-free.
+			var sgid [16]byte
+			copy(sgid[:], to.buf[16384+8:16384+24])
+			require.Equal(t, from.addr, netip.AddrFrom16(sgid), "%v to %v", from.addr, to.addr)
+		}
 	})
 }
 

@@ -242,6 +242,21 @@ func New(cfg Config) (*Engine, error) {
 	if len(e.gids) == 0 {
 		return nil, errors.New("roce: no local address")
 	}
+	// A GID without a socket of its own is served by a wildcard-bound one
+	// (0.0.0.0 or ::) of its family: its packets leave from that socket's
+	// port, which the ICRC covers, so the GID has that port.
+	for _, g := range e.gids {
+		if _, ok := e.ports[g]; ok {
+			continue
+		}
+		wild := netip.IPv6Unspecified()
+		if g.Is4() {
+			wild = netip.IPv4Unspecified()
+		}
+		if p, ok := e.ports[wild]; ok {
+			e.ports[g] = p
+		}
+	}
 	for _, g := range e.gids {
 		e.gidPorts = append(e.gidPorts, e.ports[g])
 	}

@@ -46,8 +46,10 @@ func (s *udpSocket) parseCmsgs(m *rxMsg, oob []byte) {
 }
 
 // setSource prepares the control message that makes a wildcard-bound socket
-// send from src (none when src is invalid or unspecified).
-func (y *sockSys) setSource(src netip.Addr, is6 bool) {
+// send from src (none when src is invalid or unspecified), over IPv6 on
+// interface ifindex when it is not 0 (a link-local source or destination
+// needs one; scope_linux.go).
+func (y *sockSys) setSource(src netip.Addr, is6 bool, ifindex uint32) {
 	y.txSrc = y.txSrcB[:0]
 	if !src.IsValid() || src.IsUnspecified() || src.Is6() != is6 {
 		return
@@ -59,7 +61,9 @@ func (y *sockSys) setSource(src netip.Addr, is6 bool) {
 		h.SetLen(unix.CmsgLen(unix.SizeofInet6Pktinfo))
 		clear(b[unix.CmsgLen(0):unix.CmsgSpace(unix.SizeofInet6Pktinfo)])
 		a := src.As16()
-		copy(b[unix.CmsgLen(0):], a[:]) // in6_pktinfo.ipi6_addr; ifindex 0
+		pi := b[unix.CmsgLen(0):] // struct in6_pktinfo: ipi6_addr, ipi6_ifindex
+		copy(pi, a[:])
+		binary.NativeEndian.PutUint32(pi[16:], ifindex)
 		y.txSrc = b[:unix.CmsgSpace(unix.SizeofInet6Pktinfo)]
 		return
 	}

@@ -162,35 +162,43 @@ func TestNoteOverflow(t *testing.T) {
 
 // TestSetSource encodes the control message that makes a wildcard-bound
 // socket send from a given address, byte for byte what x/sys builds for
-// the kernel (IP_PKTINFO with ipi_spec_dst, IPV6_PKTINFO with ipi6_addr),
+// the kernel (IP_PKTINFO with ipi_spec_dst, IPV6_PKTINFO with ipi6_addr
+// and, for a link-local source of a socket bound to ::, ipi6_ifindex),
 // and none when the address cannot be a source of the socket's family.
+//
+// Bug (link-local from a socket bound to ::, lead's task list): the
+// IPV6_PKTINFO had no ifindex, and a link-local source without one is
+// EINVAL.
 func TestSetSource(t *testing.T) {
 	spec4 := func(a string) []byte {
 		return unix.PktInfo4(&unix.Inet4Pktinfo{Spec_dst: netip.MustParseAddr(a).As4()})
 	}
-	addr6 := func(a string) []byte {
-		return unix.PktInfo6(&unix.Inet6Pktinfo{Addr: netip.MustParseAddr(a).As16()})
+	addr6 := func(a string, ifindex uint32) []byte {
+		return unix.PktInfo6(&unix.Inet6Pktinfo{Addr: netip.MustParseAddr(a).As16(), Ifindex: ifindex})
 	}
 	for _, tc := range []struct {
-		src  netip.Addr
-		is6  bool
-		want []byte
+		src     netip.Addr
+		is6     bool
+		ifindex uint32
+		want    []byte
 	}{
-		{netip.MustParseAddr("127.0.0.9"), false, spec4("127.0.0.9")},
-		{netip.MustParseAddr("10.1.2.3"), false, spec4("10.1.2.3")},
-		{netip.MustParseAddr("::1"), true, addr6("::1")},
-		{netip.MustParseAddr("2001:db8::9"), true, addr6("2001:db8::9")},
-		{netip.Addr{}, false, nil},
-		{netip.Addr{}, true, nil},
-		{netip.IPv4Unspecified(), false, nil},
-		{netip.IPv6Unspecified(), true, nil},
-		{netip.MustParseAddr("::1"), false, nil},     // IPv6 source, IPv4 socket
-		{netip.MustParseAddr("10.1.2.3"), true, nil}, // IPv4 source, IPv6 socket
+		{netip.MustParseAddr("127.0.0.9"), false, 0, spec4("127.0.0.9")},
+		{netip.MustParseAddr("10.1.2.3"), false, 0, spec4("10.1.2.3")},
+		{netip.MustParseAddr("::1"), true, 0, addr6("::1", 0)},
+		{netip.MustParseAddr("2001:db8::9"), true, 0, addr6("2001:db8::9", 0)},
+		{netip.MustParseAddr("fe80::b"), true, 7, addr6("fe80::b", 7)},
+		{netip.MustParseAddr("fe80::1:2:3:4"), true, 0x01020304, addr6("fe80::1:2:3:4", 0x01020304)},
+		{netip.Addr{}, false, 0, nil},
+		{netip.Addr{}, true, 3, nil},
+		{netip.IPv4Unspecified(), false, 0, nil},
+		{netip.IPv6Unspecified(), true, 3, nil},
+		{netip.MustParseAddr("::1"), false, 0, nil},     // IPv6 source, IPv4 socket
+		{netip.MustParseAddr("10.1.2.3"), true, 0, nil}, // IPv4 source, IPv6 socket
 	} {
 		var y sockSys
 		// Stale bytes of an earlier, longer encoding must not leak in.
-		y.setSource(netip.MustParseAddr("2001:db8::ffff"), true)
-		y.setSource(tc.src, tc.is6)
+		y.setSource(netip.MustParseAddr("2001:db8::ffff"), true, 0xFFFFFFFF)
+		y.setSource(tc.src, tc.is6, tc.ifindex)
 		if tc.want == nil {
 			require.Empty(t, y.txSrc, "%v is6=%v", tc.src, tc.is6)
 			continue

@@ -31,6 +31,8 @@ const MaxDatagramSize = 9216
 // link-local address (fe80::1%eth0, as LocalAddrs lists it) reports
 // fe80::1 on receive, accepts fe80::1 (or the zoned form) as Local on
 // send, and sends to a link-local Remote on the interface it is bound to.
+// One bound to :: (on Linux) sends to a link-local Remote on the
+// interface that has Local's address.
 type Endpoint struct {
 	Local, Remote netip.AddrPort
 }

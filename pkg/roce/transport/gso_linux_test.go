@@ -202,7 +202,7 @@ func TestPackFillsMessages(t *testing.T) {
 			if tc.src != "" {
 				from = netip.MustParseAddr(tc.src)
 			}
-			y.setSource(from, false)
+			y.setSource(from, false, 0)
 			bufs := dgramsOfLens(tc.lens...)
 			src := txSource{bufs: bufs}
 			if tc.gather {
@@ -244,7 +244,7 @@ func TestPackUsesEveryIovec(t *testing.T) {
 	var y sockSys
 	y.allocTx(n)
 	y.setName(netip.MustParseAddrPort("[::1]:4791"), true)
-	y.setSource(netip.Addr{}, true)
+	y.setSource(netip.Addr{}, true, 0)
 	bufs := dgramsOfLens(repeatLen(n, 90)...)
 	dgrams := make([]Gather, n)
 	for i, b := range bufs {

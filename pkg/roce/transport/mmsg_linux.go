@@ -251,7 +251,8 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 	y.txMu.Lock()
 	defer y.txMu.Unlock()
 	y.setName(to, s.is6)
-	y.setSource(from, s.is6)
+	ifindex := y.sourceIndex(from, to.Addr())
+	y.setSource(from, s.is6, ifindex)
 	maxGSO := maxGSOBytes(s.is6)
 	gso := y.gso.Load() && gsoAllowed(s.is6, to.Addr())
 	src := txSource{bufs: bufs, dgrams: dgrams}
@@ -304,7 +305,20 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 		}
 		src.skip(used)
 	}
+	if refused != nil && ifindex != 0 {
+		y.scopes.forget(from.WithZone("")) // perhaps on another interface by now
+	}
 	return sent, sentBytes, refused
+}
+
+// sourceIndex is the interface a send from a socket bound to :: leaves
+// on: for a link-local destination the one that has the source address
+// (scope_linux.go), else 0 (the kernel's routing decides).
+func (y *sockSys) sourceIndex(from, to netip.Addr) uint32 {
+	if y.scopes == nil || !from.IsValid() || !to.IsLinkLocalUnicast() {
+		return 0
+	}
+	return y.scopes.index(from.WithZone(""))
 }
 
 // gsoRefusal reports whether err, refusing a UDP_SEGMENT message, may be

@@ -23,8 +23,9 @@ type UDPConfig struct {
 	// IPv6, one socket each. At least one is required. A wildcard (0.0.0.0
 	// or ::) receives on every address of its family, Endpoint.Local telling
 	// which; on Linux, Send then uses ep.Local as the source address
-	// (IP_PKTINFO), as the ICRC requires. Elsewhere the kernel chooses the
-	// source of a wildcard socket, so bind specific addresses there.
+	// (IP_PKTINFO), as the ICRC requires, and sends to a link-local
+	// destination on ep.Local's interface. Elsewhere the kernel chooses
+	// the source of a wildcard socket, so bind specific addresses there.
 	Addrs []netip.Addr
 	// Port is the UDP port of every socket. Zero means an ephemeral port, as
 	// for net.ListenUDP (tests); the first socket's port is then reused for

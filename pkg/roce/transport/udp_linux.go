@@ -53,7 +53,8 @@ type sockSys struct {
 	txN     int
 	txErr   error
 	sendFn  func(uintptr) bool
-	scope   uint32 // the interface index of a link-local bound address (its zone), else 0
+	scope   uint32       // the interface index of a link-local bound address (its zone), else 0
+	scopes  *scopeFinder // a socket bound to ::: the interfaces of the link-local sources it sends from
 }
 
 func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, error) {
@@ -140,8 +141,16 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 		pc.Close()
 		return nil, err
 	}
+	if is6 && ap.Addr().IsUnspecified() {
+		// Opened here, in the socket's network namespace (scope_linux.go).
+		if s.sys.scopes, err = newScopeFinder(); err != nil {
+			pc.Close()
+			return nil, err
+		}
+	}
 	raw, err := newRawSocket(pc)
 	if err != nil {
+		s.sys.closeScopes()
 		return nil, err
 	}
 	s.pc = nil
@@ -168,7 +177,18 @@ func (y *sockSys) uncover() { y.raw.Uncover() }
 // close closes the socket.
 func (s *udpSocket) close() error {
 	defer noteClosed(s.local)
-	return s.sys.raw.Close()
+	err := s.sys.raw.Close()
+	// After the socket: a send waiting in it under txMu is woken first.
+	s.sys.txMu.Lock()
+	s.sys.closeScopes()
+	s.sys.txMu.Unlock()
+	return err
+}
+
+func (y *sockSys) closeScopes() {
+	if y.scopes != nil {
+		y.scopes.close()
+	}
 }
 
 // waitClosed returns once the socket is closed in the kernel (rawSocket).
