@@ -40,6 +40,10 @@ type scopeFinder struct {
 // send side forever.
 const netlinkTimeout = time.Second
 
+// openScopeFinder is newScopeFinder; tests replace it with one that
+// fails as a sandbox's refusal does.
+var openScopeFinder = newScopeFinder
+
 func newScopeFinder() (*scopeFinder, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
 	if err != nil {

@@ -128,3 +128,26 @@ func TestScopeFinderAsksTheKernel(t *testing.T) {
 	f.close()
 	require.Zero(t, f.index(netip.IPv6Loopback()), "closed")
 }
+
+// A sandbox that refuses netlink sockets (a seccomp profile, gVisor) must
+// not make a socket bound to :: unusable: only its link-local sends lose
+// their interface. Over ::1 it still carries datagrams both ways.
+func TestWildcardSocketWithoutNetlinkStillServes(t *testing.T) {
+	saved := openScopeFinder
+	openScopeFinder = func() (*scopeFinder, error) { return nil, unix.EPERM }
+	t.Cleanup(func() { openScopeFinder = saved })
+
+	wc, err := OpenUDP(UDPConfig{Addrs: []netip.Addr{netip.IPv6Unspecified()}})
+	require.NoError(t, err, "a refused netlink socket refused the UDP socket")
+	t.Cleanup(func() { wc.Close() })
+	lc, err := OpenUDP(UDPConfig{Addrs: []netip.Addr{netip.IPv6Loopback()}})
+	require.NoError(t, err)
+	t.Cleanup(func() { lc.Close() })
+
+	to := netip.AddrPortFrom(netip.IPv6Loopback(), lc.LocalAddrs()[0].Port())
+	from := netip.AddrPortFrom(netip.IPv6Loopback(), wc.LocalAddrs()[0].Port())
+	require.NoError(t, wc.Send([][]byte{[]byte("ping")}, Endpoint{Local: from, Remote: to}))
+	got := receiveN(t, lc, 1, 64)
+	require.Equal(t, "ping", string(got[0].data))
+	require.Equal(t, from, got[0].ep.Remote)
+}

@@ -143,10 +143,10 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 	}
 	if is6 && ap.Addr().IsUnspecified() {
 		// Opened here, in the socket's network namespace (scope_linux.go).
-		if s.sys.scopes, err = newScopeFinder(); err != nil {
-			pc.Close()
-			return nil, err
-		}
+		// A sandbox that refuses netlink sockets (a seccomp profile,
+		// gVisor) costs only link-local destinations, which then fail as
+		// they would without it; the socket serves everything else.
+		s.sys.scopes, _ = openScopeFinder()
 	}
 	raw, err := newRawSocket(pc)
 	if err != nil {
