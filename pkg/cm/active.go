@@ -173,9 +173,9 @@ func (m *Manager) onREP(r rx, rep *mad.REP) {
 		m.sendRTU(id, nil)
 		return
 	}
-	// rdma_cm arms a delayed MRA on the REP too (cma_ib_handler).
-	id.serviceTimeout = m.cfg.MRAServiceTimeout
-	m.setState(id, StateMRAREPSent)
+	// rdma_cm arms a delayed MRA on the REP too, before it tells the
+	// application (cma_ib_handler).
+	m.prepareMRA(id)
 	m.emit(id, Event{Type: EventREP, REP: rep, PrivateData: rep.PrivateData})
 }
 

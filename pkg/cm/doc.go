@@ -12,8 +12,14 @@
 // SendRTU moves to ESTABLISHED (ConnectParams.AutoRTU does it before the
 // event). A duplicate REP in ESTABLISHED is answered with the RTU again.
 //
-// Passive side: a REQ matching a Listener creates an ID in MRA_REQ_SENT
-// (the delayed MRA again) and gives EventREQ; Accept sends the REP
+// Passive side: a REQ matching a Listener creates an ID in REQ_RCVD and
+// gives EventREQ; once the handler has returned (or when the consumer
+// calls PrepareMRA) the ID waits in MRA_REQ_SENT (the delayed MRA again,
+// as cma_ib_req_handler arms it after its handler). A REJ carries what
+// cm_format_rej puts in it for the state it leaves from: local comm ID 0
+// from REQ_RCVD (a REQ refused inside the handler), ours from every other
+// state; "REQ rejected" from REQ_RCVD and MRA_REQ_SENT, "REP" from
+// REP_RCVD and MRA_REP_SENT, "other" otherwise. Accept sends the REP
 // (REP_SENT, MRA_REP_RCVD after an MRA) until the RTU or Established
 // (ib_cm_notify COMM_EST) moves it to ESTABLISHED (a DREQ overtaking a
 // lost RTU does too: EventEstablished, then EventDREQ); Reject sends a REJ. A

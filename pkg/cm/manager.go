@@ -110,13 +110,18 @@ type sidrKey struct {
 	requestID uint32
 }
 
-// action is one entry of the outbox: a MAD to send, or an event to deliver.
+// action is one entry of the outbox: a MAD to send, an event to deliver,
+// or a step to take once the actions queued before it have run.
 type action struct {
 	mad      []byte
 	dst, src netip.Addr
 	id       *ID   // event for id's current handler
 	ev       Event //
 	sidr     func()
+	// step runs under mu, in its turn: what a consumer of cm.c does once
+	// its handler has returned (rdma_cm's delayed MRA after the REQ
+	// event). It queues sends and events like any step.
+	step func()
 }
 
 // New returns a Manager.
@@ -309,6 +314,12 @@ func (m *Manager) emit(id *ID, ev Event) {
 	m.outbox = append(m.outbox, action{id: id, ev: ev})
 }
 
+// after queues step to run under mu once everything queued before it,
+// handlers included, has run.
+func (m *Manager) after(step func()) {
+	m.outbox = append(m.outbox, action{step: step})
+}
+
 // drain runs the outbox with mu released, unless another goroutine is
 // already draining (see Manager).
 func (m *Manager) drain() {
@@ -322,6 +333,12 @@ func (m *Manager) drain() {
 		a := m.outbox[0]
 		m.outbox[0] = action{}
 		m.outbox = m.outbox[1:]
+		if a.step != nil {
+			if !m.closed {
+				a.step()
+			}
+			continue
+		}
 		var h Handler
 		if a.id != nil {
 			h = a.id.handler

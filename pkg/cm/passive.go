@@ -105,12 +105,53 @@ func (m *Manager) onREQ(r rx, req *mad.REQ) {
 	id.avTimeout = max(req.Primary.LocalACKTimeout, 1)
 	m.insertRemoteID(id)
 	m.insertRemoteQP(id)
-	// rdma_cm arms a delayed MRA before it tells the application
-	// (cma_ib_req_handler): the ID is MRA_REQ_SENT, and an MRA goes out
-	// only if the peer retransmits the REQ before we answer.
-	id.serviceTimeout = m.cfg.MRAServiceTimeout
-	m.setState(id, StateMRAREQSent)
+	m.setState(id, StateREQRcvd)
 	m.emit(id, Event{Type: EventREQ, REQ: req, PrivateData: req.PrivateData})
+	// rdma_cm arms its delayed MRA once its REQ handler has returned
+	// (cma_ib_req_handler): a REQ refused from inside the handler is
+	// refused from REQ_RCVD, whose REJ names no local comm ID.
+	m.after(func() { m.prepareMRA(id) })
+}
+
+// PrepareMRA is ib_prepare_cm_mra (ib_send_cm_mra with
+// IB_CM_MRA_FLAG_DELAY): the consumer will take a while to answer the REQ
+// (or REP) it was given. Nothing is sent now; the ID moves to MRA_REQ_SENT
+// (MRA_REP_SENT), where a duplicate REQ (REP) is answered with an MRA of
+// Config.MRAServiceTimeout. The Manager does it itself once the EventREQ
+// handler has returned and before it delivers EventREP, as rdma_cm does;
+// a consumer that hands the request on to another goroutine calls it
+// first, so that what that goroutine answers leaves from MRA_REQ_SENT
+// whichever runs first. Valid in REQ_RCVD and REP_RCVD; nil when the MRA
+// is armed already.
+func (id *ID) PrepareMRA() error {
+	return id.do(func() error {
+		switch id.state {
+		case StateMRAREQSent, StateMRAREPSent:
+			return nil
+		}
+		if !id.m.prepareMRA(id) {
+			return ErrState
+		}
+		return nil
+	})
+}
+
+// prepareMRA is ib_prepare_cm_mra's step: REQ_RCVD to MRA_REQ_SENT,
+// REP_RCVD to MRA_REP_SENT. It reports whether the ID moved.
+func (m *Manager) prepareMRA(id *ID) bool {
+	if id.freed {
+		return false
+	}
+	switch id.state {
+	case StateREQRcvd:
+		m.setState(id, StateMRAREQSent)
+	case StateREPRcvd:
+		m.setState(id, StateMRAREPSent)
+	default:
+		return false
+	}
+	id.serviceTimeout = m.cfg.MRAServiceTimeout
+	return true
 }
 
 // dupREQ is cm_dup_req_handler, plus a REP resend in REP_SENT (IBA
