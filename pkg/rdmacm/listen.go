@@ -127,6 +127,11 @@ func (l *Listener) offer(r *Request, reject func(*Request)) bool {
 	return true
 }
 
+// full reports whether the backlog has no room. Only the CM's handler
+// (onListenEvent, never two at once) queues requests, so a room it sees
+// stays until it offers.
+func (l *Listener) full() bool { return len(l.reqs) == cap(l.reqs) }
+
 // rejectQueued answers every request queued for Accept with reject.
 func (l *Listener) rejectQueued(reject func(*Request)) {
 	for {
@@ -228,6 +233,10 @@ func (a *agent) onListenEvent(ev cm.Event) {
 	default:
 		return
 	}
+	// A refusal from here leaves from REQ_RCVD, as the kernel's when
+	// cma_ib_req_handler (or ucma's full backlog) fails the REQ event:
+	// the REJ names no local comm ID (cm_format_rej). One the
+	// application answers later leaves from MRA_REQ_SENT (below).
 	refuse := func() {
 		if ev.Type == cm.EventSIDRREQ {
 			_ = ev.ID.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRReject})
@@ -261,6 +270,19 @@ func (a *agent) onListenEvent(ev cm.Event) {
 		ev.ID.SetHandler(r.c.onEvent)
 	}
 	a.ref()
+	if !r.ud && l.full() {
+		a.release()
+		refuse()
+		r.c.fail(ErrRejected, false) // out of a.live, as Request.Reject does
+		return
+	}
+	if !r.ud {
+		// cma_ib_req_handler arms the delayed MRA before librdmacm's
+		// application can answer (rdma_accept waits for the handler):
+		// armed after the offer, an answer quicker than this handler
+		// would leave from REQ_RCVD or MRA_REQ_SENT by chance.
+		_ = ev.ID.PrepareMRA()
+	}
 	if !l.offer(r, rejectRequest) {
 		a.release()
 		refuse()
