@@ -11,6 +11,7 @@ type EventType int
 const (
 	EventCQErr           EventType = 0  // IBV_EVENT_CQ_ERR: a CQ overflowed
 	EventQPFatal         EventType = 1  // IBV_EVENT_QP_FATAL: a QP entered ERR by itself
+	EventCommEst         EventType = 3  // IBV_EVENT_COMM_EST: a connected QP took its first request since RTR
 	EventSQDrained       EventType = 5  // IBV_EVENT_SQ_DRAINED: a QP moved to SQD with AttrEnSQDAsyncNotify has drained
 	EventPortActive      EventType = 9  // IBV_EVENT_PORT_ACTIVE
 	EventSRQLimitReached EventType = 15 // IBV_EVENT_SRQ_LIMIT_REACHED
@@ -23,6 +24,8 @@ func (t EventType) String() string {
 		return "CQ_ERR"
 	case EventQPFatal:
 		return "QP_FATAL"
+	case EventCommEst:
+		return "COMM_EST"
 	case EventSQDrained:
 		return "SQ_DRAINED"
 	case EventPortActive:
@@ -36,7 +39,7 @@ func (t EventType) String() string {
 // AsyncEvent is struct ibv_async_event.
 type AsyncEvent struct {
 	Type EventType // event_type
-	QPN  uint32    // EventQPFatal, EventSQDrained
+	QPN  uint32    // EventQPFatal, EventCommEst, EventSQDrained
 	CQ   *CQ       // EventCQErr
 	SRQ  *SRQ      // EventSRQLimitReached
 	Port uint8     // EventPortActive
@@ -53,11 +56,23 @@ func (d *Device) post(ev AsyncEvent) {
 	}
 }
 
+// engineEvent is the engine's OnEvent, called on the worker that owns the
+// QP: it hands the event over without blocking, to Events and to the
+// QP's own handlers (QP.OnEvent).
 func (d *Device) engineEvent(ev roce.Event) {
+	var ae AsyncEvent
 	switch ev.Type {
 	case roce.EventQPFatal:
-		d.post(AsyncEvent{Type: EventQPFatal, QPN: ev.QPN})
+		ae = AsyncEvent{Type: EventQPFatal, QPN: ev.QPN}
+	case roce.EventCommEst:
+		ae = AsyncEvent{Type: EventCommEst, QPN: ev.QPN}
 	case roce.EventSQDrained:
-		d.post(AsyncEvent{Type: EventSQDrained, QPN: ev.QPN})
+		ae = AsyncEvent{Type: EventSQDrained, QPN: ev.QPN}
+	default:
+		return
+	}
+	d.post(ae)
+	if q, ok := d.qps.Load(ev.QPN); ok {
+		q.(*QP).raise(ae)
 	}
 }

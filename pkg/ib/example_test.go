@@ -286,12 +286,16 @@ func ExamplePD_CreateSRQ() {
 		rwc := next(b.cq)
 		fmt.Println("recv", rwc.ID, rwc.Status.String(), rwc.ByteLen, "left", srq.Len())
 	}
+	// qb's first request raised COMM_EST before that.
 	ev := <-b.dev.Events()
+	fmt.Println("event:", ev.Type, ev.QPN == qb.Num())
+	ev = <-b.dev.Events()
 	fmt.Println("event:", ev.Type, ev.SRQ == srq, "limit now", srq.Limit())
 	// Output:
 	// recv 100 SUCCESS 10 left 3
 	// recv 101 SUCCESS 11 left 2
 	// recv 102 SUCCESS 12 left 1
+	// event: COMM_EST true
 	// event: SRQ_LIMIT_REACHED true limit now 0
 }
 

@@ -96,6 +96,7 @@ type QP struct {
 	pd        *PD
 	init      QPInitAttr
 	destroyed atomic.Bool
+	events    qpEvents // OnEvent's handlers (qpevents.go)
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). Its
@@ -141,6 +142,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	pd.mu.Lock()
 	pd.users.addQP(x)
 	pd.mu.Unlock()
+	// Before the QP can leave RESET, and so before it can raise an
+	// event.
+	pd.d.qps.Store(q.Num(), x)
 	return x, nil
 }
 
@@ -268,6 +272,9 @@ func (q *QP) Destroy() error {
 	q.pd.mu.Lock()
 	delete(q.pd.users.qps, q)
 	q.pd.mu.Unlock()
+	// The engine raises nothing more for it; a QP created since with
+	// the same number (not soon: pkg/roce's RecentQPNs) is another.
+	q.pd.d.qps.CompareAndDelete(q.Num(), q)
 	return nil
 }
 

@@ -81,6 +81,14 @@ type Config struct {
 	// for the asynchronous SQ-drained event. It must not block nor call
 	// Modify.
 	OnSQDrained func(q *QP)
+	// OnCommEst is called (on the QP's goroutine) when a connected QP
+	// takes its first request in sequence since it entered RTR, for the
+	// asynchronous communication-established event (IBA 11.6.3.1,
+	// IB_EVENT_COMM_EST): a passive side whose CM has not seen the RTU
+	// learns from it that the peer is connected (ib_cm_notify). Once per
+	// connection: a move to RESET arms it again. It must not block nor
+	// call Modify.
+	OnCommEst func(q *QP)
 	// GIDs is the device's GID table (IPv4 unmapped), against which Modify
 	// checks a connected QP's address vector as ib_modify_qp does
 	// (rdma_fill_sgid_attr / rxe_av_chk_attr): the sgid_index must name an
@@ -133,6 +141,9 @@ type QP struct {
 	onErr  func(*QP)
 	// onDrained raises the SQ-drained event (Config.OnSQDrained).
 	onDrained func(*QP)
+	// onCommEst raises the communication-established event
+	// (Config.OnCommEst).
+	onCommEst func(*QP)
 	gids      []netip.Addr
 	// rqPost makes PostRecv's state check and enqueue one step with
 	// respect to a reset (which empties the receive queue) and to Close.
@@ -187,7 +198,7 @@ func New(c Config) (*QP, error) {
 	q := &QP{
 		num: c.Num, typ: c.Type, cap: c.Cap, sigAll: c.SigAll,
 		pd: c.PD, mem: c.Mem, scq: c.SendCQ, rcq: c.RecvCQ, srq: c.SRQ,
-		ctr: c.Counters, onErr: c.OnError, onDrained: c.OnSQDrained, gids: c.GIDs,
+		ctr: c.Counters, onErr: c.OnError, onDrained: c.OnSQDrained, onCommEst: c.OnCommEst, gids: c.GIDs,
 		ibaTimerOnly: c.IBATimerOnly,
 	}
 	if q.ctr == nil {

@@ -22,6 +22,9 @@ type responder struct {
 	// replayEpoch counts the requests taken in sequence: READ replay
 	// bounds hold only while it stands still (allowReplay).
 	replayEpoch uint32
+	// commEst: a request was taken in sequence since the QP left RESET,
+	// and the communication-established event raised (commEstablished).
+	commEst bool
 
 	recv      RecvWR // receive WR the current SEND (or WRITE_IMM) fills
 	recvValid bool
@@ -259,6 +262,9 @@ func (q *QP) processRequest(env Env, p *wire.Packet, ri *RecvInfo) {
 			}
 		}
 	}
+	if q.typ.Connected() && !r.commEst {
+		q.commEstablished()
+	}
 	if !q.checkOpSeq(p.Opcode, start) {
 		q.invalidRequest(env, psn, true)
 		return
@@ -288,6 +294,22 @@ func (q *QP) processRequest(env Env, p *wire.Packet, ri *RecvInfo) {
 		q.executeFlush(env, p, psn)
 	case fl&wire.FlagAtomicWrite != 0:
 		q.executeAtomicWrite(env, p, psn)
+	}
+}
+
+// commEstablished raises IB_EVENT_COMM_EST for the first request taken in
+// sequence (rdma_rxe raises none; HCAs do, and the ULPs that serve
+// rdma_cm connections, such as nvmet-rdma, isert and srpt, pass it to
+// rdma_notify so that a lost RTU does not hold the connection up until
+// the REP's retransmission). Only a request the responder takes counts:
+// its PSN is the expected one (UC: or it starts a message), so a
+// duplicate or a stray packet out of sequence does not. rdma_cm's passive
+// QP is already in RTS (rdma_accept moves it before the REP), so the
+// first request since RTR counts in RTS too.
+func (q *QP) commEstablished() {
+	q.resp.commEst = true
+	if q.onCommEst != nil {
+		q.onCommEst(q)
 	}
 }
 

@@ -73,7 +73,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Mem is the memory table; nil creates one.
 	Mem *mr.Table
-	// OnEvent receives asynchronous events (QP fatal, SQ drained); may be
+	// OnEvent receives asynchronous events (QP fatal, communication
+	// established, SQ drained); may be
 	// nil. It is called from the QP's worker while it owns the QP's shard
 	// (sometimes from inside ModifyQP), so it must not block and must not
 	// call the engine's waiting verbs (CreateQP, ModifyQP, QueryQP,
@@ -104,6 +105,7 @@ type EventType int
 // Asynchronous events (subset of enum ibv_event_type).
 const (
 	EventQPFatal   EventType = 1 // IBV_EVENT_QP_FATAL
+	EventCommEst   EventType = 3 // IBV_EVENT_COMM_EST: a connected QP took its first request (qp.Config.OnCommEst)
 	EventSQDrained EventType = 5 // IBV_EVENT_SQ_DRAINED
 )
 
@@ -437,6 +439,15 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 		}
 		if e.onEvent != nil {
 			e.onEvent(Event{Type: EventSQDrained, QPN: q.Num()})
+		}
+	}
+	userCommEst := c.OnCommEst
+	c.OnCommEst = func(q *qp.QP) {
+		if userCommEst != nil {
+			userCommEst(q)
+		}
+		if e.onEvent != nil {
+			e.onEvent(Event{Type: EventCommEst, QPN: q.Num()})
 		}
 	}
 	q, err := qp.New(c)
