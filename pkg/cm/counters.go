@@ -21,6 +21,9 @@ const (
 	cntREPRetriesLimited = "rep_retries_limited"
 	cntTimeouts          = "timeouts" // REQ, REP, DREQ or SIDR_REQ unanswered after all retries
 	cntTimewaitExit      = "timewait_exits"
+	// A passive ID established by ID.Established (the QP's COMM_EST)
+	// before its RTU arrived.
+	cntCommEst = "comm_est"
 )
 
 // msgName names a CM attribute for counters and logs.

@@ -65,9 +65,7 @@ func (m *Manager) onDREQ(r rx, dreq *mad.DREQ) {
 		// DREQ (cm.c delivers DREQ_RECEIVED alone, which rdma_cm
 		// reports as DISCONNECTED, and librdmacm's synchronous
 		// rdma_accept takes for success).
-		m.cancelRetransmit(id)
-		m.setState(id, StateEstablished)
-		m.emit(id, Event{Type: EventEstablished})
+		m.establish(id, nil)
 	case StateDREQSent:
 		// A DREQ crossing ours ends the wait.
 		m.cancelRetransmit(id)

@@ -232,21 +232,36 @@ func (id *ID) Accept(p AcceptParams) error {
 }
 
 // Established tells the CM that the QP received traffic from the peer
-// before the RTU (ib_cm_notify IB_EVENT_COMM_EST): the connection is up,
-// the REP stops. It returns nil when the ID is already ESTABLISHED.
+// before the RTU (ib_cm_notify IB_EVENT_COMM_EST, which pkg/rdmacm calls
+// on the QP's COMM_EST event): the connection is up, the REP stops, and
+// a late RTU (or our REP, retransmitted before and answered by the
+// peer's RTU again) is a duplicate. It returns nil when the ID is
+// already ESTABLISHED (cm.c: -EISCONN, which its callers ignore), and
+// ErrState before the REP or after the connection ended.
 func (id *ID) Established() error {
 	return id.do(func() error {
 		switch id.state {
 		case StateREPSent, StateMRAREPRcvd:
-			id.m.cancelRetransmit(id)
-			id.m.setState(id, StateEstablished)
-			id.m.emit(id, Event{Type: EventEstablished})
+			id.m.count(cntCommEst)
+			id.m.establish(id, nil)
 			return nil
 		case StateEstablished:
 			return nil
 		}
 		return ErrState
 	})
+}
+
+// establish is cm_establish with the work it queues
+// (cm_establish_handler), and cm_rtu_handler's step: a passive ID in
+// REP_SENT or MRA_REP_RCVD is connected, its REP stops being
+// retransmitted, and the consumer hears EventEstablished (rdma_cm's
+// ESTABLISHED for IB_CM_RTU_RECEIVED and IB_CM_USER_ESTABLISHED alike).
+// pd is the RTU's private data, nil for the others.
+func (m *Manager) establish(id *ID, pd []byte) {
+	m.cancelRetransmit(id)
+	m.setState(id, StateEstablished)
+	m.emit(id, Event{Type: EventEstablished, PrivateData: pd})
 }
 
 // onRTU is cm_rtu_handler.
@@ -260,7 +275,5 @@ func (m *Manager) onRTU(r rx, rtu *mad.RTU) {
 		m.count("rx_dup_rtu")
 		return
 	}
-	m.cancelRetransmit(id)
-	m.setState(id, StateEstablished)
-	m.emit(id, Event{Type: EventEstablished, PrivateData: rtu.PrivateData})
+	m.establish(id, rtu.PrivateData)
 }
