@@ -52,6 +52,7 @@ var cmCounterHelp = map[string]string{
 	"rej_no_resources":       "REJs with reason 3 (no resources) sent: too many connections between their REQ and RTU",
 	"timeouts":               "REQs, REPs, DREQs or SIDR_REQs unanswered after all their retries",
 	"timewait_exits":         "connections that left timewait, their comm ID free again",
+	"comm_est":               "passive connections established by their QP's first request (COMM_EST) before the RTU arrived",
 }
 
 // cmKnownCounters are the counters served even before they count

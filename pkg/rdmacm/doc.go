@@ -6,7 +6,7 @@
 //
 //	l, _ := rdmacm.Listen(dev, netip.MustParseAddrPort("10.0.0.1:7174"), nil)
 //	req, _ := l.Accept(ctx)           // a REQ: the peer's address and private data
-//	conn, _ := req.Accept(ctx, qp, nil) // qp (RESET) ends in RTS, REP sent, RTU received
+//	conn, _ := req.Accept(ctx, qp, nil) // qp (RESET) ends in RTS, REP sent, RTU (or the peer's first request) received
 //
 //	conn, err := rdmacm.Dial(ctx, qp, netip.MustParseAddrPort("10.0.0.1:7174"), nil)
 //	var rej *rdmacm.RejectError       // errors.As(err, &rej): the peer refused (rej.Reason)

@@ -348,7 +348,8 @@ func (r *Request) answer() error {
 
 // Accept takes q (an RC or UC QP in RESET or INIT) to RTS with the attributes the
 // REQ and p imply, sends the REP, and returns once the connection is
-// established (the RTU arrived). p may be nil (rdma_accept's defaults:
+// established: the RTU arrived, or q took the peer's first request
+// (COMM_EST) when the RTU was lost. p may be nil (rdma_accept's defaults:
 // the resources the REQ offered). On failure the peer gets a REJ, and q
 // is left in ERR (rdma_accept's cma_modify_qp_err), so it sends nothing
 // to a peer it is not connected to.
@@ -379,6 +380,18 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 	}
 	psn := c.a.cm.NewPSN()
 	s := passiveSetup(dev, &pp, r.gid, r.peerGID, r.req, psn)
+	// The QP's first request from the peer tells the CM the connection
+	// is up if the RTU was lost (ib_cm_notify(IB_EVENT_COMM_EST), as the
+	// kernel's rdma_cm ULPs do from their QP event handler): the REP
+	// stops and Accept returns, instead of waiting for the REP's
+	// retransmission (4 s) while the peer's data sits in the QP.
+	// Installed before the QP can take a request; once Accept returns
+	// the handshake is over either way.
+	defer q.OnEvent(func(ev ib.AsyncEvent) {
+		if ev.Type == ib.EventCommEst {
+			_ = r.id.Established()
+		}
+	})()
 	c.movingQP()
 	if err := ib.ConnectQP(q, s.remote, s.attr); err != nil {
 		_ = r.id.Reject(mad.REJConsumerDefined, nil, nil)
