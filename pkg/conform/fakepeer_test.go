@@ -2,6 +2,7 @@ package conform
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -28,6 +29,7 @@ type fakeResponder struct {
 	// knobs
 	acceptUC bool          // takes a UC SEND ONLY as an RC SEND ONLY (wrong)
 	delay    time.Duration // every response leaves this late (a slow peer)
+	msnMode  msnMode       // how it counts its MSN (msnRight unless a test breaks it)
 
 	mu        sync.Mutex
 	queue     chan delayed // responses sent delay late
@@ -36,6 +38,7 @@ type fakeResponder struct {
 	msn       uint32
 	nakSent   bool
 	mem       []byte
+	atomics   map[uint32]uint64 // saved results of executed atomics by PSN
 	done      chan struct{}
 	wg        sync.WaitGroup
 }
@@ -43,6 +46,28 @@ type fakeResponder struct {
 const (
 	fakeVA   = 0x10000
 	fakeRKey = 0x1234
+)
+
+// msnMode is how a fake responder counts its MSN: right, or wrong in one
+// of the ways a responder gets it wrong.
+type msnMode uint8
+
+const (
+	// msnRight counts each completed message once (rdma_rxe: execute's
+	// msn++ at a message's last packet, C9-148's at a READ's acceptance,
+	// atomic_reply's), so a NAK or a duplicate's answer carries the count
+	// before it.
+	msnRight msnMode = iota
+	// msnFrozen never counts: every AETH carries MSN 0.
+	msnFrozen
+	// msnPackets counts packets instead of messages: every request packet
+	// it takes (FIRST, MIDDLE and LAST, duplicates too) and, for a READ,
+	// every response packet it sends.
+	msnPackets
+	// msnEager counts a message as its last packet arrives, before its
+	// PSN, keys or receive are checked: a NAKed, RNR'ed, out-of-sequence
+	// or duplicate request counts too.
+	msnEager
 )
 
 // newFakeResponder binds 127.0.0.2 on a free UDP port; the engine uses
@@ -61,7 +86,7 @@ func newFakeResponder(t *testing.T, tool Tool, tune func(*fakeResponder)) (*fake
 		}
 	}
 	require.NotNil(t, pc, "binding 127.0.0.2")
-	f := &fakeResponder{pc: pc, qpn: 0x1717, tool: tool, ePSN: 0x100, mem: make([]byte, 64<<10), done: make(chan struct{}),
+	f := &fakeResponder{pc: pc, qpn: 0x1717, tool: tool, ePSN: 0x100, mem: make([]byte, 64<<10), done: make(chan struct{}), atomics: map[uint32]uint64{},
 		flow: wire.Flow{Src: netip.AddrPortFrom(peer, port), Dst: netip.AddrPortFrom(loopback, port)}}
 	if tune != nil {
 		tune(f)
@@ -145,6 +170,9 @@ func (f *fakeResponder) handle(p *wire.Packet) {
 		return // another transport's opcode: dropped
 	}
 	psn := p.BTH.PSN()
+	if f.msnMode == msnEager && flags&(wire.FlagOnly|wire.FlagLast|wire.FlagRead|wire.FlagAtomic) != 0 {
+		f.msn++
+	}
 	switch {
 	case psn == f.ePSN:
 		f.nakSent = false
@@ -152,7 +180,13 @@ func (f *fakeResponder) handle(p *wire.Packet) {
 		switch {
 		case flags&wire.FlagRead != 0:
 			f.readResponse(p, psn)
+		case flags&wire.FlagAtomic != 0:
+			if orig, ok := f.atomics[psn]; ok {
+				f.countPacket()
+				f.atomicAck(psn, orig)
+			}
 		case flags&(wire.FlagSend|wire.FlagWrite) != 0:
+			f.countPacket()
 			f.ack(psnAdd(f.ePSN, -1), wire.ACKSyndrome(0x1f))
 		}
 		return
@@ -165,18 +199,46 @@ func (f *fakeResponder) handle(p *wire.Packet) {
 	}
 	switch {
 	case flags&wire.FlagRead != 0:
-		n := (int(p.RETH.DMALen()) + 1023) / 1024
-		f.ePSN = psnAdd(psn, max(n, 1))
-		f.msn++
+		n, off := int(p.RETH.DMALen()), int(p.RETH.VA()-fakeVA)
+		if p.RETH.RKey() != fakeRKey || off < 0 || off+n > len(f.mem) {
+			f.ack(psn, wire.NAKSyndrome(wire.NAKRemoteAccess)) // a refused READ counts none
+			return
+		}
+		f.ePSN = psnAdd(psn, max((n+1023)/1024, 1))
+		f.complete()
 		f.readResponse(p, psn)
+	case flags&wire.FlagAtomic != 0:
+		a := p.AtomicETH
+		off := int(a.VA() - fakeVA)
+		if a.RKey() != fakeRKey || off < 0 || off+8 > len(f.mem) {
+			f.ack(psn, wire.NAKSyndrome(wire.NAKRemoteAccess))
+			return
+		}
+		if off%8 != 0 {
+			f.ack(psn, wire.NAKSyndrome(wire.NAKInvalidRequest))
+			return
+		}
+		f.ePSN = psnAdd(psn, 1)
+		orig := binary.LittleEndian.Uint64(f.mem[off:])
+		switch {
+		case p.Opcode == wire.RCFetchAdd:
+			binary.LittleEndian.PutUint64(f.mem[off:], orig+a.SwapAdd())
+		case orig == a.Compare():
+			binary.LittleEndian.PutUint64(f.mem[off:], a.SwapAdd())
+		}
+		f.atomics[psn] = orig
+		f.countPacket()
+		f.complete()
+		f.atomicAck(psn, orig)
 	case flags&wire.FlagSend != 0:
 		if f.tool != IBSendBW && f.tool != IBVRCPingpong {
 			f.ack(psn, wire.RNRSyndrome(12))
 			return
 		}
 		f.ePSN = psnAdd(psn, 1)
+		f.countPacket()
 		if flags&(wire.FlagOnly|wire.FlagLast) != 0 {
-			f.msn++
+			f.complete()
 		}
 		if p.BTH.AckReq() {
 			f.ack(psn, wire.ACKSyndrome(0x1f))
@@ -191,8 +253,9 @@ func (f *fakeResponder) handle(p *wire.Packet) {
 			}
 			copy(f.mem[off:], p.Payload)
 		}
+		f.countPacket()
 		if flags&(wire.FlagOnly|wire.FlagLast) != 0 {
-			f.msn++
+			f.complete()
 		}
 		if p.BTH.AckReq() {
 			f.ack(psn, wire.ACKSyndrome(0x1f))
@@ -237,6 +300,25 @@ func (f *fakeResponder) sendLate() {
 	}
 }
 
+// complete counts a completed message (msnRight).
+func (f *fakeResponder) complete() {
+	if f.msnMode == msnRight {
+		f.msn++
+	}
+}
+
+// countPacket counts a request packet taken (msnPackets).
+func (f *fakeResponder) countPacket() {
+	if f.msnMode == msnPackets {
+		f.msn++
+	}
+}
+
+func (f *fakeResponder) atomicAck(psn uint32, orig uint64) {
+	f.send(wire.Headers{Opcode: wire.RCAtomicAck, PKey: DefaultPKey, DestQP: f.engineQPN, PSN: psn,
+		Syndrome: wire.ACKSyndrome(0x1f), MSN: f.msn, OrigData: orig}, nil)
+}
+
 func (f *fakeResponder) ack(psn uint32, syn wire.Syndrome) {
 	f.send(wire.Headers{Opcode: wire.RCAck, PKey: DefaultPKey, DestQP: f.engineQPN, PSN: psn, Syndrome: syn, MSN: f.msn}, nil)
 }
@@ -259,6 +341,9 @@ func (f *fakeResponder) readResponse(p *wire.Packet, psn uint32) {
 			op = wire.RCReadResponseFirst
 		case i == segs-1:
 			op = wire.RCReadResponseLast
+		}
+		if f.msnMode == msnPackets {
+			f.msn++ // per response packet: the READ request itself counts none
 		}
 		f.send(wire.Headers{Opcode: op, PKey: DefaultPKey, DestQP: f.engineQPN, PSN: psnAdd(psn, i),
 			Syndrome: wire.ACKSyndrome(0x1f), MSN: f.msn}, data[i*1024:min(n, (i+1)*1024)])

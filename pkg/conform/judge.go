@@ -29,8 +29,12 @@ func expectACK(ctx context.Context, c *Conn, psn uint32, msn int, what string) O
 	return Passf("%s: %s", what, r)
 }
 
-// expectNAK requires the next response to be a NAK with code for psn.
-func expectNAK(ctx context.Context, c *Conn, psn uint32, code uint8, what string) Outcome {
+// expectNAK requires the next response to be a NAK with code for psn,
+// carrying MSN msn (msn < 0: any MSN). A NAK's MSN counts the messages
+// the responder completed before it, never the request it refuses (IBA
+// 9.7.5.2; rdma_rxe's send_ack puts qp->resp.msn, which only a completed
+// request advances, in every NAK and RNR NAK).
+func expectNAK(ctx context.Context, c *Conn, psn uint32, code uint8, msn int, what string) Outcome {
 	r, ok := c.Response(ctx, answerWait)
 	want := "NAK(" + wire.NAKCodeName(code) + ")"
 	switch {
@@ -40,8 +44,33 @@ func expectNAK(ctx context.Context, c *Conn, psn uint32, code uint8, what string
 		return Failf("%s: want %s psn=%#x, got %s", what, want, psn, r)
 	case r.PSN() != psn:
 		return Failf("%s: %s names psn=%#x, want %#x", what, want, r.PSN(), psn)
+	case msn >= 0 && r.MSN() != uint32(msn):
+		return Failf("%s: %s carries MSN %d, want %d (the messages completed before it)", what, r, r.MSN(), msn)
 	}
 	return Passf("%s: %s", what, r)
+}
+
+// msnWrong says why r's MSN is not want ("" when it is, or when r has no
+// AETH: a READ RESPONSE MIDDLE carries none). The responder's MSN counts
+// the messages it completed (IBA 9.7.5.1.1; C9-148: a READ counts when it
+// is accepted, so its own responses carry it, as rdma_rxe's do: frame 30
+// of shared/pcaps/perftest_read_bw_rc_4096.pcap, READ RESPONSE FIRST of
+// the first READ, MSN 1); a duplicate request leaves it unchanged.
+func msnWrong(r *Rx, want uint32) string {
+	if r == nil || r.Pkt.AETH == nil || r.MSN() == want {
+		return ""
+	}
+	return fmt.Sprintf("%s carries MSN %d, want %d", r, r.MSN(), want)
+}
+
+// msnsWrong is msnWrong of the first of rs whose MSN is not want.
+func msnsWrong(rs []*Rx, want uint32) string {
+	for _, r := range rs {
+		if why := msnWrong(r, want); why != "" {
+			return why
+		}
+	}
+	return ""
 }
 
 // responses gathers the peer's responses to our QP until want have come,
@@ -84,7 +113,9 @@ func dropped(ctx context.Context, c *Conn, bad []byte, note string) Outcome {
 	if ev, ok := expectSilence(ctx, c, silenceWait); !ok {
 		return Failf("%s: %s", note, ev)
 	}
-	ev, ok := c.ProbeAnswered(ctx)
+	// The probe is the connection's first message: a dropped packet
+	// completes none.
+	ev, ok := c.ProbeAnswered(ctx, 1)
 	if !ok {
 		return Failf("%s was dropped, but the peer stopped serving: %s", note, ev)
 	}

@@ -232,9 +232,11 @@ func (c *Conn) PeerRequest(ctx context.Context, d time.Duration) (*Rx, bool) {
 
 // ProbeAnswered sends the probe and checks the peer answers it the way
 // the probe's kind requires (ACK, READ response or atomic ACK with the
-// probe's PSN; for UD, the echo): "the peer keeps serving". It returns a
-// short description of the deciding packet.
-func (c *Conn) ProbeAnswered(ctx context.Context) (string, bool) {
+// probe's PSN; for UD, the echo): "the peer keeps serving". The answer's
+// AETH must carry MSN msn (msn < 0: any), the messages the peer has
+// completed with the probe. It returns a short description of the
+// deciding packet.
+func (c *Conn) ProbeAnswered(ctx context.Context, msn int) (string, bool) {
 	if c.Tool.UD() {
 		before := c.PeerMessages()
 		if _, err := c.Probe("probe: a valid request"); err != nil {
@@ -255,6 +257,9 @@ func (c *Conn) ProbeAnswered(ctx context.Context) (string, bool) {
 	}
 	if s := r.Syn(); r.Pkt.AETH != nil && s.Kind() != wire.SynACK {
 		return "the valid probe got " + r.String(), false
+	}
+	if why := msnWrong(r, uint32(msn)); msn >= 0 && why != "" {
+		return "the valid probe's answer " + why, false
 	}
 	return "probe answered: " + r.String(), true
 }

@@ -72,7 +72,7 @@ func init() {
 			return expectACK(ctx, c, last, 1, "3-packet SEND")
 		}})
 	add(&Scenario{ID: "R-READ-ONLY", Title: "READ of one packet", Role: PeerResponder,
-		Rule: "IBA 9.7.4.1.4, 9.7.5.1.3", Expect: "READ RESPONSE ONLY with the request's PSN, the bytes asked for and an ACK AETH",
+		Rule: "IBA 9.7.4.1.4, 9.7.5.1.3", Expect: "READ RESPONSE ONLY with the request's PSN, the bytes asked for and an ACK AETH with MSN 1",
 		Tools: readTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			psn, err := c.ReadReq(0, 64, "READ 64 bytes")
@@ -89,11 +89,13 @@ func init() {
 				return Failf("READ response carries %d bytes, want 64", len(r.Pkt.Payload))
 			case r.Syn().Kind() != wire.SynACK:
 				return Failf("READ response AETH is %s, want an ACK syndrome", synName(r.Syn()))
+			case msnWrong(r, 1) != "":
+				return Failf("%s: the READ is the first message", msnWrong(r, 1))
 			}
 			return Passf("%s", r)
 		}})
 	add(&Scenario{ID: "R-READ-MULTI", Title: "READ of three packets: FIRST/MIDDLE/LAST", Role: PeerResponder,
-		Rule: "IBA 9.7.5.1.3, C9-89", Expect: "responses with consecutive PSNs from the request's, AETH on FIRST and LAST only, PMTU-sized but the last",
+		Rule: "IBA 9.7.5.1.3, C9-89", Expect: "responses with consecutive PSNs from the request's, AETH on FIRST and LAST only (MSN 1: one message), PMTU-sized but the last",
 		Tools: readTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			n := 3 * c.MTU
@@ -113,11 +115,14 @@ func init() {
 				if (r.Pkt.AETH != nil) == (op == wire.RCReadResponseMiddle) {
 					return Failf("response %d: AETH presence wrong: %s", i+1, r)
 				}
+				if why := msnWrong(r, 1); why != "" {
+					return Failf("response %d: %s (one READ, one message)", i+1, why)
+				}
 			}
 			return Passf("FIRST/MIDDLE/LAST psn=%#x..%#x, %d bytes each", psn, psnAdd(psn, 2), c.MTU)
 		}})
 	add(&Scenario{ID: "R-READ-ZERO", Title: "zero-length READ", Role: PeerResponder,
-		Rule: "IBA 9.7.4.1.4 (DMA length 0), C9-87", Expect: "READ RESPONSE ONLY without payload, no R_Key check needed",
+		Rule: "IBA 9.7.4.1.4 (DMA length 0), C9-87", Expect: "READ RESPONSE ONLY without payload, MSN 1, no R_Key check needed",
 		Tools: readTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			psn, err := c.ReadReq(0, 0, "READ 0 bytes")
@@ -130,6 +135,9 @@ func init() {
 					return Failf("no response to a zero-length READ psn=%#x", psn)
 				}
 				return Failf("want an empty READ_RESPONSE_ONLY psn=%#x, got %s", psn, r)
+			}
+			if why := msnWrong(r, 1); why != "" {
+				return Failf("%s: a zero-length READ is a message too", why)
 			}
 			return Passf("%s", r)
 		}})
@@ -169,7 +177,7 @@ func init() {
 			return combine(outs...)
 		}})
 	add(&Scenario{ID: "R-ATOMIC-FETCHADD", Title: "FETCH_ADD returns the original and adds", Role: PeerResponder,
-		Rule: "IBA 9.4.5 (atomic ACK carries the original data)", Expect: "ATOMIC ACK orig=X, then a second FETCH_ADD sees X+5",
+		Rule: "IBA 9.4.5 (atomic ACK carries the original data)", Expect: "ATOMIC ACK orig=X MSN 1, then a second FETCH_ADD sees X+5 (MSN 2)",
 		Tools: atomTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			p1, _ := c.Atomic(wire.RCFetchAdd, 8, 5, 0, "FETCH_ADD +5")
@@ -186,18 +194,32 @@ func init() {
 			if y != x+5 {
 				return Failf("first orig=%#x, second orig=%#x, want %#x", x, y, x+5)
 			}
+			for i, r := range []*Rx{r1, r2} {
+				if why := msnWrong(r, uint32(i+1)); why != "" {
+					return Failf("FETCH_ADD %d: %s", i+1, why)
+				}
+			}
 			return Passf("%s; %s", r1, r2)
 		}})
 	add(&Scenario{ID: "R-ATOMIC-CMPSWAP", Title: "COMPARE_SWAP swaps on equality only", Role: PeerResponder,
-		Rule: "IBA 9.4.5", Expect: "a matching compare swaps, a mismatching one does not; both return the original",
+		Rule: "IBA 9.4.5", Expect: "a matching compare swaps, a mismatching one does not; both return the original, and each atomic counts in the MSN (1..4)",
 		Tools: atomTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
+			msn := uint32(0) // atomics the peer has executed
+			badMSN := ""
+			count := func(r *Rx) {
+				msn++
+				if why := msnWrong(r, msn); why != "" && badMSN == "" {
+					badMSN = fmt.Sprintf("atomic %d: %s (a mismatching COMPARE_SWAP is a completed message too)", msn, why)
+				}
+			}
 			read := func(note string) (uint64, *Rx, bool) {
 				p, _ := c.Atomic(wire.RCFetchAdd, 16, 0, 0, note)
 				r, ok := c.ResponseTo(ctx, p, answerWait)
 				if !ok || r.Pkt.AtomicAckETH == nil {
 					return 0, r, false
 				}
+				count(r)
 				return r.Pkt.AtomicAckETH.OrigData(), r, true
 			}
 			x, _, ok := read("FETCH_ADD +0 (reads)")
@@ -205,21 +227,27 @@ func init() {
 				return Failf("no ATOMIC ACK for the read")
 			}
 			p, _ := c.Atomic(wire.RCCompareSwap, 16, 0x1111, x^1, "COMPARE_SWAP, compare mismatches")
-			if r, ok := c.ResponseTo(ctx, p, answerWait); !ok || r.Pkt.AtomicAckETH == nil || r.Pkt.AtomicAckETH.OrigData() != x {
+			r, ok := c.ResponseTo(ctx, p, answerWait)
+			if !ok || r.Pkt.AtomicAckETH == nil || r.Pkt.AtomicAckETH.OrigData() != x {
 				return Failf("mismatching COMPARE_SWAP: want orig=%#x, got %v", x, r)
 			}
+			count(r)
 			p, _ = c.Atomic(wire.RCCompareSwap, 16, 0x2222, x, "COMPARE_SWAP, compare matches")
-			if r, ok := c.ResponseTo(ctx, p, answerWait); !ok || r.Pkt.AtomicAckETH == nil || r.Pkt.AtomicAckETH.OrigData() != x {
+			if r, ok = c.ResponseTo(ctx, p, answerWait); !ok || r.Pkt.AtomicAckETH == nil || r.Pkt.AtomicAckETH.OrigData() != x {
 				return Failf("matching COMPARE_SWAP: want orig=%#x, got %v", x, r)
 			}
+			count(r)
 			y, r, ok := read("FETCH_ADD +0 (reads back)")
 			if !ok || y != 0x2222 {
 				return Failf("after the swap memory holds %#x, want 0x2222 (%v)", y, r)
 			}
+			if badMSN != "" {
+				return Failf("%s", badMSN)
+			}
 			return Passf("orig %#x, mismatch kept it, match swapped to %#x (%s)", x, y, r)
 		}})
 	add(&Scenario{ID: "R-WRITE-READBACK", Title: "WRITE then READ returns the bytes written", Role: PeerResponder,
-		Rule: "IBA 9.4.3, 9.4.4", Expect: "READ response bytes equal the WRITE's", Tools: []Tool{IBWriteBW, IBReadBW},
+		Rule: "IBA 9.4.3, 9.4.4", Expect: "READ response bytes equal the WRITE's; the READ is message 2 (MSN)", Tools: []Tool{IBWriteBW, IBReadBW},
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			data := pattern(200, 0x40)
 			wp, err := c.WriteOnly(data, 256, true, "WRITE 200 bytes")
@@ -239,6 +267,9 @@ func init() {
 			}
 			if !bytes.Equal(r.Pkt.Payload, data) {
 				return Failf("READ returned different bytes than written (%s)", r)
+			}
+			if why := msnWrong(r, 2); why != "" {
+				return Failf("%s: the WRITE and the READ are two messages", why)
 			}
 			return Passf("%s matches the WRITE", r)
 		}})

@@ -144,6 +144,8 @@ func init() {
 			switch {
 			case !ok:
 				return Passf("FLUSH not supported: silently dropped")
+			case r.Syn().Kind() == wire.SynACK && r.PSN() == h.PSN && msnWrong(r, 1) != "":
+				return Failf("FLUSH acknowledged, but %s: an executed FLUSH is a message", msnWrong(r, 1))
 			case r.Syn().Kind() == wire.SynACK && r.PSN() == h.PSN:
 				return Passf("FLUSH supported: %s", r)
 			case r.Syn().Kind() == wire.SynNAK:
@@ -162,6 +164,8 @@ func init() {
 			switch {
 			case !ok:
 				return Passf("ATOMIC_WRITE not supported: silently dropped")
+			case r.Syn().Kind() == wire.SynACK && r.PSN() == h.PSN && msnWrong(r, 1) != "":
+				return Failf("ATOMIC_WRITE acknowledged, but %s: an executed ATOMIC_WRITE is a message", msnWrong(r, 1))
 			case r.Syn().Kind() == wire.SynACK && r.PSN() == h.PSN:
 				return Passf("ATOMIC_WRITE supported: %s", r)
 			case r.Syn().Kind() == wire.SynNAK:

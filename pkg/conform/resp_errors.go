@@ -14,13 +14,13 @@ import (
 func init() {
 	badKey := func(id, title string, tools []Tool, send func(c *Conn) (uint32, error)) {
 		add(&Scenario{ID: id, Title: title, Role: PeerResponder, Rule: "IBA 9.7.5.2.3 (R_Key violation)",
-			Expect: "NAK remote access error for the request's PSN", Tools: tools,
+			Expect: "NAK remote access error for the request's PSN, MSN 0 (nothing completed)", Tools: tools,
 			Run: func(ctx context.Context, c *Conn) Outcome {
 				psn, err := send(c)
 				if err != nil {
 					return Errorf("%v", err)
 				}
-				return expectNAK(ctx, c, psn, wire.NAKRemoteAccess, title)
+				return expectNAK(ctx, c, psn, wire.NAKRemoteAccess, 0, title)
 			}})
 	}
 	badKey("R-RKEY-WRITE", "WRITE with a wrong R_Key", writeTools, func(c *Conn) (uint32, error) {
@@ -62,6 +62,8 @@ func init() {
 			switch {
 			case !ok:
 				return Failf("%s: no response", what)
+			case r.Syn().Kind() == wire.SynNAK && msnWrong(r, 0) != "":
+				return Failf("%s: %s (a NAK counts the messages completed before it)", what, msnWrong(r, 0))
 			case r.Syn().Kind() == wire.SynNAK && r.Syn().NAKCode() == wire.NAKRemoteAccess && r.PSN() == psn:
 				return Passf("%s: %s", what, r)
 			case r.Syn().Kind() == wire.SynNAK && r.Syn().NAKCode() == wire.NAKInvalidRequest && r.PSN() == psn:
@@ -72,7 +74,7 @@ func init() {
 			return Failf("%s: %s", what, r)
 		}})
 	add(&Scenario{ID: "R-RNR-NO-RECV", Title: "a SEND without a posted receive gets RNR NAK", Role: PeerResponder,
-		Rule: "IBA 9.7.5.2.8 (RNR NAK with the responder's timer)", Expect: "RNR NAK for the SEND's PSN with the min_rnr_timer value; the PSN is not consumed",
+		Rule: "IBA 9.7.5.2.8 (RNR NAK with the responder's timer)", Expect: "RNR NAK for the SEND's PSN with the min_rnr_timer value and MSN 0; the PSN is not consumed (the probe at it completes message 1)",
 		Tools: rdmaTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			h := c.Hdr(wire.RCSendOnly)
@@ -86,15 +88,17 @@ func init() {
 				return Failf("no response to a SEND without receive")
 			case r.Syn().Kind() != wire.SynRNR || r.PSN() != h.PSN:
 				return Failf("want RNR NAK psn=%#x, got %s", h.PSN, r)
+			case msnWrong(r, 0) != "":
+				return Failf("%s: the SEND it refuses is no completed message", msnWrong(r, 0))
 			}
-			ev, ok := c.ProbeAnswered(ctx)
+			ev, ok := c.ProbeAnswered(ctx, 1)
 			if !ok {
 				return Failf("RNR %s, but then %s (the RNR'ed PSN must not be consumed)", r, ev)
 			}
 			return Passf("%s, timer %d; the same PSN then %s", r, r.Syn().RNRTimer(), ev)
 		}})
 	add(&Scenario{ID: "R-RNR-WRITE-IMM", Title: "WRITE with immediate consumes a receive: RNR without one", Role: PeerResponder,
-		Rule: "IBA 9.4.4 (immediate data consumes a receive WQE), 9.7.5.2.8", Expect: "RNR NAK for the WRITE ONLY WITH IMMEDIATE",
+		Rule: "IBA 9.4.4 (immediate data consumes a receive WQE), 9.7.5.2.8", Expect: "RNR NAK for the WRITE ONLY WITH IMMEDIATE, MSN 0",
 		Tools: writeTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			h := c.Hdr(wire.RCWriteOnlyImm)
@@ -107,17 +111,20 @@ func init() {
 				}
 				return Failf("want RNR NAK psn=%#x, got %s", h.PSN, r)
 			}
+			if why := msnWrong(r, 0); why != "" {
+				return Failf("%s: the WRITE it refuses is no completed message", why)
+			}
 			return Passf("%s", r)
 		}})
 	inval := func(id, title, rule string, tools []Tool, script func(c *Conn) (uint32, error)) {
 		add(&Scenario{ID: id, Title: title, Role: PeerResponder, Rule: rule,
-			Expect: "NAK invalid request for the offending PSN", Tools: tools,
+			Expect: "NAK invalid request for the offending PSN, MSN 0 (nothing completed)", Tools: tools,
 			Run: func(ctx context.Context, c *Conn) Outcome {
 				psn, err := script(c)
 				if err != nil {
 					return Errorf("%v", err)
 				}
-				return expectNAK(ctx, c, psn, wire.NAKInvalidRequest, title)
+				return expectNAK(ctx, c, psn, wire.NAKInvalidRequest, 0, title)
 			}})
 	}
 	send := func(c *Conn, h wire.Headers, n int, note string) error {
@@ -209,6 +216,9 @@ func init() {
 			answered := 0
 			for _, r := range got {
 				if r.Syn().Kind() == wire.SynNAK {
+					if why := msnWrong(r, uint32(depth)); why != "" {
+						return Failf("after %d answers: %s (the %d READs accepted before it)", answered, why, depth)
+					}
 					if r.Syn().NAKCode() == wire.NAKInvalidRequest && r.PSN() == psnAdd(first, depth) {
 						return Passf("%d READs answered, then %s", answered, r)
 					}
@@ -216,6 +226,13 @@ func init() {
 				}
 				if r.Pkt.Opcode == wire.RCReadResponseOnly {
 					answered++
+					// A READ counts once it is accepted (C9-148): a
+					// responder that accepts ahead of its answers may carry
+					// a later count, never an earlier one, nor one beyond
+					// the READs sent.
+					if m := r.MSN(); m < uint32(answered) || m > uint32(n) {
+						return Failf("READ %d of %d: %s carries MSN %d, want %d..%d (each READ counts once)", answered, n, r, m, answered, n)
+					}
 				}
 			}
 			if answered == n {

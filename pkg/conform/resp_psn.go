@@ -14,7 +14,7 @@ import (
 
 func init() {
 	add(&Scenario{ID: "R-SEQ-NAK", Title: "a PSN ahead of the expected one is NAKed", Role: PeerResponder,
-		Rule: "IBA 9.7.5.2.2, C9-107", Expect: "NAK PSN sequence error carrying the expected PSN",
+		Rule: "IBA 9.7.5.2.2, C9-107", Expect: "NAK PSN sequence error carrying the expected PSN and MSN 0",
 		Tools: rcTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			expected := c.PSN
@@ -23,7 +23,7 @@ func init() {
 			if err := c.Send(h, payload, "PSN expected+2 (two skipped)"); err != nil {
 				return Errorf("%v", err)
 			}
-			return expectNAK(ctx, c, expected, wire.NAKPSNSeqErr, "out-of-sequence request")
+			return expectNAK(ctx, c, expected, wire.NAKPSNSeqErr, 0, "out-of-sequence request")
 		}})
 	add(&Scenario{ID: "R-SEQ-NAK-ONCE", Title: "a sequence error is NAKed once, not per packet", Role: PeerResponder,
 		Rule: "IBA 9.7.5.2.2 (one NAK per sequence error), C9-107", Expect: "exactly one NAK for three out-of-sequence packets, then the expected PSN resumes the QP",
@@ -56,8 +56,10 @@ func init() {
 				return Failf("%d sequence NAKs for one sequence error (first %s)", naks, got[0])
 			case got[0].PSN() != expected:
 				return Failf("NAK names psn=%#x, want the expected %#x", got[0].PSN(), expected)
+			case msnWrong(got[0], 0) != "":
+				return Failf("%s: out-of-sequence packets complete nothing", msnWrong(got[0], 0))
 			}
-			ev, ok := c.ProbeAnswered(ctx)
+			ev, ok := c.ProbeAnswered(ctx, 1)
 			if !ok {
 				return Failf("one NAK (%s), but resending the expected PSN failed: %s", got[0], ev)
 			}
@@ -71,7 +73,7 @@ func init() {
 			h, payload := c.ProbeHeaders()
 			h.PSN = psnAdd(first, 1)
 			_ = c.Send(h, payload, "second request first: first one 'lost'")
-			n := expectNAK(ctx, c, first, wire.NAKPSNSeqErr, "gap")
+			n := expectNAK(ctx, c, first, wire.NAKPSNSeqErr, 0, "gap")
 			if n.Verdict != Pass {
 				return n
 			}
@@ -111,6 +113,9 @@ func init() {
 			}
 			if !bytes.Equal(rr.Pkt.Payload, b) {
 				return Failf("duplicate WRITE was executed again: memory holds A after %s", r)
+			}
+			if why := msnWrong(rr, 3); why != "" {
+				return Failf("READ after two WRITEs and a duplicate: %s (the duplicate is no message)", why)
 			}
 			return Passf("duplicate re-ACKed %s, memory still B (%s)", r, rr)
 		}})
@@ -156,7 +161,7 @@ func init() {
 			return Passf("duplicate re-ACKed %s", r)
 		}})
 	add(&Scenario{ID: "R-DUP-READ", Title: "a duplicate READ is answered again", Role: PeerResponder,
-		Rule: "IBA 9.7.5.1.2 (duplicate RDMA READ re-executed), C9-101", Expect: "the same responses, PSNs and data again",
+		Rule: "IBA 9.7.5.1.2 (duplicate RDMA READ re-executed), C9-101", Expect: "the same responses, PSNs and data again; MSN 1 throughout (the duplicate is no new message)",
 		Tools: readTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			n := 3 * c.MTU
@@ -181,10 +186,13 @@ func init() {
 					return Failf("duplicate response %d %s differs from %s", i+1, again[i], first[i])
 				}
 			}
+			if why := msnsWrong(append(first, again...), 1); why != "" {
+				return Failf("%s (one READ and its duplicate: one message)", why)
+			}
 			return Passf("answered twice, psn=%#x..%#x identical", first[0].PSN(), first[2].PSN())
 		}})
 	add(&Scenario{ID: "R-DUP-READ-MIDDLE", Title: "a duplicate READ starting at a middle PSN", Role: PeerResponder,
-		Rule: "IBA 9.7.5.1.2 (duplicate READ at a PSN inside the original)", Expect: "responses from that PSN on, data from the matching offset",
+		Rule: "IBA 9.7.5.1.2 (duplicate READ at a PSN inside the original)", Expect: "responses from that PSN on, data from the matching offset; MSN 1 throughout",
 		Tools: readTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			n := 3 * c.MTU
@@ -208,10 +216,13 @@ func init() {
 					return Failf("duplicate response %d: %s, want psn=%#x with the bytes of %s", i+1, again[i], psnAdd(d.PSN, i), first[i+1])
 				}
 			}
+			if why := msnsWrong(append(first, again...), 1); why != "" {
+				return Failf("%s (one READ and its duplicate: one message)", why)
+			}
 			return Passf("re-answered from psn=%#x: %s, %s", d.PSN, again[0], again[1])
 		}})
 	add(&Scenario{ID: "R-DUP-ATOMIC", Title: "a duplicate atomic is answered from the saved result", Role: PeerResponder,
-		Rule: "IBA 9.7.5.1.2 (atomic responder resources), C9-102", Expect: "the duplicate's ATOMIC ACK repeats the original value; memory changed once",
+		Rule: "IBA 9.7.5.1.2 (atomic responder resources), C9-102", Expect: "the duplicate's ATOMIC ACK repeats the original value and MSN 1; memory changed once; the next atomic is MSN 2",
 		Tools: atomTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			h := c.Hdr(wire.RCFetchAdd)
@@ -238,6 +249,12 @@ func init() {
 			}
 			if y := r3.Pkt.AtomicAckETH.OrigData(); y != x+1 {
 				return Failf("memory is %#x after one +1 and a duplicate, want %#x", y, x+1)
+			}
+			if why := msnsWrong([]*Rx{r1, r2}, 1); why != "" {
+				return Failf("%s (an atomic and its duplicate: one message)", why)
+			}
+			if why := msnWrong(r3, 2); why != "" {
+				return Failf("the atomic after the duplicate: %s", why)
 			}
 			return Passf("duplicate repeated orig=%#x; memory %#x (%s)", x, x+1, r3)
 		}})
