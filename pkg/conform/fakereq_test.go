@@ -39,11 +39,11 @@ type fakeRequester struct {
 	wg    sync.WaitGroup
 }
 
-// runFakeRequester runs requester scenario id against a fakeRequester.
-func runFakeRequester(t *testing.T, id string, honourNAK bool, late time.Duration, tune ...func(*Config)) Outcome {
+// fakeRequesterConn binds the fake requester's socket on 127.0.0.2 and
+// opens the engine's side (a Conn as Accept leaves it, its link on clk)
+// towards it; the peer's first request is expected at psn.
+func fakeRequesterConn(t *testing.T, clk linkClock, psn uint32, tune ...func(*Config)) (*Conn, *net.UDPConn, wire.Flow) {
 	t.Helper()
-	s, err := Lookup(id)
-	require.NoError(t, err)
 	peer := netip.MustParseAddr("127.0.0.2")
 	var pc *net.UDPConn
 	var port uint16
@@ -60,14 +60,23 @@ func runFakeRequester(t *testing.T, id string, honourNAK bool, late time.Duratio
 		f(cfg)
 	}
 	cfg.defaults()
-	l, err := OpenLink(netip.AddrPortFrom(loopback, port), netip.AddrPortFrom(peer, port))
+	l, err := openLinkClock(netip.AddrPortFrom(loopback, port), netip.AddrPortFrom(peer, port), clk)
 	require.NoError(t, err)
-	const psn = 0x500
 	c := &Conn{Link: l, Cfg: cfg, Tool: IBVRCPingpong, OurQPN: 0x2323, PeerQPN: 0x1717, PSN: 0x900, MTU: 1024,
 		srv: &serveState{ePSN: psn, atomics: map[uint32]uint64{}, words: map[uint64]uint64{}}}
 	l.ourQPN, l.peerQPN = c.OurQPN, c.PeerQPN
-	f := &fakeRequester{pc: pc, flow: wire.Flow{Src: netip.AddrPortFrom(peer, port), Dst: netip.AddrPortFrom(loopback, port)},
-		t: c.ackTimeout(), honourNAK: honourNAK, late: late, done: make(chan struct{})}
+	return c, pc, wire.Flow{Src: netip.AddrPortFrom(peer, port), Dst: netip.AddrPortFrom(loopback, port)}
+}
+
+// runFakeRequester runs requester scenario id against a fakeRequester.
+func runFakeRequester(t *testing.T, id string, honourNAK bool, late time.Duration, tune ...func(*Config)) Outcome {
+	t.Helper()
+	s, err := Lookup(id)
+	require.NoError(t, err)
+	const psn = 0x500
+	c, pc, flow := fakeRequesterConn(t, realClock{}, psn, tune...)
+	cfg, l := c.Cfg, c.Link
+	f := &fakeRequester{pc: pc, flow: flow, t: c.ackTimeout(), honourNAK: honourNAK, late: late, done: make(chan struct{})}
 	if cfg.PeerRNRRetry < 7 { // 7: infinite
 		f.rnrRetry = cfg.PeerRNRRetry
 	}

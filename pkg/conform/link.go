@@ -121,6 +121,7 @@ func (r *Rx) String() string {
 type Link struct {
 	conn  *net.UDPConn
 	flow  wire.Flow // local -> peer
+	clk   linkClock
 	start time.Time
 	rx    chan *Rx
 	done  chan struct{}
@@ -142,6 +143,11 @@ type Link struct {
 
 // OpenLink binds local (address and UDP port) and targets peer.
 func OpenLink(local, peer netip.AddrPort) (*Link, error) {
+	return openLinkClock(local, peer, realClock{})
+}
+
+// openLinkClock is OpenLink on clk's time (tests pass a fake).
+func openLinkClock(local, peer netip.AddrPort, clk linkClock) (*Link, error) {
 	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) { serr = setSockOpts(int(fd), local.Addr().Unmap().Is4()) })
@@ -154,7 +160,7 @@ func OpenLink(local, peer netip.AddrPort) (*Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("binding %s: %v", local, err)
 	}
-	l := &Link{conn: pc.(*net.UDPConn), flow: wire.Flow{Src: local, Dst: peer}, start: time.Now(),
+	l := &Link{conn: pc.(*net.UDPConn), flow: wire.Flow{Src: local, Dst: peer}, clk: clk, start: clk.Now(),
 		rx: make(chan *Rx, 4096), done: make(chan struct{})}
 	go l.receive()
 	return l, nil
@@ -182,7 +188,7 @@ func (l *Link) Trace() []Event {
 }
 
 // Since is the link's clock.
-func (l *Link) Since() time.Duration { return time.Since(l.start) }
+func (l *Link) Since() time.Duration { return l.clk.Now().Sub(l.start) }
 
 func (l *Link) record(e Event) {
 	l.mu.Lock()
@@ -318,7 +324,20 @@ func (l *Link) maybeAck(r *Rx) {
 // packet match accepts; other packets are dropped from the queue (they
 // stay in the trace).
 func (l *Link) Next(ctx context.Context, d time.Duration, match func(*Rx) bool) (*Rx, bool) {
-	t := time.NewTimer(d)
+	// What is queued first, without a timer: the timer is armed only when
+	// the scenario has to wait, so a test's clock that sees it armed knows
+	// the scenario has read everything that arrived.
+	for queued := true; queued; {
+		select {
+		case r := <-l.rx:
+			if match == nil || match(r) {
+				return r, true
+			}
+		default:
+			queued = false
+		}
+	}
+	t := l.clk.NewTimer(d)
 	defer t.Stop()
 	for {
 		select {
@@ -326,7 +345,7 @@ func (l *Link) Next(ctx context.Context, d time.Duration, match func(*Rx) bool) 
 			if match == nil || match(r) {
 				return r, true
 			}
-		case <-t.C:
+		case <-t.C():
 			return nil, false
 		case <-ctx.Done():
 			return nil, false
@@ -349,7 +368,7 @@ func (l *Link) Next(ctx context.Context, d time.Duration, match func(*Rx) bool) 
 // Collect gathers every packet match accepts for d (or until ctx ends).
 func (l *Link) Collect(ctx context.Context, d time.Duration, match func(*Rx) bool) []*Rx {
 	var out []*Rx
-	t := time.NewTimer(d)
+	t := l.clk.NewTimer(d)
 	defer t.Stop()
 	for {
 		select {
@@ -357,7 +376,7 @@ func (l *Link) Collect(ctx context.Context, d time.Duration, match func(*Rx) boo
 			if match == nil || match(r) {
 				out = append(out, r)
 			}
-		case <-t.C:
+		case <-t.C():
 			return out
 		case <-ctx.Done():
 			return out
