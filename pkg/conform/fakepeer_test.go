@@ -30,6 +30,10 @@ type fakeResponder struct {
 	acceptUC bool          // takes a UC SEND ONLY as an RC SEND ONLY (wrong)
 	delay    time.Duration // every response leaves this late (a slow peer)
 	msnMode  msnMode       // how it counts its MSN (msnRight unless a test breaks it)
+	dupACKAt dupACKAt      // the PSN it ACKs a duplicate SEND or WRITE at
+	// dupReadContinues answers a duplicate READ from its first PSN as the
+	// continuation of a response sequence (MIDDLE ... LAST: wrong).
+	dupReadContinues bool
 
 	mu        sync.Mutex
 	queue     chan delayed // responses sent delay late
@@ -46,6 +50,15 @@ type fakeResponder struct {
 const (
 	fakeVA   = 0x10000
 	fakeRKey = 0x1234
+)
+
+// dupACKAt is the PSN a fake responder ACKs a duplicate SEND or WRITE at.
+type dupACKAt uint8
+
+const (
+	dupACKLatest dupACKAt = iota // the latest PSN received, as rxe (right)
+	dupACKOwn                    // the duplicate's own PSN (right too)
+	dupACKAhead                  // the expected PSN: one never received (wrong)
 )
 
 // msnMode is how a fake responder counts its MSN: right, or wrong in one
@@ -179,7 +192,7 @@ func (f *fakeResponder) handle(p *wire.Packet) {
 	case psnBefore(psn, f.ePSN):
 		switch {
 		case flags&wire.FlagRead != 0:
-			f.readResponse(p, psn)
+			f.readResponse(p, psn, f.dupReadContinues)
 		case flags&wire.FlagAtomic != 0:
 			if orig, ok := f.atomics[psn]; ok {
 				f.countPacket()
@@ -187,7 +200,14 @@ func (f *fakeResponder) handle(p *wire.Packet) {
 			}
 		case flags&(wire.FlagSend|wire.FlagWrite) != 0:
 			f.countPacket()
-			f.ack(psnAdd(f.ePSN, -1), wire.ACKSyndrome(0x1f))
+			at := psnAdd(f.ePSN, -1)
+			switch f.dupACKAt {
+			case dupACKOwn:
+				at = psn
+			case dupACKAhead:
+				at = f.ePSN
+			}
+			f.ack(at, wire.ACKSyndrome(0x1f))
 		}
 		return
 	default:
@@ -206,7 +226,7 @@ func (f *fakeResponder) handle(p *wire.Packet) {
 		}
 		f.ePSN = psnAdd(psn, max((n+1023)/1024, 1))
 		f.complete()
-		f.readResponse(p, psn)
+		f.readResponse(p, psn, false)
 	case flags&wire.FlagAtomic != 0:
 		a := p.AtomicETH
 		off := int(a.VA() - fakeVA)
@@ -323,8 +343,9 @@ func (f *fakeResponder) ack(psn uint32, syn wire.Syndrome) {
 	f.send(wire.Headers{Opcode: wire.RCAck, PKey: DefaultPKey, DestQP: f.engineQPN, PSN: psn, Syndrome: syn, MSN: f.msn}, nil)
 }
 
-// readResponse answers the READ p (at psn, possibly a duplicate).
-func (f *fakeResponder) readResponse(p *wire.Packet, psn uint32) {
+// readResponse answers the READ p (at psn, possibly a duplicate);
+// continues sends MIDDLE where FIRST belongs.
+func (f *fakeResponder) readResponse(p *wire.Packet, psn uint32, continues bool) {
 	n, off := int(p.RETH.DMALen()), int(p.RETH.VA()-fakeVA)
 	if p.RETH.RKey() != fakeRKey || off < 0 || off+n > len(f.mem) {
 		f.ack(psn, wire.NAKSyndrome(wire.NAKRemoteAccess))
@@ -337,7 +358,7 @@ func (f *fakeResponder) readResponse(p *wire.Packet, psn uint32) {
 		switch {
 		case segs == 1:
 			op = wire.RCReadResponseOnly
-		case i == 0:
+		case i == 0 && !continues:
 			op = wire.RCReadResponseFirst
 		case i == segs-1:
 			op = wire.RCReadResponseLast

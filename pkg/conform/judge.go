@@ -63,6 +63,24 @@ func msnWrong(r *Rx, want uint32) string {
 	return fmt.Sprintf("%s carries MSN %d, want %d", r, r.MSN(), want)
 }
 
+// dupACKPSNOK reports whether an ACK at psn answers a duplicate request
+// at dup when the latest request executed is at latest: it acknowledges
+// the duplicate (psn not before dup) and nothing the responder has not
+// received (psn not after latest). rdma_rxe ACKs the latest (rxe_resp.c
+// duplicate_request: send_ack at qp->resp.psn - 1, C9-105); a responder
+// that ACKs the duplicate's own PSN is right too.
+func dupACKPSNOK(psn, dup, latest uint32) bool {
+	return !psnBefore(psn, dup) && !psnBefore(latest, psn)
+}
+
+// dupACKRule says what dupACKPSNOK wants, for evidence.
+func dupACKRule(dup, latest uint32) string {
+	if dup == latest {
+		return fmt.Sprintf("want psn=%#x (the duplicate's, the latest received)", dup)
+	}
+	return fmt.Sprintf("want psn=%#x..%#x (the duplicate's up to the latest received; a later one acknowledges a request never received)", dup, latest)
+}
+
 // msnsWrong is msnWrong of the first of rs whose MSN is not want.
 func msnsWrong(rs []*Rx, want uint32) string {
 	for _, r := range rs {

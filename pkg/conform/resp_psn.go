@@ -82,7 +82,7 @@ func init() {
 			return combine(n, expectACK(ctx, c, p, 2, "after go-back-N"))
 		}})
 	add(&Scenario{ID: "R-DUP-WRITE", Title: "a duplicate WRITE is re-ACKed, not re-executed", Role: PeerResponder,
-		Rule: "IBA 9.7.5.1.2 (duplicate requests), C9-100", Expect: "ACK for the duplicate PSN with the unchanged MSN; memory keeps the later write",
+		Rule: "IBA 9.7.5.1.2 (duplicate requests), C9-100", Expect: "ACK with the unchanged MSN and a PSN from the duplicate's to the latest request's (never one not received); memory keeps the later write",
 		Tools: writeTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			a, b := bytes.Repeat([]byte{0xaa}, 32), bytes.Repeat([]byte{0xbb}, 32)
@@ -104,6 +104,8 @@ func init() {
 				return Failf("duplicate WRITE got %s, want ACK", r)
 			case r.MSN() != 2:
 				return Failf("duplicate ACK %s has MSN %d: the MSN must not move (2)", r, r.MSN())
+			case !dupACKPSNOK(r.PSN(), pa, pb):
+				return Failf("duplicate of psn=%#x ACKed at psn=%#x: %s", pa, r.PSN(), dupACKRule(pa, pb))
 			}
 			// Read back where the tool allows it.
 			rp, _ := c.ReadReq(512, 32, "READ back: B expected")
@@ -120,11 +122,11 @@ func init() {
 			return Passf("duplicate re-ACKed %s, memory still B (%s)", r, rr)
 		}})
 	add(&Scenario{ID: "R-DUP-SEND", Title: "a duplicate SEND is re-ACKed, not delivered again", Role: PeerResponder,
-		Rule: "IBA 9.7.5.1.2, C9-100", Expect: "ACK for the duplicate with the unchanged MSN; no second receive completion (a pingpong server does not answer it)",
+		Rule: "IBA 9.7.5.1.2, C9-100", Expect: "ACK for the duplicate with the unchanged MSN and a PSN of the duplicated SEND's; no second receive completion (a pingpong server does not answer it)",
 		Tools: sendTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			start := len(c.Trace())
-			_, last, err := c.SendMsg(pattern(c.SendLen(16), 5), "SEND")
+			firstPSN, last, err := c.SendMsg(pattern(c.SendLen(16), 5), "SEND")
 			if err != nil {
 				return Errorf("%v", err)
 			}
@@ -151,6 +153,8 @@ func init() {
 				return Failf("no ACK for the duplicate SEND psn=%#x", last)
 			case r.Syn().Kind() != wire.SynACK || r.MSN() != 1:
 				return Failf("duplicate SEND got %s, want ACK with MSN 1", r)
+			case !dupACKPSNOK(r.PSN(), firstPSN, last):
+				return Failf("duplicate of psn=%#x..%#x ACKed at psn=%#x: %s", firstPSN, last, r.PSN(), dupACKRule(firstPSN, last))
 			}
 			if c.Tool.Echoes() {
 				if c.waitPeerMessages(ctx, echoes+1, silenceWait) {
@@ -161,7 +165,7 @@ func init() {
 			return Passf("duplicate re-ACKed %s", r)
 		}})
 	add(&Scenario{ID: "R-DUP-READ", Title: "a duplicate READ is answered again", Role: PeerResponder,
-		Rule: "IBA 9.7.5.1.2 (duplicate RDMA READ re-executed), C9-101", Expect: "the same responses, PSNs and data again; MSN 1 throughout (the duplicate is no new message)",
+		Rule: "IBA 9.7.5.1.2 (duplicate RDMA READ re-executed), C9-101", Expect: "the same responses (opcodes FIRST/MIDDLE/LAST), PSNs and data again; MSN 1 throughout (the duplicate is no new message)",
 		Tools: readTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
 			n := 3 * c.MTU
@@ -184,6 +188,13 @@ func init() {
 			for i := range 3 {
 				if again[i].PSN() != first[i].PSN() || !bytes.Equal(again[i].Pkt.Payload, first[i].Pkt.Payload) {
 					return Failf("duplicate response %d %s differs from %s", i+1, again[i], first[i])
+				}
+				// The duplicate is the whole READ again: a requester that
+				// lost every response takes them as a new sequence and
+				// drops one that continues another (rxe_comp.c check_ack:
+				// only FIRST or ONLY may start a READ's responses).
+				if again[i].Pkt.Opcode != first[i].Pkt.Opcode {
+					return Failf("duplicate response %d is %s, the original's %s: a duplicate from the READ's first PSN is answered as the whole READ", i+1, again[i], first[i].Pkt.Opcode)
 				}
 			}
 			if why := msnsWrong(append(first, again...), 1); why != "" {
