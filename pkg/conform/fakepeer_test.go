@@ -34,6 +34,9 @@ type fakeResponder struct {
 	// dupReadContinues answers a duplicate READ from its first PSN as the
 	// continuation of a response sequence (MIDDLE ... LAST: wrong).
 	dupReadContinues bool
+	// zeroLenKeyChecked checks the R_Key and VA of a zero-length READ or
+	// WRITE (wrong: IBA C9-88 says they are not validated).
+	zeroLenKeyChecked bool
 
 	mu        sync.Mutex
 	queue     chan delayed // responses sent delay late
@@ -219,8 +222,8 @@ func (f *fakeResponder) handle(p *wire.Packet) {
 	}
 	switch {
 	case flags&wire.FlagRead != 0:
-		n, off := int(p.RETH.DMALen()), int(p.RETH.VA()-fakeVA)
-		if p.RETH.RKey() != fakeRKey || off < 0 || off+n > len(f.mem) {
+		n := int(p.RETH.DMALen())
+		if !f.rethOK(p) {
 			f.ack(psn, wire.NAKSyndrome(wire.NAKRemoteAccess)) // a refused READ counts none
 			return
 		}
@@ -265,13 +268,14 @@ func (f *fakeResponder) handle(p *wire.Packet) {
 		}
 	case flags&wire.FlagWrite != 0:
 		f.ePSN = psnAdd(psn, 1)
-		if p.RETH != nil && p.RETH.DMALen() > 0 {
-			off := int(p.RETH.VA() - fakeVA)
-			if p.RETH.RKey() != fakeRKey || off < 0 || off+int(p.RETH.DMALen()) > len(f.mem) {
+		if p.RETH != nil {
+			if !f.rethOK(p) {
 				f.ack(psn, wire.NAKSyndrome(wire.NAKRemoteAccess))
 				return
 			}
-			copy(f.mem[off:], p.Payload)
+			if n := int(p.RETH.DMALen()); n > 0 {
+				copy(f.mem[p.RETH.VA()-fakeVA:], p.Payload)
+			}
 		}
 		f.countPacket()
 		if flags&(wire.FlagOnly|wire.FlagLast) != 0 {
@@ -320,6 +324,16 @@ func (f *fakeResponder) sendLate() {
 	}
 }
 
+// rethOK checks the R_Key and bounds of p's RETH; a zero-length one has
+// none to check (C9-88) unless zeroLenKeyChecked.
+func (f *fakeResponder) rethOK(p *wire.Packet) bool {
+	n, off := int(p.RETH.DMALen()), int(p.RETH.VA()-fakeVA)
+	if n == 0 && !f.zeroLenKeyChecked {
+		return true
+	}
+	return p.RETH.RKey() == fakeRKey && off >= 0 && off+n <= len(f.mem)
+}
+
 // complete counts a completed message (msnRight).
 func (f *fakeResponder) complete() {
 	if f.msnMode == msnRight {
@@ -346,12 +360,15 @@ func (f *fakeResponder) ack(psn uint32, syn wire.Syndrome) {
 // readResponse answers the READ p (at psn, possibly a duplicate);
 // continues sends MIDDLE where FIRST belongs.
 func (f *fakeResponder) readResponse(p *wire.Packet, psn uint32, continues bool) {
-	n, off := int(p.RETH.DMALen()), int(p.RETH.VA()-fakeVA)
-	if p.RETH.RKey() != fakeRKey || off < 0 || off+n > len(f.mem) {
+	if !f.rethOK(p) {
 		f.ack(psn, wire.NAKSyndrome(wire.NAKRemoteAccess))
 		return
 	}
-	data := append([]byte(nil), f.mem[off:off+n]...)
+	n, data := int(p.RETH.DMALen()), []byte(nil)
+	if n > 0 {
+		off := int(p.RETH.VA() - fakeVA)
+		data = append(data, f.mem[off:off+n]...)
+	}
 	segs := max((n+1023)/1024, 1)
 	for i := range segs {
 		op := wire.RCReadResponseMiddle

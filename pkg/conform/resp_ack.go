@@ -122,11 +122,15 @@ func init() {
 			return Passf("FIRST/MIDDLE/LAST psn=%#x..%#x, %d bytes each", psn, psnAdd(psn, 2), c.MTU)
 		}})
 	add(&Scenario{ID: "R-READ-ZERO", Title: "zero-length READ", Role: PeerResponder,
-		Rule: "IBA 9.7.4.1.4 (DMA length 0), C9-87", Expect: "READ RESPONSE ONLY without payload, MSN 1, no R_Key check needed",
+		Rule: "IBA 9.7.4.1.4 (DMA length 0), C9-87, C9-88", Expect: "READ RESPONSE ONLY without payload, MSN 1: a zero-length READ checks no R_Key (this one's is wrong, its VA 0)",
 		Tools: readTools,
 		Run: func(ctx context.Context, c *Conn) Outcome {
-			psn, err := c.ReadReq(0, 0, "READ 0 bytes")
-			if err != nil {
+			// A wrong R_Key and VA 0, as R-WRITE-ZERO: with the buffer's
+			// own, a responder that checks them anyway passed.
+			h := c.Hdr(wire.RCReadRequest)
+			h.VA, h.RKey, h.DMALen = 0, c.RKey^0xdead00, 0
+			psn := c.next(1)
+			if err := c.Send(h, nil, "READ 0 bytes, rkey wrong, VA 0"); err != nil {
 				return Errorf("%v", err)
 			}
 			r, ok := c.Response(ctx, answerWait)
