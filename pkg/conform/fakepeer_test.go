@@ -37,6 +37,7 @@ type fakeResponder struct {
 	// zeroLenKeyChecked checks the R_Key and VA of a zero-length READ or
 	// WRITE (wrong: IBA C9-88 says they are not validated).
 	zeroLenKeyChecked bool
+	pkey              uint16 // the P_Key of its responses (0: DefaultPKey)
 
 	mu        sync.Mutex
 	queue     chan delayed // responses sent delay late
@@ -289,6 +290,9 @@ func (f *fakeResponder) handle(p *wire.Packet) {
 
 // send sends one response, delay late (in order with the others).
 func (f *fakeResponder) send(h wire.Headers, payload []byte) {
+	if f.pkey != 0 {
+		h.PKey = f.pkey
+	}
 	b := make([]byte, h.Len(len(payload)))
 	if _, err := h.Encode(b, payload); err != nil {
 		panic(err)

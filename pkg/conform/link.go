@@ -271,6 +271,10 @@ func (l *Link) receive() {
 			ev.Note = "bad ICRC"
 		} else {
 			ev.ipID = id
+			if pk := r.Pkt.BTH.PKey(); !pkeyMatches(pk) {
+				r.Err = fmt.Errorf("P_Key %#x does not match the QP's %#x: dropped", pk, DefaultPKey)
+				ev.Note = r.Err.Error()
+			}
 		}
 		l.record(ev)
 		if r.Err == nil {
@@ -405,6 +409,13 @@ func (l *Link) Drain() {
 		}
 	}
 }
+
+// pkeyMatches reports whether a packet with P_Key pk is for a QP of the
+// tools' full-member P_Key 0xffff: the low 15 bits must be equal (a
+// limited member 0x7fff matches a full one). A receiver drops any other
+// (IBA 9.6.1.1.3; rxe_recv.c check_keys, pkey_match), so a peer's response
+// with another P_Key answers nothing, whatever it says.
+func pkeyMatches(pk uint16) bool { return pk&0x7fff == DefaultPKey&0x7fff }
 
 // psnBefore reports a < b in 24-bit serial arithmetic.
 func psnBefore(a, b uint32) bool {
