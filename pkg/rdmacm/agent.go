@@ -29,6 +29,7 @@ import (
 // at once.
 type agent struct {
 	dev *ib.Device
+	log *slog.Logger
 	// mad is set once OpenMADAgent returned; the Manager may send (from
 	// the MAD agent's own receive goroutine) before that.
 	mad    atomic.Pointer[ib.MADAgent]
@@ -41,6 +42,9 @@ type agent struct {
 	// gone is closed once close has stopped the CM: no CM event or SIDR
 	// answer comes after it.
 	gone chan struct{}
+	// srcMismatch counts the requests refused for a header source that is
+	// not their GRH source (rej_src_mismatch).
+	srcMismatch atomic.Uint64
 
 	mu        sync.Mutex
 	listeners map[uint64]*serviceListeners // by service ID
@@ -160,7 +164,7 @@ func register(dev *ib.Device, cfg *Config) (a *agent, fresh bool, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a = &agent{dev: dev, listeners: map[uint64]*serviceListeners{}, live: map[*Conn]struct{}{}, linger: cfg.Linger, gone: make(chan struct{})}
+	a = &agent{dev: dev, log: log, listeners: map[uint64]*serviceListeners{}, live: map[*Conn]struct{}{}, linger: cfg.Linger, gone: make(chan struct{})}
 	// The Manager's Send goes to the MAD agent, which does not exist yet
 	// when the Manager is made; nothing is sent before both exist.
 	a.cm = cm.New(cm.Config{

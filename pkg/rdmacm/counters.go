@@ -7,15 +7,17 @@ import "github.com/rxed/rxed/pkg/ib"
 // tx_retries_<msg>, rx_dup_<msg> per message type as cm.c's sysfs groups
 // cm_rx_msgs, cm_tx_msgs, cm_tx_retries and cm_rx_duplicates, then
 // rx_malformed, rej_*, timeouts, timewait_exits and the other drops and
-// answers of pkg/cm's counters.go). A counter appears once it has counted
-// something: a running manager that has seen nothing returns an empty,
-// non-nil map.
+// answers of pkg/cm's counters.go), and rdma_cm's own: rej_src_mismatch,
+// the requests refused because rdma_cm's header names another source
+// address than the one they came from (source.go). A counter appears once
+// it has counted something: a running manager that has seen nothing
+// returns an empty, non-nil map.
 //
 // It returns nil when dev has no connection manager: nil dev, never
 // enabled (Enable, Listen or Dial start it; Counters does not), or closed
-// with its device. The counters are the manager's, not rdma_cm's: rdma_cm
-// itself (the listener choice by address, the private data header) counts
-// nothing of its own; its refusals show as the CM's REJs.
+// with its device. rdma_cm's other refusals (no listener for the header's
+// address, a malformed header) count nothing of their own: they show as
+// the CM's REJs.
 //
 // Safe for concurrent use with everything else on dev; the snapshot is
 // the caller's to keep.
@@ -29,5 +31,9 @@ func Counters(dev *ib.Device) map[string]uint64 {
 	}
 	// The Manager has its own lock; a manager closed since the lookup
 	// still answers with its last counts.
-	return a.cm.Counters()
+	c := a.cm.Counters()
+	if n := a.srcMismatch.Load(); n > 0 {
+		c[cntRejSrcMismatch] = n
+	}
+	return c
 }

@@ -23,6 +23,14 @@
 //     address; a REQ for a port nobody listens on is rejected by the CM
 //     with reason 8 (invalid service ID), one whose address no listener
 //     covers with reason 28 (consumer defined), as the kernel does.
+//   - The header's source address is the client's to write, so the
+//     passive side refuses (REJ 28; a SIDR_REQ: SIDR_REP REJECT) a
+//     request whose header names another source than the address it came
+//     from, its GRH source, where the REP and the connection's packets go,
+//     and counts it (rej_src_mismatch in Counters). A real rdma_cm client
+//     always sends from the address its header names, so Request.Remote
+//     is where the request came from and can be trusted as far as the IP
+//     source can (an allowlist keyed on it stops a forged header).
 //
 // # QP attributes, as the kernel derives them
 //
@@ -46,7 +54,10 @@
 // the REQ's responder resources, as librdmacm's rdma_accept.
 //
 // Deviations, chosen: loopback addresses are accepted (the kernel refuses
-// them on RoCE; rxed's tests and single-host users live there); the passive
+// them on RoCE; rxed's tests and single-host users live there); a header
+// source that is not the request's GRH source is refused (the kernel's
+// validate_net_dev only checks that the header's addresses route through
+// the interface the request arrived on: a forged neighbour passes); the passive
 // path MTU is the smaller of the REQ's and the local port's; the active
 // path MTU is the port's active MTU capped by what the local interface
 // carries (iboe_get_mtu: 1024 on an Ethernet link of 1500 bytes).

@@ -221,8 +221,9 @@ func (a *agent) route(sid uint64, dst netip.Addr) *Listener {
 
 // onListenEvent receives the REQs and SIDR_REQs of every rdma_cm port of
 // the device (cma_ib_req_handler, cma_ib_handler's SIDR half): it checks
-// rdma_cm's header, picks the listener by destination address and queues
-// a Request, or rejects.
+// rdma_cm's header (its version, and that its source is the address the
+// request came from: fromHeaderSource), picks the listener by destination
+// address and queues a Request, or rejects.
 func (a *agent) onListenEvent(ev cm.Event) {
 	var priv []byte
 	switch ev.Type {
@@ -246,6 +247,13 @@ func (a *agent) onListenEvent(ev cm.Event) {
 	}
 	hdr, err := mad.ParseCMAHeader(priv)
 	if err != nil || hdr.CMAVersion != mad.CMAVersion || hdr.IPVersion != ipVersion(hdr.Dst) {
+		refuse()
+		return
+	}
+	if !fromHeaderSource(hdr, ev.ID.RemoteAddr()) {
+		a.srcMismatch.Add(1)
+		a.log.Debug("rdmacm: refused a request whose header names another source than it came from",
+			"header_src", hdr.Src, "grh_src", ev.ID.RemoteAddr(), "dst", hdr.Dst, "service_id", ev.ID.ServiceID())
 		refuse()
 		return
 	}
@@ -298,7 +306,9 @@ func (a *agent) ref() {}
 // (RDMA_CM_EVENT_CONNECT_REQUEST).
 type Request struct {
 	// Local is the address and port the peer connected to; Remote the
-	// peer's, both from rdma_cm's header.
+	// peer's, both from rdma_cm's header. Listen refuses a request whose
+	// header names another source address than the one it came from, so
+	// Remote's address is RemoteQP's GID (unmapped).
 	Local, Remote netip.AddrPort
 	// PrivateData is the peer's private data after rdma_cm's header, whole
 	// as on the wire (56 bytes for a REQ, 180 for a SIDR_REQ).
