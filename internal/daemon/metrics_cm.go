@@ -9,10 +9,11 @@ import (
 	"github.com/rxed/rxed/pkg/rdmacm"
 )
 
-// The IB CM's counters (rdmacm.Counters: the device's cm.Manager) are
-// served as rxed_cm_C_total, C under pkg/cm's name: rxed_cm_rx_req_total
-// is REQs received, what cm.c's sysfs shows as
-// /sys/class/infiniband/rxe0/ports/1/cm_rx_msgs/req on a kernel host.
+// The IB CM's counters (rdmacm.Counters: the device's cm.Manager, and
+// rdma_cm's own rej_src_mismatch) are served as rxed_cm_C_total, C under
+// pkg/cm's name: rxed_cm_rx_req_total is REQs received, what cm.c's sysfs
+// shows as /sys/class/infiniband/rxe0/ports/1/cm_rx_msgs/req on a kernel
+// host.
 // `rxed stat` prints them as cm_C (CounterName).
 
 // CMCounterPrefix starts the counter name (after MetricPrefix) of every
@@ -38,7 +39,7 @@ var cmFamilies = []struct{ prefix, group, what string }{
 }
 
 // cmCounterHelp says what each of pkg/cm's other counters counts (its
-// counters.go).
+// counters.go), and pkg/rdmacm's own (its source.go).
 var cmCounterHelp = map[string]string{
 	"rx_malformed":           "received MADs dropped: truncated, wrong length or a field out of range",
 	"rx_bad_header":          "received MADs dropped: not base version 1, class CM, class version 2, method SEND",
@@ -53,6 +54,7 @@ var cmCounterHelp = map[string]string{
 	"timeouts":               "REQs, REPs, DREQs or SIDR_REQs unanswered after all their retries",
 	"timewait_exits":         "connections that left timewait, their comm ID free again",
 	"comm_est":               "passive connections established by their QP's first request (COMM_EST) before the RTU arrived",
+	"rej_src_mismatch":       "REQs refused with REJ 28 and SIDR_REQs with SIDR_REP REJECT by rdma_cm: their rdma_cm header names another source address than the one they came from",
 }
 
 // cmKnownCounters are the counters served even before they count

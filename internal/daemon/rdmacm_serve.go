@@ -8,10 +8,10 @@ package daemon
 // cmWaiters); any other request opens a new session, under the
 // same rules as the TCP exchange (the allowlist, the global and
 // per-source limits, the handshake and idle timeouts, the READ cap and
-// the session byte budget). The peer's GID is the CM's (the address the
-// REQ came from, which got our REP and answered it), so no address proof
-// is needed, and token mode has no rdma_cm counterpart (New refuses the
-// combination).
+// the session byte budget). The peer's address is the CM's (the address
+// the REQ came from, which got our REP and answered it), not the one
+// rdma_cm's header names (cmPeer), so no address proof is needed, and
+// token mode has no rdma_cm counterpart (New refuses the combination).
 
 import (
 	"context"
@@ -201,26 +201,38 @@ func (d *Daemon) cmAcceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		peer := req.Remote.Addr().Unmap()
+		peer, remote := cmPeer(req)
 		if d.cm.waiters.deliver(peer, req) {
 			continue
 		}
 		if !allowed(d.cfg.Allow, peer) {
 			d.refusedAddr.Add(1)
-			d.log.Warn("client address not allowed: rejecting its rdma_cm request", "peer", req.Remote)
+			d.log.Warn("client address not allowed: rejecting its rdma_cm request", "peer", remote)
 			_ = req.Reject(nil)
 			continue
 		}
 		s := &session{peer: peer, exchange: exchangeRDMACM, traffic: &sessionTraffic{maxRead: d.cfg.MaxReadLen}}
 		if !d.reg.admit(s) {
 			d.refusedBusy.Add(1)
-			d.log.Warn("too many sessions: rejecting rdma_cm client (server busy)", "peer", req.Remote,
+			d.log.Warn("too many sessions: rejecting rdma_cm client (server busy)", "peer", remote,
 				"max", d.cfg.MaxSessions, "max_per_source", d.cfg.MaxSessionsPerSource)
 			_ = req.Reject([]byte("server busy"))
 			continue
 		}
-		d.runSession(s, "perftest rdma_cm session", req.Remote, func(ctx context.Context) error {
+		d.runSession(s, "perftest rdma_cm session", remote, func(ctx context.Context) error {
 			return d.rdmaCMSession(ctx, req, s)
 		})
 	}
+}
+
+// cmPeer is the address a request came from, the one the allowlist, the
+// per-source limit and the test-connection windows key on, and with the
+// rdma_cm port of its header, how logs name the client. The address is
+// the REQ's GRH source (RemoteQP's GID), where our REP and the session's
+// traffic go: a client that names another in rdma_cm's header (its own
+// to write) gets nothing back at it. pkg/rdmacm already refuses such a
+// header (rej_src_mismatch); this holds without that check too.
+func cmPeer(req *rdmacm.Request) (netip.Addr, netip.AddrPort) {
+	gid, _ := req.RemoteQP()
+	return gid, netip.AddrPortFrom(gid, req.Remote.Port())
 }

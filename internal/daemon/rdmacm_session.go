@@ -34,7 +34,8 @@ type cmTestQP struct {
 // connections until its second hand shake, the keys and barriers, then
 // it idles until the client's report (rdmacm_ctrl.go's sequence).
 func (d *Daemon) rdmaCMSession(ctx context.Context, req *rdmacm.Request, s *session) (err error) {
-	log := d.log.With("peer", req.Remote.String(), "exchange", "rdma_cm")
+	_, remote := cmPeer(req)
+	log := d.log.With("peer", remote.String(), "exchange", "rdma_cm")
 	hctx, hcancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
 	defer hcancel()
 	defer func() {
