@@ -99,36 +99,6 @@ type CloseWaiter interface {
 // has, or when the Conn has no address of ep.Remote's family.
 var ErrNoLocalAddr = errors.New("transport: no local address for endpoint")
 
-// SendError is the error of a Send (or SendGather) that handed some of
-// its datagrams on and not the others: a socket's kernel judges each
-// datagram alone (EMSGSIZE for one over the path MTU) and the rest of the
-// batch still goes. Refused counts the datagrams of the call that were
-// not sent, so that a caller counts each datagram once, sent or refused
-// (the engine's send_err), instead of the whole batch as failed.
-type SendError struct {
-	Refused int   // datagrams of the call not handed on
-	Err     error // the first refusal
-}
-
-func (e *SendError) Error() string { return e.Err.Error() }
-func (e *SendError) Unwrap() error { return e.Err }
-
-// Refused returns how many of the n datagrams of a Send that returned err
-// were not handed on: none for nil, a *SendError's count (at most n: a
-// wrapper may pass on more or fewer datagrams than it was given), and all
-// n for any other error (the call failed before sending: closed, no
-// local address, too large).
-func Refused(err error, n int) int {
-	if err == nil {
-		return 0
-	}
-	var se *SendError
-	if errors.As(err, &se) {
-		return min(se.Refused, n)
-	}
-	return n
-}
-
 // ErrTooLarge is returned by Send for a datagram longer than MaxDatagramSize.
 var ErrTooLarge = errors.New("transport: datagram too large")
 

@@ -241,11 +241,13 @@ func sockCallRaw(trap, fd uintptr, p2 unsafe.Pointer, a3, a4 uintptr, p5 unsafe.
 // with sendmmsg, packing runs of equal-sized datagrams into single
 // UDP_SEGMENT messages when GSO is on. A valid from (only for
 // wildcard-bound sockets) sets the source address. A datagram the kernel
-// refuses does not stop the others: the error returned is the first
-// refusal, the rest of the batch having been sent. sent and sentBytes
-// count the datagrams that went (every other one was refused), each once:
-// a GSO message the kernel refused is sent again one datagram at a time
-// and counts as those.
+// refuses does not stop the others: the error returned is a *SendError
+// naming the refused ones (their positions in bufs or dgrams) with the
+// first refusal, the rest of the batch having been sent; a socket closed
+// mid-batch refuses the rest, and its error is the one reported. sent and
+// sentBytes count the datagrams that went (every other one was refused),
+// each once: a GSO message the kernel refused is sent again one datagram
+// at a time and counts as those.
 func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, from netip.Addr) (sent int, sentBytes uint64, err error) {
 	y := &s.sys
 	y.txMu.Lock()
@@ -256,13 +258,21 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 	maxGSO := maxGSOBytes(s.is6)
 	gso := y.gso.Load() && gsoAllowed(s.is6, to.Addr())
 	src := txSource{bufs: bufs, dgrams: dgrams}
-	var refused error // the first message the kernel refused
+	total := src.n()
+	base := 0       // position in the call of src's first datagram
+	var rf refusals // the datagrams the kernel refused
 	for src.n() > 0 {
 		nm, used := y.pack(&src, gso, maxGSO)
 		y.txOff, y.txEnd = 0, nm
 		for y.txOff < y.txEnd {
 			if err := y.rc.Write(y.sendFn); err != nil {
-				return sent, sentBytes, err
+				// Closed: the rest of the call is refused, and the
+				// caller hears of the close rather than of an earlier
+				// refusal.
+				pos := base + y.msgPos(y.txOff)
+				rf.add(pos, total-pos, err)
+				rf.first = err
+				return sent, sentBytes, rf.err()
 			}
 			if y.txErr != nil {
 				msgGSO := y.txSegs[y.txOff] > 1
@@ -272,9 +282,7 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 					// IP_PMTUDISC_DO refuses): the rest of the batch
 					// still goes, as rdma_rxe's packets, each sent
 					// alone, would. The first refusal is reported.
-					if refused == nil {
-						refused = os.NewSyscallError("sendmmsg", y.txErr)
-					}
+					rf.add(base+y.msgPos(y.txOff), y.txSegs[y.txOff], os.NewSyscallError("sendmmsg", y.txErr))
 					y.txOff++
 					continue
 				}
@@ -287,11 +295,7 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 					s.conn.log.Warn("transport: UDP GSO refused, disabled", "local", s.local, "err", y.txErr)
 				}
 				gso = false
-				done := 0
-				for _, k := range y.txSegs[:y.txOff] {
-					done += k
-				}
-				used = done
+				used = y.msgPos(y.txOff)
 				break
 			}
 			for i := y.txOff; i < y.txOff+y.txN; i++ {
@@ -304,11 +308,22 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 			y.txOff += y.txN
 		}
 		src.skip(used)
+		base += used
 	}
-	if refused != nil && ifindex != 0 {
+	if rf.first != nil && ifindex != 0 {
 		y.scopes.forget(from.WithZone("")) // perhaps on another interface by now
 	}
-	return sent, sentBytes, refused
+	return sent, sentBytes, rf.err()
+}
+
+// msgPos is the position, among the datagrams packed into the current
+// messages, of message m's first datagram.
+func (y *sockSys) msgPos(m int) int {
+	pos := 0
+	for _, k := range y.txSegs[:m] {
+		pos += k
+	}
+	return pos
 }
 
 // sourceIndex is the interface a send from a socket bound to :: leaves

@@ -123,8 +123,10 @@ func (r *PcapRecorder) recordReceived(bufs [][]byte, sizes []int, eps []Endpoint
 	r.mu.Unlock()
 }
 
-// Send sends through the inner Conn and records the datagrams once it
-// succeeded. mu is held across the inner Send so that a capture keeps
+// Send sends through the inner Conn and records the datagrams it sent:
+// all when it succeeded, the ones its *SendError does not name when it
+// refused some (the kernel refuses a datagram over the path MTU and
+// sends the rest), none when it failed otherwise. mu is held across the inner Send so that a capture keeps
 // cause before effect: loopback and the in-memory network deliver a
 // datagram inside its Send, and a quick peer's answer can come back (and
 // Receive return it) before Send does; recorded after Send, the answer
@@ -136,14 +138,20 @@ func (r *PcapRecorder) recordReceived(bufs [][]byte, sizes []int, eps []Endpoint
 func (r *PcapRecorder) Send(bufs [][]byte, ep Endpoint) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.inner.Send(bufs, ep); err != nil {
+	err := r.inner.Send(bufs, ep)
+	refused, known := RefusedIndex(err)
+	if !known {
 		return err
 	}
 	src := sourceFor(r.inner.LocalAddrs(), ep)
-	for _, b := range bufs {
+	for i, b := range bufs {
+		if len(refused) > 0 && refused[0] == i {
+			refused = refused[1:]
+			continue
+		}
 		r.record(&Gather{b}, src, ep.Remote, false)
 	}
-	return nil
+	return err
 }
 
 // SendGather implements GatherSender, so that a wrapper around the
@@ -152,7 +160,7 @@ func (r *PcapRecorder) Send(bufs [][]byte, ep Endpoint) error {
 // Conn's SendGather when it has one, otherwise its Send with the pieces
 // joined into the recorder's own buffers (reused: mu is held across the
 // Send, which reads them during the call only). Like Send it records
-// the datagrams only once the inner send succeeded.
+// the datagrams the inner send sent.
 func (r *PcapRecorder) SendGather(dgrams []Gather, ep Endpoint) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -162,14 +170,19 @@ func (r *PcapRecorder) SendGather(dgrams []Gather, ep Endpoint) error {
 	} else {
 		err = r.inner.Send(r.flat.flatten(dgrams), ep)
 	}
-	if err != nil {
+	refused, known := RefusedIndex(err)
+	if !known {
 		return err
 	}
 	src := sourceFor(r.inner.LocalAddrs(), ep)
 	for i := range dgrams {
+		if len(refused) > 0 && refused[0] == i {
+			refused = refused[1:]
+			continue
+		}
 		r.record(&dgrams[i], src, ep.Remote, false)
 	}
-	return nil
+	return err
 }
 
 // sourceFor finds the address and port a Send with ep goes out from, the

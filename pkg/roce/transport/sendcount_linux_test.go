@@ -36,9 +36,13 @@ func (c *closingRawConn) Write(f func(uintptr) bool) error {
 // older kernels, EINVAL), after which writeBatch sends the run's datagrams
 // one by one (gsoRefusal); or a socket that closes mid-batch.
 //
+// The error names the refused datagrams (SendError.Index), which the
+// pcap recorder and the daemon's budgets need.
+//
 // Bug (the transport's counters, lead's task list): write counted nothing
 // sent when any datagram of the batch was refused, though the rest had
-// gone, and the engine counted the whole batch in send_err.
+// gone, and the engine counted the whole batch in send_err. Bug (the
+// follow-up's item 1): the error said how many, not which.
 func TestSendCountsEachDatagramOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -46,24 +50,25 @@ func TestSendCountsEachDatagramOnce(t *testing.T) {
 		gso         bool
 		writes      int // sends before the socket closes; 0: it stays open
 		wantSent    []int
+		wantIndex   []int // the refused datagrams' positions (SendError.Index)
 		wantErr     error
 		wantGSOSent uint64
 	}{
 		{name: "all fit", lens: []int{100, 1400, 7}, wantSent: []int{100, 1400, 7}},
 		{name: "all fit, GSO", lens: []int{100, 100, 100}, gso: true, wantSent: []int{100, 100, 100}, wantGSOSent: 1},
 		{name: "one refused in the middle", lens: []int{100, 4000, 101, 102},
-			wantSent: []int{100, 101, 102}, wantErr: unix.EMSGSIZE},
-		{name: "every one refused", lens: []int{4000, 4000, 5000}, wantErr: unix.EMSGSIZE},
+			wantSent: []int{100, 101, 102}, wantIndex: []int{1}, wantErr: unix.EMSGSIZE},
+		{name: "every one refused", lens: []int{4000, 4000, 5000}, wantIndex: []int{0, 1, 2}, wantErr: unix.EMSGSIZE},
 		{name: "GSO run refused, sent again one by one", lens: []int{4000, 4000, 4000, 100}, gso: true,
-			wantSent: []int{100}, wantErr: unix.EMSGSIZE},
+			wantSent: []int{100}, wantIndex: []int{0, 1, 2}, wantErr: unix.EMSGSIZE},
 		{name: "GSO run refused after a run that went", lens: []int{100, 100, 4000, 4000, 200, 200}, gso: true,
-			wantSent: []int{100, 100, 200, 200}, wantErr: unix.EMSGSIZE, wantGSOSent: 1}, // the rest of the call goes without GSO
+			wantSent: []int{100, 100, 200, 200}, wantIndex: []int{2, 3}, wantErr: unix.EMSGSIZE, wantGSOSent: 1}, // the rest of the call goes without GSO
 		{name: "GSO run refused, its short last datagram goes", lens: []int{4000, 4000, 101, 102}, gso: true,
-			wantSent: []int{101, 102}, wantErr: unix.EMSGSIZE},
+			wantSent: []int{101, 102}, wantIndex: []int{0, 1}, wantErr: unix.EMSGSIZE},
 		{name: "more than one round of mmsghdrs", lens: []int{1, 9000, 2, 3, 9000, 4, 5, 6, 9000, 7},
-			wantSent: []int{1, 2, 3, 4, 5, 6, 7}, wantErr: unix.EMSGSIZE},
+			wantSent: []int{1, 2, 3, 4, 5, 6, 7}, wantIndex: []int{1, 4, 8}, wantErr: unix.EMSGSIZE},
 		{name: "closed after the first round", lens: []int{1, 2, 3, 4, 5, 6}, writes: 1,
-			wantSent: []int{1, 2, 3, 4}, wantErr: errClosed},
+			wantSent: []int{1, 2, 3, 4}, wantIndex: []int{4, 5}, wantErr: errClosed},
 	} {
 		for _, gsoErr := range []error{unix.EINVAL, unix.EMSGSIZE} {
 			t.Run(fmt.Sprint(tc.name, "/gso refused with ", gsoErr), func(t *testing.T) {
@@ -113,6 +118,7 @@ func TestSendCountsEachDatagramOnce(t *testing.T) {
 					require.ErrorIs(t, err, tc.wantErr)
 					var se *SendError
 					require.ErrorAs(t, err, &se)
+					require.Equal(t, tc.wantIndex, se.Index, "the refused datagrams (gather %v)", gather)
 				}
 			})
 		}

@@ -448,8 +448,8 @@ func (c *udpConn) Send(bufs [][]byte, ep Endpoint) error {
 // write sends the n datagrams of bufs or dgrams and counts those that
 // went. When the kernel refused some (or the socket closed
 // mid-batch), the others were still sent: they count in SentPackets and
-// the error, a *SendError, counts the rest, so each datagram is counted
-// once, sent or refused.
+// the error, writeBatch's *SendError, names the rest, so each datagram is
+// counted once, sent or refused.
 func (c *udpConn) write(s *udpSocket, bufs [][]byte, dgrams []Gather, remote netip.AddrPort, from netip.Addr, n int) error {
 	if n == 0 {
 		return nil
@@ -457,10 +457,7 @@ func (c *udpConn) write(s *udpSocket, bufs [][]byte, dgrams []Gather, remote net
 	sent, sentBytes, err := s.writeBatch(bufs, dgrams, remote, from)
 	c.stats.sentPackets.Add(uint64(sent))
 	c.stats.sentBytes.Add(sentBytes)
-	if err != nil {
-		return &SendError{Refused: n - sent, Err: err}
-	}
-	return nil
+	return err
 }
 
 // SendGather implements GatherSender.

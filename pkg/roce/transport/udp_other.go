@@ -96,8 +96,9 @@ func (s *udpSocket) pollBatch(*rxBatch) (int, error) { return 0, nil }
 
 // writeBatch sends bufs, or dgrams (joined in a scratch buffer), one
 // datagram per system call. A datagram refused does not stop the others
-// (as on Linux); the first refusal is returned, and sent and sentBytes
-// count those that went.
+// (as on Linux); the error is a *SendError naming the refused ones with
+// the first refusal (a closed socket refuses the rest, and is the error
+// reported), and sent and sentBytes count those that went.
 func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, _ netip.Addr) (sent int, sentBytes uint64, err error) {
 	s.sys.txMu.Lock()
 	defer s.sys.txMu.Unlock()
@@ -106,32 +107,37 @@ func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort
 	if z := s.local.Addr().Zone(); z != "" && to.Addr().IsLinkLocalUnicast() && to.Addr().Zone() == "" {
 		to = netip.AddrPortFrom(to.Addr().WithZone(z), to.Port())
 	}
-	var refused error
-	note := func(n int, err error) {
-		if err == nil {
-			sent++
-			sentBytes += uint64(n)
-		} else if refused == nil {
-			refused = err
-		}
-	}
-	for _, b := range bufs {
+	total := len(bufs) + len(dgrams) // one of them is empty
+	var rf refusals
+	// one sends datagram i, b; false: the socket is closed.
+	one := func(i int, b []byte) bool {
 		_, err := s.pc.WriteToUDPAddrPort(b, to)
-		if errors.Is(err, net.ErrClosed) {
-			return sent, sentBytes, err
+		switch {
+		case errors.Is(err, net.ErrClosed):
+			rf.add(i, total-i, err)
+			rf.first = err
+			return false
+		case err != nil:
+			rf.add(i, 1, err)
+		default:
+			sent++
+			sentBytes += uint64(len(b))
 		}
-		note(len(b), err)
+		return true
+	}
+	for i, b := range bufs {
+		if !one(i, b) {
+			return sent, sentBytes, rf.err()
+		}
 	}
 	for i := range dgrams {
 		b := dgrams[i].AppendTo(s.sys.scratch[:0])
 		s.sys.scratch = b
-		_, err := s.pc.WriteToUDPAddrPort(b, to)
-		if errors.Is(err, net.ErrClosed) {
-			return sent, sentBytes, err
+		if !one(i, b) {
+			return sent, sentBytes, rf.err()
 		}
-		note(len(b), err)
 	}
-	return sent, sentBytes, refused
+	return sent, sentBytes, rf.err()
 }
 
 // canPollSockets: a net.UDPConn cannot be read without waiting.
