@@ -221,9 +221,11 @@ func (f *Faulty) Send(bufs [][]byte, ep Endpoint) error {
 	if d.down {
 		return errClosed
 	}
-	for _, b := range bufs {
+	for i, b := range bufs {
+		d.pos = i
 		d.process(b, ep)
 	}
+	d.pos = -1
 	err := d.flush()
 	d.rearm()
 	return err
@@ -285,9 +287,15 @@ func (f *Faulty) Close() error {
 	return err
 }
 
+// flushSend sends out, each run to one endpoint in one inner Send. Its
+// error sums what every inner Send refused (the engine's send_err counts
+// each refused datagram, not only the first Send's) and names, of the
+// refused, those that the caller's Send handed over (fpkt.pos), as
+// SendError.Index does; the others (copies the injector added, datagrams
+// it held past their own call) count without a position.
 func (f *Faulty) flushSend(out []*fpkt, scratch *[][]byte) error {
 	bufs := *scratch
-	var first error
+	var rf refusals
 	for i := 0; i < len(out); {
 		j := i + 1
 		for j < len(out) && out[j].ep == out[i].ep {
@@ -297,14 +305,14 @@ func (f *Faulty) flushSend(out []*fpkt, scratch *[][]byte) error {
 		for _, p := range out[i:j] {
 			bufs = append(bufs, p.buf)
 		}
-		if err := f.inner.Send(bufs, out[i].ep); err != nil && first == nil {
-			first = err
+		if err := f.inner.Send(bufs, out[i].ep); err != nil {
+			rf.addInner(err, j-i, func(k int) int { return out[i+k].pos })
 		}
 		i = j
 	}
 	clear(bufs)
 	*scratch = bufs[:0]
-	return first
+	return rf.err()
 }
 
 func (f *Faulty) flushRecv(out []*fpkt, _ *[][]byte) error {
@@ -323,6 +331,7 @@ type fpkt struct {
 	buf   []byte
 	mem   []byte
 	ep    Endpoint
+	pos   int // position in the Send that handed it over; -1: none (see faultDir.pos)
 	due   time.Time
 	seq   uint64
 	after int  // reorder: datagrams still to overtake this one
@@ -341,24 +350,31 @@ type faultDir struct {
 	f     *Faulty
 	flush func() error
 
-	mu      sync.Mutex // guards everything below
-	rng     *rand.Rand
-	counts  FaultCounts
-	held    []*fpkt
-	timed   timedHeap
-	pool    []*fpkt
-	out     []*fpkt
-	outBufs [][]byte
-	gathers []Gather  // SendGather's survivors (faulty_gather.go)
-	flat    [1][]byte // a corrupted Gather's copy
-	seq     uint64
+	mu        sync.Mutex // guards everything below
+	rng       *rand.Rand
+	counts    FaultCounts
+	held      []*fpkt
+	timed     timedHeap
+	pool      []*fpkt
+	out       []*fpkt
+	outBufs   [][]byte
+	gathers   []Gather  // SendGather's survivors (faulty_gather.go)
+	gatherPos []int     // their positions in SendGather's dgrams
+	flat      [1][]byte // a corrupted Gather's copy
+	seq       uint64
+	// pos is the position in the caller's Send of the datagram being
+	// processed, which its fpkt keeps while it goes out in that call;
+	// -1 outside Send, and for what does not go out in the call that
+	// handed it over (a duplicate, a datagram held or delayed): a
+	// refusal of those is not one of that call's datagrams.
+	pos     int
 	timer   Timer
 	timerAt time.Time
 	down    bool
 }
 
 func newFaultDir(f *Faulty, src rand.Source, emit func([]*fpkt, *[][]byte) error) *faultDir {
-	d := &faultDir{f: f, rng: rand.New(src)}
+	d := &faultDir{f: f, rng: rand.New(src), pos: -1}
 	d.flush = func() error {
 		err := emit(d.out, &d.outBufs)
 		for _, p := range d.out {
@@ -385,7 +401,7 @@ func (d *faultDir) get(data []byte, ep Endpoint) *fpkt {
 	} else {
 		p = new(fpkt)
 	}
-	p.buf, p.ep, p.after, p.held = data, ep, 0, false
+	p.buf, p.ep, p.after, p.held, p.pos = data, ep, 0, false, d.pos
 	return p
 }
 
@@ -413,6 +429,7 @@ func (d *faultDir) process(data []byte, ep Endpoint) {
 	if rDup < cfg.Dup {
 		d.counts.Duplicated++
 		dup = d.get(p.buf, ep)
+		dup.pos = -1
 		if len(p.mem) > 0 && len(p.buf) > 0 && &p.buf[0] == &p.mem[0] {
 			dup.own() // p's copy goes back to the pool independently
 		}
@@ -422,12 +439,14 @@ func (d *faultDir) process(data []byte, ep Endpoint) {
 	case rReorder < cfg.Reorder:
 		d.counts.Reordered++
 		p.own()
+		p.pos = -1
 		p.held, p.after = true, cfg.ReorderDepth
 		d.held = append(d.held, p)
 		d.schedule(p, now.Add(cfg.ReorderHold))
 	case delay > 0:
 		d.counts.Delayed++
 		p.own()
+		p.pos = -1
 		d.schedule(p, now.Add(delay))
 	default:
 		d.emit(p)

@@ -33,35 +33,39 @@ func (f *Faulty) SendGather(dgrams []Gather, ep Endpoint) error {
 	if d.down {
 		return errClosed
 	}
-	var first error
-	note := func(err error) {
-		if err != nil && first == nil {
-			first = err
+	// What the inner sends refused, summed, at the positions in dgrams
+	// (keptPos[k] is kept[k]'s), as flushSend's.
+	var rf refusals
+	kept, keptPos := d.gathers[:0], d.gatherPos[:0]
+	sendKept := func() {
+		if err := gs.SendGather(kept, ep); err != nil {
+			rf.addInner(err, len(kept), func(k int) int { return keptPos[k] })
 		}
+		kept, keptPos = kept[:0], keptPos[:0]
 	}
-	kept := d.gathers[:0]
 	for i := range dgrams {
 		v := d.decide(dgrams[i].Len())
 		switch {
 		case v.lost:
 		case v.corrupt:
 			if len(kept) > 0 {
-				note(gs.SendGather(kept, ep))
-				kept = kept[:0]
+				sendKept()
 			}
 			d.flat[0] = dgrams[i].AppendTo(d.flat[0][:0])
 			flipBit(d.flat[0], v.bit)
-			note(f.inner.Send(d.flat[:], ep))
+			if err := f.inner.Send(d.flat[:], ep); err != nil {
+				rf.addInner(err, 1, func(int) int { return i })
+			}
 		default:
-			kept = append(kept, dgrams[i])
+			kept, keptPos = append(kept, dgrams[i]), append(keptPos, i)
 		}
 	}
 	if len(kept) > 0 {
-		note(gs.SendGather(kept, ep))
+		sendKept()
 	}
 	clear(kept)
-	d.gathers = kept[:0]
-	return first
+	d.gathers, d.gatherPos = kept[:0], keptPos[:0]
+	return rf.err()
 }
 
 // sendFlat sends dgrams through Send as flat copies.

@@ -77,6 +77,43 @@ func (r *refusals) add(pos, count int, err error) {
 	}
 }
 
+// addInner notes what an inner Send of count datagrams refused with err
+// (a wrapper's): pos maps a position in the inner call to one in the
+// wrapper's caller's call, or -1 for a datagram that has none there. An
+// error other than a *SendError refused all count.
+func (r *refusals) addInner(err error, count int, pos func(int) int) {
+	if r.first == nil {
+		r.first = err
+	}
+	idx, known := RefusedIndex(err)
+	if !known {
+		for k := range count {
+			r.note(pos(k), err)
+		}
+		return
+	}
+	for _, k := range idx {
+		if k < count {
+			r.note(pos(k), err)
+		}
+	}
+	// Those of an inner wrapper that named no position.
+	if extra := Refused(err, count) - len(idx); extra > 0 {
+		r.n += extra
+	}
+}
+
+// note notes one refused datagram, at position pos of the call (-1: none).
+func (r *refusals) note(pos int, err error) {
+	if pos >= 0 {
+		r.index = append(r.index, pos)
+	}
+	r.n++
+	if r.first == nil {
+		r.first = err
+	}
+}
+
 // err is the call's error: nil when nothing was refused, else a
 // *SendError.
 func (r *refusals) err() error {
