@@ -23,7 +23,7 @@ import (
 type sessionTraffic struct {
 	lastRx  atomic.Int64 // unix nanoseconds of the last datagram for one of its QPs
 	rxBytes atomic.Int64 // UDP payload bytes received for its QPs
-	txBytes atomic.Int64 // UDP payload bytes sent to its peer's QPs
+	txBytes atomic.Int64 // UDP payload bytes sent to its peer's QPs (not those the socket refused: refund)
 	// txLimit bounds txBytes (0: no bound): a datagram that would pass it
 	// is dropped and counted in drops.
 	txLimit atomic.Int64
@@ -164,19 +164,27 @@ func (t *trafficConn) Send(bufs [][]byte, ep transport.Endpoint) error {
 	for i, b := range bufs {
 		if !t.allowTx(b, len(b), to) {
 			// Rare (a budget is spent): copy the rest without the refused.
-			keep := append([][]byte(nil), bufs[:i]...)
-			for _, b := range bufs[i+1:] {
+			keep, pos := append([][]byte(nil), bufs[:i]...), upTo(i, len(bufs))
+			for j, b := range bufs[i+1:] {
 				if t.allowTx(b, len(b), to) {
-					keep = append(keep, b)
+					keep, pos = append(keep, b), append(pos, i+1+j)
 				}
 			}
 			if len(keep) == 0 {
 				return nil
 			}
-			return t.Conn.Send(keep, ep)
+			err := t.Conn.Send(keep, ep)
+			if err != nil {
+				t.refund(err, len(keep), func(k int) ([]byte, int) { return keep[k], len(keep[k]) }, to)
+			}
+			return remap(err, pos)
 		}
 	}
-	return t.Conn.Send(bufs, ep)
+	err := t.Conn.Send(bufs, ep)
+	if err != nil {
+		t.refund(err, len(bufs), func(k int) ([]byte, int) { return bufs[k], len(bufs[k]) }, to)
+	}
+	return err
 }
 
 // SendGather implements transport.GatherSender.
@@ -184,30 +192,102 @@ func (t *trafficConn) SendGather(dgrams []transport.Gather, ep transport.Endpoin
 	to := ep.Remote.Addr().Unmap()
 	for i := range dgrams {
 		if !t.allowTx(dgrams[i][0], dgrams[i].Len(), to) {
-			keep := append([]transport.Gather(nil), dgrams[:i]...)
+			keep, pos := append([]transport.Gather(nil), dgrams[:i]...), upTo(i, len(dgrams))
 			for j := i + 1; j < len(dgrams); j++ {
 				if t.allowTx(dgrams[j][0], dgrams[j].Len(), to) {
-					keep = append(keep, dgrams[j])
+					keep, pos = append(keep, dgrams[j]), append(pos, j)
 				}
 			}
 			if len(keep) == 0 {
 				return nil
 			}
-			return t.sendGather(keep, ep)
+			return remap(t.sendGather(keep, ep, to), pos)
 		}
 	}
-	return t.sendGather(dgrams, ep)
+	return t.sendGather(dgrams, ep, to)
 }
 
-func (t *trafficConn) sendGather(dgrams []transport.Gather, ep transport.Endpoint) error {
+// sendGather sends dgrams on and refunds the refused.
+func (t *trafficConn) sendGather(dgrams []transport.Gather, ep transport.Endpoint, to netip.Addr) error {
+	var err error
 	if t.gs != nil {
-		return t.gs.SendGather(dgrams, ep)
+		err = t.gs.SendGather(dgrams, ep)
+	} else {
+		bufs := make([][]byte, len(dgrams))
+		for i := range dgrams {
+			bufs[i] = dgrams[i].AppendTo(nil)
+		}
+		err = t.Conn.Send(bufs, ep)
 	}
-	bufs := make([][]byte, len(dgrams))
-	for i := range dgrams {
-		bufs[i] = dgrams[i].AppendTo(nil)
+	if err != nil {
+		t.refund(err, len(dgrams), func(k int) ([]byte, int) { return dgrams[k][0], dgrams[k].Len() }, to)
 	}
-	return t.Conn.Send(bufs, ep)
+	return err
+}
+
+// refund gives back to their sessions' budgets what allowTx charged for
+// the datagrams of a send of n that the inner Conn refused (err): the
+// socket's kernel refuses one over the path MTU and sends the rest
+// (transport.SendError), and a refused datagram never left the host. A
+// budget bounds the bytes a peer address is sent (the anti-amplification
+// rule, --session-bytes) and txBytes counts them, so neither may be
+// spent on it. dgram(k) is datagram k's first piece (its BTH) and size.
+// The session is looked up again rather than kept per datagram (the
+// send path allocates nothing): it is the one charged, as a peer QP is
+// untracked only once the engine sends nothing more for our QP
+// (retireQP) and is tracked for one session at a time (errQPTracked).
+func (t *trafficConn) refund(err error, n int, dgram func(k int) ([]byte, int), to netip.Addr) {
+	idx, known := transport.RefusedIndex(err)
+	if !known { // the call failed whole: nothing was sent
+		for k := range n {
+			hdr, size := dgram(k)
+			t.refundTx(hdr, size, to)
+		}
+		return
+	}
+	for _, k := range idx {
+		if k < n {
+			hdr, size := dgram(k)
+			t.refundTx(hdr, size, to)
+		}
+	}
+}
+
+// refundTx takes back allowTx's charge for one datagram that did not go.
+func (t *trafficConn) refundTx(hdr []byte, n int, to netip.Addr) {
+	if len(hdr) < wire.BTHLen {
+		return
+	}
+	if v, ok := t.tx.Load(txKey{to, wire.BTH(hdr).DestQP()}); ok {
+		v.(*sessionTraffic).txBytes.Add(-int64(n))
+	}
+}
+
+// upTo is the positions 0 to i-1, with room for n.
+func upTo(i, n int) []int {
+	pos := make([]int, i, n)
+	for k := range pos {
+		pos[k] = k
+	}
+	return pos
+}
+
+// remap returns err of a send of a subset of a call's datagrams (pos[k]
+// is the position in the call of the subset's datagram k) with the
+// refused datagrams' positions the call's, as transport.SendError's
+// Index promises.
+func remap(err error, pos []int) error {
+	var se *transport.SendError
+	if err == nil || !errors.As(err, &se) {
+		return err
+	}
+	idx := make([]int, 0, len(se.Index))
+	for _, k := range se.Index {
+		if k < len(pos) {
+			idx = append(idx, pos[k])
+		}
+	}
+	return &transport.SendError{Refused: se.Refused, Index: idx, Err: se.Err}
 }
 
 // Stats implements transport.StatsReporter when the inner Conn does.
