@@ -16,6 +16,9 @@ const (
 	cntRejNoListen = "rej_invalid_service_id" // REJ 8 / SIDR_REP unsupported sent: no listener
 	cntRejStale    = "rej_stale_conn"         // REJ 10 sent
 	cntRejNoRes    = "rej_no_resources"       // REJ 3 sent: MaxHalfOpen reached
+	// A REQ's ID destroyed in REQ_RCVD without a REJ (ID.DestroyNoReject:
+	// rdma_cm's full backlog), its retransmission to be taken as new.
+	cntREQDropped = "req_dropped"
 	// A REP retransmission not sent: its REQs' budget and the spare
 	// allowance were spent (reflect.go).
 	cntREPRetriesLimited = "rep_retries_limited"

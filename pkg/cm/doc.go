@@ -22,7 +22,10 @@
 // REP_RCVD and MRA_REP_SENT, "other" otherwise. Accept sends the REP
 // (REP_SENT, MRA_REP_RCVD after an MRA) until the RTU or Established
 // (ib_cm_notify COMM_EST) moves it to ESTABLISHED (a DREQ overtaking a
-// lost RTU does too: EventEstablished, then EventDREQ); Reject sends a REJ. A
+// lost RTU does too: EventEstablished, then EventDREQ); Reject sends a REJ.
+// DestroyNoReject in REQ_RCVD (rdma_cm's full backlog: cm_destroy_id with
+// -ENOMEM) sends none and forgets the REQ, so its retransmission is a new
+// request that may find room. A
 // REQ is checked in cm_match_req's order: a duplicate (same peer comm ID
 // and CA GUID) goes to its ID (MRA in MRA_REQ_SENT, the REP again in
 // REP_SENT, REJ 10 in TIMEWAIT, dropped otherwise); a REQ reusing the

@@ -114,9 +114,25 @@ func (m *Manager) onREJ(r rx, rej *mad.REJ) {
 // after), a DREQ (sent once) when established, a DREP to a received DREQ,
 // SIDR_REP REJECT to a pending SIDR_REQ. No event follows, and the ID is
 // not held in timewait. Destroying a gone ID is a no-op.
-func (id *ID) Destroy() {
+func (id *ID) Destroy() { id.destroy(false) }
+
+// DestroyNoReject is cm_destroy_id with -ENOMEM, what cm.c does when a
+// consumer's REQ handler fails for want of room (ucma's full backlog): an
+// ID still in REQ_RCVD goes without a REJ (cm_reset_to_idle, "do not
+// reject to allow future retries") and out of every table, so the peer's
+// retransmitted REQ is a new request, not a duplicate or a stale
+// connection, and may find room then; counted req_dropped. In every
+// other state (the delayed MRA armed, an answer sent) it is Destroy.
+func (id *ID) DestroyNoReject() { id.destroy(true) }
+
+func (id *ID) destroy(noReject bool) {
 	_ = id.do(func() error {
 		m := id.m
+		if noReject && id.state == StateREQRcvd {
+			m.count(cntREQDropped)
+			m.free(id)
+			return nil
+		}
 		switch id.state {
 		case StateREQSent, StateMRAREQRcvd:
 			guid := binary.BigEndian.AppendUint64(nil, m.cfg.NodeGUID)
