@@ -51,6 +51,7 @@ var cmCounterHelp = map[string]string{
 	"rej_invalid_service_id": "REJs with reason 8 (invalid service ID) and SIDR_REPs with status unsupported sent: nobody listens on the service ID",
 	"rej_stale_conn":         "REJs with reason 10 (stale connection) sent",
 	"rej_no_resources":       "REJs with reason 3 (no resources) sent: too many connections between their REQ and RTU",
+	"req_dropped":            "REQs dropped without a REJ for their retransmission to be taken as new: the rdma_cm listener's backlog was full",
 	"timeouts":               "REQs, REPs, DREQs or SIDR_REQs unanswered after all their retries",
 	"timewait_exits":         "connections that left timewait, their comm ID free again",
 	"comm_est":               "passive connections established by their QP's first request (COMM_EST) before the RTU arrived",

@@ -17,7 +17,8 @@ import "github.com/rxed/rxed/pkg/ib"
 // enabled (Enable, Listen or Dial start it; Counters does not), or closed
 // with its device. rdma_cm's other refusals (no listener for the header's
 // address, a malformed header) count nothing of their own: they show as
-// the CM's REJs.
+// the CM's REJs; the REQs a full backlog drops count as the manager's
+// req_dropped (cm.ID.DestroyNoReject).
 //
 // Safe for concurrent use with everything else on dev; the snapshot is
 // the caller's to keep.

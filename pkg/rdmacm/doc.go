@@ -31,6 +31,11 @@
 //     always sends from the address its header names, so Request.Remote
 //     is where the request came from and can be trusted as far as the IP
 //     source can (an allowlist keyed on it stops a forged header).
+//   - A REQ that finds the listener's backlog (ListenOptions.Backlog)
+//     full is dropped without an answer, as the kernel's ucma and cm.c
+//     drop it (-ENOMEM: no REJ, "to allow future retries"): the peer's
+//     REQ retransmission is a new request, accepted if Accept has made
+//     room by then.
 //
 // # QP attributes, as the kernel derives them
 //

@@ -16,8 +16,14 @@ type ListenOptions struct {
 	// PortSpace: 0 is mad.PortSpaceTCP (RC/UC connections); a listener in
 	// mad.PortSpaceUDP answers SIDR requests (UD, Request.AcceptUD).
 	PortSpace mad.PortSpace
-	// Backlog is how many requests may wait for Accept; more are
-	// rejected (reason 28, as the kernel's full backlog). 0 means 64.
+	// Backlog is how many requests may wait for Accept. A connection
+	// request beyond it is dropped without an answer, as the kernel's
+	// full backlog (ucma's handler fails with -ENOMEM and cm.c sends no
+	// REJ, "to allow future retries"): the peer's REQ retransmission is
+	// taken as a new request, queued if Accept has made room by then
+	// (counted req_dropped in Counters). A UD request (SIDR_REQ) beyond
+	// it is refused with SIDR_REP REJECT, as cm.c answers any SIDR_REQ
+	// its consumer fails. 0 means 64.
 	Backlog int
 }
 
@@ -129,7 +135,7 @@ func (l *Listener) offer(r *Request, reject func(*Request)) bool {
 
 // full reports whether the backlog has no room. Only the CM's handler
 // (onListenEvent, never two at once) queues requests, so a room it sees
-// stays until it offers.
+// stays until it offers: the REQ it then queues made no Conn before.
 func (l *Listener) full() bool { return len(l.reqs) == cap(l.reqs) }
 
 // rejectQueued answers every request queued for Accept with reject.
@@ -235,9 +241,10 @@ func (a *agent) onListenEvent(ev cm.Event) {
 		return
 	}
 	// A refusal from here leaves from REQ_RCVD, as the kernel's when
-	// cma_ib_req_handler (or ucma's full backlog) fails the REQ event:
-	// the REJ names no local comm ID (cm_format_rej). One the
-	// application answers later leaves from MRA_REQ_SENT (below).
+	// cma_ib_req_handler fails the REQ event (with anything but ucma's
+	// -ENOMEM of a full backlog, which sends nothing: below): the REJ
+	// names no local comm ID (cm_format_rej). One the application
+	// answers later leaves from MRA_REQ_SENT (below).
 	refuse := func() {
 		if ev.Type == cm.EventSIDRREQ {
 			_ = ev.ID.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRReject})
@@ -263,6 +270,13 @@ func (a *agent) onListenEvent(ev cm.Event) {
 		refuse()
 		return
 	}
+	if ev.Type == cm.EventREQ && l.full() {
+		// ucma_connect_event_handler's -ENOMEM: no REJ, and nothing of
+		// the REQ kept (cm_reset_to_idle), so its retransmission is a
+		// new request that finds room once Accept has taken one.
+		ev.ID.DestroyNoReject()
+		return
+	}
 	r := &Request{l: l, id: ev.ID, ud: ev.Type == cm.EventSIDRREQ,
 		Local:  netip.AddrPortFrom(dst, l.addr.Port()),
 		Remote: netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
@@ -278,12 +292,6 @@ func (a *agent) onListenEvent(ev cm.Event) {
 		ev.ID.SetHandler(r.c.onEvent)
 	}
 	a.ref()
-	if !r.ud && l.full() {
-		a.release()
-		refuse()
-		r.c.fail(ErrRejected, false) // out of a.live, as Request.Reject does
-		return
-	}
 	if !r.ud {
 		// cma_ib_req_handler arms the delayed MRA before librdmacm's
 		// application can answer (rdma_accept waits for the handler):

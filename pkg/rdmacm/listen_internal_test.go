@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/pkg/cm/cmtest"
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
@@ -39,15 +40,21 @@ func TestListenerClosedBeforeItsRequestWasQueued(t *testing.T) {
 	require.Empty(t, closed.reqs)
 }
 
-// TestBacklogRefusalLeavesNoConn: a REQ that finds the listener's backlog
-// full is refused (REJ) and leaves nothing behind in the agent. Bug (found
-// by an audit of error paths, session AE): the Conn made for it stayed in
-// the agent's live set until the device closed, one per refused REQ, so a
-// peer sending REQs faster than the application accepted grew it without
-// bound.
-func TestBacklogRefusalLeavesNoConn(t *testing.T) {
+// TestFullBacklogLeavesNoConn: a REQ that finds the listener's backlog
+// full leaves nothing behind in the agent: it is dropped without a REJ
+// before rdma_cm makes a Conn for it (its retransmission is a new
+// request, TestFullBacklogDropsTheREQUntilThereIsRoom). Bug (found by an
+// audit of error paths, session AE): the Conn made for a REQ refused
+// there stayed in the agent's live set until the device closed, one per
+// refused REQ, so a peer sending REQs faster than the application
+// accepted grew it without bound. The CM clocks stand still: no REQ is
+// retransmitted.
+func TestFullBacklogLeavesNoConn(t *testing.T) {
 	net := transport.NewMemNetwork()
 	srv, cli := MemDevice(t, net, "10.0.5.1"), MemDevice(t, net, "10.0.5.2")
+	fc := cmtest.NewFakeClock(time.Unix(5_000_000, 0))
+	require.NoError(t, Enable(srv, &Config{Clock: fc}))
+	require.NoError(t, Enable(cli, &Config{Clock: fc}))
 	l, err := Listen(srv, netip.MustParseAddrPort("10.0.5.1:7000"), &ListenOptions{Backlog: 1})
 	require.NoError(t, err)
 	defer l.Close()
@@ -62,27 +69,31 @@ func TestBacklogRefusalLeavesNoConn(t *testing.T) {
 		require.NoError(t, err)
 		return q
 	}
-	// The first request fills the backlog and waits there (nobody accepts).
 	ctx, cancel := context.WithCancel(context.Background())
-	first := make(chan error, 1)
-	go func() {
-		_, err := Dial(ctx, newQP(), l.Addr(), nil)
-		first <- err
-	}()
-	for len(l.reqs) == 0 {
-		runtime.Gosched()
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	dial := func() {
+		q := newQP()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := Dial(ctx, q, l.Addr(), nil)
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("a Dial waiting for the listener ended with %v", err)
+			}
+		}()
 	}
-	const refused = 20
-	for i := range refused {
-		_, err := Dial(context.Background(), newQP(), l.Addr(), nil)
-		var rej *RejectError
-		require.True(t, errors.As(err, &rej), "dial %d: %v", i, err)
+	// The first request fills the backlog and waits there (nobody accepts).
+	dial()
+	require.Eventually(t, func() bool { return len(l.reqs) == 1 }, 10*time.Second, time.Millisecond)
+	const dropped = 20
+	for range dropped {
+		dial()
 	}
-	// The REJ reaches the dialer before the handler that sent it returns.
-	require.Eventually(t, func() bool { return liveConns(a) == 1 }, 10*time.Second, time.Millisecond,
-		"the agent keeps %d connections for 1 queued request after %d refusals", liveConns(a), refused)
-	cancel()
-	require.ErrorIs(t, <-first, context.Canceled)
+	require.Eventually(t, func() bool { c := Counters(srv); return c["req_dropped"]+c["tx_rej"] == dropped },
+		10*time.Second, time.Millisecond, "the REQs over the backlog were neither dropped nor refused")
+	require.Zero(t, Counters(srv)["tx_rej"], "REQs over the backlog refused")
+	require.Equal(t, 1, liveConns(a), "the agent keeps %d connections for 1 queued request after %d drops", liveConns(a), dropped)
 }
 
 func liveConns(a *agent) int {

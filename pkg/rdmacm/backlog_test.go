@@ -1,0 +1,125 @@
+package rdmacm_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/cm/cmtest"
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/rdmacm"
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/rxed/rxed/pkg/wire/mad"
+	"github.com/stretchr/testify/require"
+)
+
+type dialed struct {
+	conn *rdmacm.Conn
+	err  error
+}
+
+// TestFullBacklogDropsTheREQUntilThereIsRoom: with Backlog 1 and the first
+// request waiting for Accept, a second Dial's REQ is dropped without an
+// answer, as the kernel drops it (ucma_connect_event_handler fails with
+// -ENOMEM, and cm_destroy_id sends no REJ for it "to allow future
+// retries"): the second Dial is not refused and waits. Once the first
+// request is accepted, the client's REQ retransmission (the CM clocks are
+// stopped until the test moves them past its timeout) is a new request,
+// queued, accepted, and the second Dial completes.
+//
+// Bug (CM follow-up, full backlog): the second REQ got REJ 28 and Dial
+// failed at once, where a kernel listener lets it connect on its retry.
+func TestFullBacklogDropsTheREQUntilThereIsRoom(t *testing.T) {
+	net := transport.NewMemNetwork()
+	tap := &madTap{}
+	open := func(s string, wrap bool) *host {
+		a := netip.MustParseAddr(s)
+		c, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
+		require.NoError(t, err)
+		cfg := ib.Config{Conn: c}
+		if wrap {
+			cfg.Wrap = func(c transport.Conn) (transport.Conn, error) { tap.Conn = c; return tap, nil }
+		}
+		return openHost(t, cfg, a)
+	}
+	srv, cli := open("10.12.0.1", true), open("10.12.0.2", false)
+	fc := cmtest.NewFakeClock(time.Unix(4_000_000, 0))
+	require.NoError(t, rdmacm.Enable(srv.dev, &rdmacm.Config{Clock: fc}))
+	require.NoError(t, rdmacm.Enable(cli.dev, &rdmacm.Config{Clock: fc}))
+	ctx := testCtx(t)
+
+	l, err := rdmacm.Listen(srv.dev, ap("10.12.0.1:7472"), &rdmacm.ListenOptions{Backlog: 1})
+	require.NoError(t, err)
+	defer l.Close()
+	dial := func() <-chan dialed {
+		out := make(chan dialed, 1)
+		q := cli.qp(ib.RC)
+		go func() {
+			c, err := rdmacm.Dial(ctx, q, l.Addr(), nil)
+			out <- dialed{c, err}
+		}()
+		return out
+	}
+	counter := func(dev *ib.Device, name string) func() bool {
+		return func() bool { return rdmacm.Counters(dev)[name] > 0 }
+	}
+
+	// The first request fills the backlog. The CM hands REQs to rdma_cm
+	// in the order they arrive, so once the first is received the
+	// second finds it queued.
+	first := dial()
+	require.Eventually(t, counter(srv.dev, "rx_req"), 20*time.Second, time.Millisecond)
+	second := dial()
+	require.Eventually(t, func() bool { c := rdmacm.Counters(srv.dev); return c["req_dropped"]+c["tx_rej"] > 0 },
+		20*time.Second, time.Millisecond, "the second REQ was neither dropped nor refused")
+	require.Zero(t, rdmacm.Counters(srv.dev)["tx_rej"], "the REQ over the backlog was refused")
+	require.Equal(t, uint64(1), rdmacm.Counters(srv.dev)["req_dropped"])
+	for _, m := range tap.messages() {
+		_, rej := m.(*mad.REJ)
+		require.False(t, rej, "the server answered the REQ over its backlog with a REJ")
+	}
+	select {
+	case d := <-second:
+		t.Fatalf("the second Dial returned while its REQ waits for room: %v", d.err)
+	default:
+	}
+
+	// Accept the first: the backlog has room again.
+	a1 := serveOne(ctx, srv, l, nil)
+	got := <-a1
+	require.NoError(t, got.err)
+	d1 := <-first
+	require.NoError(t, d1.err)
+	require.Equal(t, d1.conn.LocalAddr(), got.conn.RemoteAddr())
+
+	// The only timer left is the second REQ's retransmission.
+	require.Equal(t, 1, fc.Pending(), "CM timers armed besides the second REQ's")
+	wait, ok := fc.NextDeadline()
+	require.True(t, ok)
+	a2 := serveOne(ctx, srv, l, nil)
+	fc.Advance(wait)
+	var a accepted
+	select {
+	case a = <-a2:
+	case <-ctx.Done():
+		t.Fatal("the REQ's retransmission never reached Accept")
+	}
+	require.NoError(t, a.err)
+	d2 := <-second
+	require.NoError(t, d2.err, "the second Dial completes on its REQ's retry")
+	require.Equal(t, d2.conn.LocalAddr(), a.conn.RemoteAddr())
+
+	sc, cc := rdmacm.Counters(srv.dev), rdmacm.Counters(cli.dev)
+	require.Equal(t, uint64(1), sc["req_dropped"])
+	require.Equal(t, uint64(3), sc["rx_req"], "two REQs and one retransmission")
+	require.Zero(t, sc["rx_dup_req"], "the retransmission is a new request")
+	require.Zero(t, sc["tx_rej"])
+	require.Equal(t, uint64(1), cc["tx_retries_req"])
+	require.Zero(t, cc["rx_rej"])
+
+	ctxEnd, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	require.NoError(t, d1.conn.Disconnect(ctxEnd))
+	require.NoError(t, d2.conn.Disconnect(ctxEnd))
+}
