@@ -159,7 +159,7 @@ func (m *Manager) onREP(r rx, rep *mad.REP) {
 		m.removeRemote(id)
 		id.remoteID, id.remoteGUID, id.remoteQPN = 0, 0, 0
 		m.count(cntRejStale)
-		m.issueREJ(r, rep.LocalCommID, rep.RemoteCommID, mad.REJStaleConn, mad.REJMsgREP, nil)
+		m.issueREJ(r, mad.REJStaleConn, mad.REJMsgREP, nil)
 		if cur.state == StateEstablished {
 			m.sendDREQ(cur, nil)
 		}

@@ -32,8 +32,9 @@
 // (CA GUID, QPN) of one of our connections gets REJ 10 stale connection
 // and that connection, if established, a DREQ; no listener: REJ 8 invalid
 // service ID; more than Config.MaxHalfOpen passive connections between REQ
-// and RTU: REJ 3 no resources. These REJs echo the REQ's TID and carry
-// local comm ID 0 (cm_issue_rej).
+// and RTU: REJ 3 no resources. These REJs echo the REQ's TID and, as
+// cm_issue_rej copies them, carry the REQ's local comm ID as remote and its
+// bytes 4-7 (reserved, and the vendor ID: 0 from rdma_cm) as local.
 //
 // Disconnect: Disconnect sends the DREQ (DREQ_SENT) until the DREP
 // (EventDisconnected) or the retries run out (EventDisconnected with

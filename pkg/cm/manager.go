@@ -236,6 +236,10 @@ func (m *Manager) HandleMAD(src, dst netip.Addr, b []byte) {
 type rx struct {
 	src, dst netip.Addr
 	hdr      mad.Header
+	// words are the message's data bytes 0-3 and 4-7 (mad.CommIDWords):
+	// what cm_issue_rej swaps into a REJ answering it, whatever the
+	// message (a REQ's bytes 4-7 are reserved and its vendor ID).
+	words [2]uint32
 }
 
 func (m *Manager) receive(src, dst netip.Addr, b []byte) {
@@ -254,6 +258,7 @@ func (m *Manager) receive(src, dst netip.Addr, b []byte) {
 	}
 	m.count("rx_" + msgName(h.AttrID))
 	r := rx{src: src, dst: dst, hdr: h}
+	r.words[0], r.words[1], _ = mad.CommIDWords(b[mad.HeaderLen:])
 	switch v := msg.(type) {
 	case *mad.REQ:
 		m.onREQ(r, v)

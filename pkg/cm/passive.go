@@ -71,7 +71,7 @@ func (m *Manager) onREQ(r rx, req *mad.REQ) {
 		// timewait) for: refuse the REQ, and end our connection, which
 		// the peer has evidently forgotten.
 		m.count(cntRejStale)
-		m.issueREJ(r, req.LocalCommID, 0, mad.REJStaleConn, mad.REJMsgREQ, nil)
+		m.issueREJ(r, mad.REJStaleConn, mad.REJMsgREQ, nil)
 		if cur.state == StateEstablished {
 			m.sendDREQ(cur, nil)
 		}
@@ -80,12 +80,12 @@ func (m *Manager) onREQ(r rx, req *mad.REQ) {
 	l := m.findListener(req.ServiceID)
 	if l == nil {
 		m.count(cntRejNoListen)
-		m.issueREJ(r, req.LocalCommID, 0, mad.REJInvalidServiceID, mad.REJMsgREQ, nil)
+		m.issueREJ(r, mad.REJInvalidServiceID, mad.REJMsgREQ, nil)
 		return
 	}
 	if m.halfOpen >= m.cfg.MaxHalfOpen {
 		m.count(cntRejNoRes)
-		m.issueREJ(r, req.LocalCommID, 0, mad.REJNoResources, mad.REJMsgREQ, nil)
+		m.issueREJ(r, mad.REJNoResources, mad.REJMsgREQ, nil)
 		return
 	}
 	id := m.newID(l.handler)

@@ -7,10 +7,13 @@ import (
 )
 
 // issueREJ is cm_issue_rej: a REJ answering a received message that has
-// no ID (or must not get one), echoing its TID; the comm IDs are the
-// received message's, swapped.
-func (m *Manager) issueREJ(r rx, remote, local uint32, reason mad.REJReason, msgRejected uint8, ari []byte) {
-	rej := &mad.REJ{LocalCommID: local, RemoteCommID: remote, MessageRejected: msgRejected, Reason: reason, ARI: ari}
+// no ID (or must not get one), echoing its TID. Its comm IDs are the
+// received message's first two data words, swapped, as cm.c copies them
+// whatever the message: a REP's comm IDs, and for a REQ its local comm ID
+// as remote and its bytes 4-7 (reserved, and the vendor ID) as local,
+// zero from rdma_cm.
+func (m *Manager) issueREJ(r rx, reason mad.REJReason, msgRejected uint8, ari []byte) {
+	rej := &mad.REJ{LocalCommID: r.words[1], RemoteCommID: r.words[0], MessageRejected: msgRejected, Reason: reason, ARI: ari}
 	if b := m.marshal(r.hdr.TID, rej); b != nil {
 		m.sendMAD(r.src, r.dst, b)
 	}

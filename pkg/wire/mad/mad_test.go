@@ -2,6 +2,7 @@ package mad
 
 import (
 	"bytes"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -122,4 +123,23 @@ func FuzzParse(f *testing.F) {
 		copy(want[HeaderLen:], canonical(h.AttrID, b[HeaderLen:]))
 		require.Equal(t, want, append(h.Append(nil), m.AppendData(nil)...))
 	})
+}
+
+// TestCommIDWords: the first two data words, whatever the message; a
+// REQ's second is its bytes 4-7 (reserved and the vendor ID), what
+// cm_issue_rej echoes as its REJ's local comm ID.
+func TestCommIDWords(t *testing.T) {
+	b, err := Marshal(1, &REQ{LocalCommID: 0x74AF495A, VendorID: 0xABCDEF, Primary: Path{LocalGID: netip.IPv6Unspecified(), RemoteGID: netip.IPv6Unspecified()}})
+	require.NoError(t, err)
+	b[HeaderLen+4] = 0x5A // the reserved byte
+	first, second, ok := CommIDWords(b[HeaderLen:])
+	require.True(t, ok)
+	require.Equal(t, uint32(0x74AF495A), first)
+	require.Equal(t, uint32(0x5AABCDEF), second)
+	b, err = Marshal(1, &REP{LocalCommID: 7, RemoteCommID: 9})
+	require.NoError(t, err)
+	first, second, ok = CommIDWords(b[HeaderLen:])
+	require.Equal(t, []any{uint32(7), uint32(9), true}, []any{first, second, ok})
+	_, _, ok = CommIDWords(make([]byte, 7))
+	require.False(t, ok)
 }

@@ -21,7 +21,7 @@ const (
 
 // REJ is Reject (IBA 12.6.7). Offsets in the data area:
 //
-//	0: local comm ID (0 when answering a REQ that matched nothing) | 4: remote comm ID
+//	0: local comm ID (cm.c: the REQ's bytes 4-7, normally 0, when answering a REQ that matched nothing) | 4: remote comm ID
 //	8: message rejected(2) reserved(6) | 9: ARI length(7) reserved(1)
 //	10: reason | 12: ARI (72) | 84: private data (148)
 type REJ struct {
