@@ -156,6 +156,9 @@ type Daemon struct {
 	// loop as Accept has returned a client, before its admission;
 	// awaitingAcceptLoop as shutdown starts waiting for that loop.
 	afterAccept, awaitingAcceptLoop func()
+	// afterGrant runs once an rxed client has been sent the export's
+	// grant, before the session goes on.
+	afterGrant func()
 }
 
 // New maps and registers the exports, opens the engine and the listeners.

@@ -171,13 +171,19 @@ func (d *Daemon) perftestSession(ctx context.Context, sess *oob.Session, s *sess
 				d.refusedGID.Add(1)
 				return oob.Grant{}, oob.ExtUnverifiedGID
 			}
+			// Proved: the amplification bound gives way to the session's
+			// before the grant leaves, since the client starts its run the
+			// moment it reads the grant; lifted after, the first READ
+			// responses fell to the bound and waited out a retransmission.
+			st.txLimit.Store(d.cfg.SessionBytes)
 			return oob.Grant{RKey: d.target.MR.RKey(), VAddr: d.target.MR.IOVA(), Len: uint64(d.target.MR.Len())}, oob.ExtOK
 		})
 		if err != nil {
 			return err
 		}
-		// Proved: the amplification bound gives way to the session's.
-		st.txLimit.Store(d.cfg.SessionBytes)
+		if d.afterGrant != nil {
+			d.afterGrant()
+		}
 	}
 	handshaking = false
 	hcancel()
