@@ -32,8 +32,8 @@ func TestAllreduceRankHelperProcess(t *testing.T) {
 	}
 	require.NotEmpty(t, args, "no -- before the command's arguments")
 	setMaxProcs = runtime.GOMAXPROCS // a process of its own, as main sets it
-	code := run(args[1:], os.Stdout, os.Stderr)
-	syscall.Exit(code) // not os.Exit: the testing package refuses os.Exit(0) in a test
+	exitFunc = syscall.Exit          // not os.Exit: the testing package refuses os.Exit(0) in a test
+	exit(run(args[1:], os.Stdout, os.Stderr))
 }
 
 // rankProc is one rank process.

@@ -153,7 +153,9 @@ func runCmaTool(o *cmaOpts, stdout, stderr io.Writer, tool func(context.Context,
 		if err != nil {
 			return err
 		}
+		stopWatch := en.closeOnInterrupt(stderr, o.command)
 		defer func() {
+			stopWatch()
 			if cerr := en.close(); err == nil {
 				err = cerr
 			}

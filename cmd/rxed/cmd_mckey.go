@@ -109,7 +109,9 @@ func runMckey(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
+		stopWatch := en.closeOnInterrupt(stderr, "mckey")
 		defer func() {
+			stopWatch()
 			if cerr := en.close(); err == nil {
 				err = cerr
 			}

@@ -373,7 +373,9 @@ func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error
 		return err
 	}
 	r := &perfRun{o: o, en: en, stdout: stdout, stderr: stderr}
+	stopWatch := en.closeOnInterrupt(stderr, "perf")
 	defer func() {
+		stopWatch()
 		if cerr := closeEngineAndMemory(r.en, r.mr, r.mapm); err == nil {
 			err = cerr
 		}

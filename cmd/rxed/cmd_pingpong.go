@@ -213,7 +213,9 @@ func pingpong(ctx context.Context, o *pingpongOpts, stdout, stderr io.Writer) (e
 		return err
 	}
 	s := &ppSide{o: o, en: en}
+	stopWatch := en.closeOnInterrupt(stderr, "pingpong")
 	defer func() {
+		stopWatch()
 		if cerr := s.close(); err == nil {
 			err = cerr
 		}

@@ -199,7 +199,9 @@ func rping(ctx context.Context, o *rpingOpts, stdout, stderr io.Writer) (err err
 	if err != nil {
 		return err
 	}
+	stopWatch := en.closeOnInterrupt(stderr, "rping")
 	defer func() {
+		stopWatch()
 		if cerr := en.close(); err == nil {
 			err = cerr
 		}

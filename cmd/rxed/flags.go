@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rxed/rxed/pkg/ib"
@@ -128,6 +129,11 @@ type engine struct {
 	dev      *ib.Device
 	pcapFile *os.File
 	flags    *engineFlags
+
+	// closeOnce makes close safe to call twice, and concurrently: by the
+	// command and by an interrupt (interrupt.go).
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // cmLinger is how long a command's exit waits for its rdma_cm connections
@@ -185,6 +191,11 @@ func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
 // owes (the connection manager's DREQ or DREP, the last batch): read
 // before, they missed it while the pcap held it.
 func (en *engine) close() error {
+	en.closeOnce.Do(func() { en.closeErr = en.closeNow() })
+	return en.closeErr
+}
+
+func (en *engine) closeNow() error {
 	err := en.dev.Close()
 	counters := en.dev.Counters()
 	if en.pcapFile != nil {

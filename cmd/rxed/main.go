@@ -45,7 +45,9 @@ func usage(w io.Writer) {
 
 func main() {
 	setMaxProcs = runtime.GOMAXPROCS // cpus.go
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// exit (interrupt.go) lets an interrupt that is closing the engine
+	// give the status.
+	exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
