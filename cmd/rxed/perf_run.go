@@ -111,6 +111,16 @@ func (r *perfRun) waitWC(ctx context.Context, wcs []ib.WC, what func() string) (
 	return n, nil
 }
 
+// bwProgress is where a bandwidth run stood when it failed: total
+// completions of the -n the QPs had to do, or of a -D run, which has no
+// count.
+func (o *perfOpts) bwProgress(total uint64, qps int) string {
+	if o.duration > 0 {
+		return fmt.Sprintf("running %s (%d done, -D %v)", o.test, total, o.duration)
+	}
+	return fmt.Sprintf("running %s (%d of %d done)", o.test, total, o.iters*uint64(qps))
+}
+
 // qpByNum returns the index of the QP numbered n, or -1.
 func (r *perfRun) qpByNum(n uint32) int {
 	return slices.IndexFunc(r.qps, func(q *perfQP) bool { return q.qp.Num() == n })
@@ -207,9 +217,7 @@ func (r *perfRun) runBW(ctx context.Context, size int) (oob.BWReport, error) {
 		if !active && (stopping || o.duration == 0) {
 			break
 		}
-		n, err := r.waitWC(ctx, wcs, func() string {
-			return fmt.Sprintf("running %s (%d of %d done)", o.test, total, o.iters*uint64(len(r.qps)))
-		})
+		n, err := r.waitWC(ctx, wcs, func() string { return o.bwProgress(total, len(r.qps)) })
 		if err != nil {
 			return oob.BWReport{}, err
 		}
