@@ -245,9 +245,10 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "kv "+name, err)
 		}
 		defer en.close()
-		rc, err := kv.DialRDMA(ctx, en.dev, netip.AddrPortFrom(srv, uint16(*cmPort)), nil)
+		raddr := netip.AddrPortFrom(srv, uint16(*cmPort))
+		rc, err := kv.DialRDMA(ctx, en.dev, raddr, nil)
 		if err != nil {
-			return fail(stderr, "kv "+name, cmError(err))
+			return fail(stderr, "kv "+name, kvDialErr(ctx, raddr, ef.timeout, err))
 		}
 		c = rc
 	}
@@ -269,6 +270,17 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "kv "+name, err)
 	}
 	return 0
+}
+
+// kvDialErr is a failed connect to a kv server in one line: the REJ's
+// reason, or, when the wait ran out, that nobody answered within
+// --timeout, as perf -R and the rdma_cm tools say it (it was Go's
+// "context deadline exceeded").
+func kvDialErr(ctx context.Context, raddr netip.AddrPort, timeout time.Duration, err error) error {
+	if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("connect %v: no answer within --timeout %v (is rxed kv serve running there?)", raddr, timeout)
+	}
+	return cmError(err)
 }
 
 func kvRDMADialer(ctx context.Context, dev *ib.Device, srv netip.AddrPort, spin time.Duration, readAhead int) func() (kv.Client, error) {
