@@ -312,6 +312,11 @@ func (a *agent) ref() {}
 
 // Request is a connection request waiting for Accept or Reject
 // (RDMA_CM_EVENT_CONNECT_REQUEST).
+//
+// Its methods are safe for concurrent use: the first of Accept,
+// AcceptUD and Reject answers the request, any later one returns
+// ErrAnswered. The exported fields are set before Listener.Accept
+// returns it and are not changed afterwards.
 type Request struct {
 	// Local is the address and port the peer connected to; Remote the
 	// peer's, both from rdma_cm's header. Listen refuses a request whose
