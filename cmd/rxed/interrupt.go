@@ -48,6 +48,9 @@ func (en *engine) closeOnInterrupt(stderr io.Writer, name string) (stop func()) 
 	go func() {
 		select {
 		case sig := <-sigs:
+			// A second signal kills the process as Go's default does,
+			// should the close itself hang (a peer that never answers).
+			signal.Stop(sigs)
 			exitMu.Lock()
 			_ = en.close()
 			fmt.Fprintf(stderr, "rxed %s: interrupted (%v): closed the device and its connections\n", name, sig)
