@@ -591,6 +591,11 @@ func (e *Engine) Counters() map[string]uint64 {
 	for i := 1; i < qp.NumDropReasons; i++ {
 		m[qp.DropReason(i).String()] = e.Drops(qp.DropReason(i))
 	}
+	if sr, ok := e.conn.(transport.StatsReporter); ok {
+		// A fault injector's delayed datagrams are sent by its timer, not
+		// by a worker's Send: their refusals reach send_err only here.
+		m["send_err"] += sr.Stats().SendRefusedLate
+	}
 	m[CounterIPv4IDResync] = e.idResyncs.Load()
 	m[CounterMcastNoMember] = e.mcastNoMember.Load()
 	m[CounterDoorbellBatches] = e.doorbellBatches.Load()

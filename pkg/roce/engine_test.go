@@ -246,3 +246,16 @@ func TestOverrunCountsTransportDrops(t *testing.T) {
 	require.Equal(t, uint64(7), e.Counters()["drop_overrun"])
 	require.Zero(t, e.Counters()["drop_length"])
 }
+
+// TestSendErrCountsTheTransportsLateRefusals: datagrams a fault
+// injector's timer sent and the socket refused (Stats.SendRefusedLate: no
+// worker's Send saw their error) count in send_err. Bug (follow-up item 5
+// of the conformance session): they were counted nowhere.
+func TestSendErrCountsTheTransportsLateRefusals(t *testing.T) {
+	c, err := transport.NewMemNetwork().Listen(netip.MustParseAddrPort("10.0.0.1:4791"))
+	require.NoError(t, err)
+	e, err := New(Config{Conn: statsConn{Conn: c, st: transport.Stats{SendRefusedLate: 3}}})
+	require.NoError(t, err)
+	defer e.Close()
+	require.Equal(t, uint64(3), e.Counters()["send_err"])
+}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -120,6 +121,9 @@ type Faulty struct {
 	rx    *faultDir // nil when receives pass untouched
 	rxq   *pktQueue // nil when receives pass untouched or faults are inline
 	rxOut counters  // drops of the receive queue
+	// lateRefused counts the delayed or held datagrams the inner Conn
+	// refused when the timer sent them (Stats.SendRefusedLate).
+	lateRefused atomic.Uint64
 
 	// Receiving without copies (faulty_inline.go): the inner Conn's
 	// lending and polling, filtered by the injector when its receive
@@ -200,6 +204,7 @@ func (f *Faulty) Stats() Stats {
 	o := f.rxOut.snapshot()
 	s.DropQueueFull += o.DropQueueFull
 	s.DropOversize += o.DropOversize
+	s.SendRefusedLate += f.lateRefused.Load()
 	return s
 }
 
@@ -572,7 +577,14 @@ func (d *faultDir) onTimer() {
 	}
 	d.timer = nil
 	d.release(d.f.clock.Now())
-	_ = d.flush() // like a network, a late datagram that fails to send is gone
+	// Like a network, a late datagram that fails to send is gone; but no
+	// caller's Send reports its refusal, so it is counted here for the
+	// engine's send_err (Stats.SendRefusedLate). Receive flushes refuse
+	// nothing.
+	n := len(d.out)
+	if err := d.flush(); err != nil {
+		d.f.lateRefused.Add(uint64(Refused(err, n)))
+	}
 	d.rearm()
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -115,4 +116,26 @@ func TestPcapOverFaultyRecordsTheSentOfARefusedBatch(t *testing.T) {
 		got = append(got, fr.udp.Payload)
 	}
 	require.Equal(t, [][]byte{bufs[0], bufs[2]}, got)
+}
+
+// TestFaultyCountsDelayedDatagramsRefusedLate: datagrams a Faulty
+// delayed go out from its timer, where no caller's Send returns their
+// refusal: the ones the inner Conn refuses then are counted in
+// Stats.SendRefusedLate (the engine adds them to send_err), the sent ones
+// are not. Bug (follow-up item 5 of the conformance session): onTimer
+// threw its flush error away, so a delayed datagram over the path MTU was
+// neither sent nor counted anywhere.
+func TestFaultyCountsDelayedDatagramsRefusedLate(t *testing.T) {
+	clk := NewManualClock(time.Unix(0, 0))
+	inner := &mtuConn{mtu: 1000}
+	f := NewFaulty(inner, FaultConfig{Direction: DirSend, Delay: 10 * time.Millisecond, Clock: clk})
+	defer f.Close()
+	bufs := [][]byte{idPayload(0, 100), idPayload(1, 2000), idPayload(2, 3000)}
+	require.NoError(t, f.Send(bufs, Endpoint{Remote: ap("10.0.0.2:4791")}), "all delayed: nothing refused yet")
+	require.Zero(t, inner.sends)
+	require.Zero(t, f.Stats().SendRefusedLate)
+	clk.Advance(10 * time.Millisecond)
+	require.Equal(t, 1, inner.sends, "the timer sent the delayed datagrams")
+	require.Len(t, inner.sent, 1)
+	require.Equal(t, uint64(2), f.Stats().SendRefusedLate, "the two over the MTU")
 }

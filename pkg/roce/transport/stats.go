@@ -15,6 +15,11 @@ type Stats struct {
 	DropNoRoute     uint64 // MemNetwork: nobody listens on the destination
 	GSOSends        uint64 // messages sent with UDP_SEGMENT (each carries several datagrams)
 	GROReceives     uint64 // coalesced receives split by the UDP_GRO segment size
+	// SendRefusedLate: datagrams a Faulty delayed or held back that its
+	// inner Conn refused when they came due. No caller's Send returns
+	// their refusal (the injector's timer sends them), so the engine adds
+	// them to send_err from here.
+	SendRefusedLate uint64
 }
 
 // StatsReporter is implemented by the Conns of this package that keep
