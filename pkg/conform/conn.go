@@ -356,13 +356,14 @@ func (c *Conn) Close(ctx context.Context) error {
 // responder to the error state (invalid request, remote access or remote
 // operational error: IBA 9.7.5.2.3-9.7.5.2.5), after which its tool
 // cannot finish its run.
+// A NAK the link dropped (another P_Key, a bad ICRC) is not one: no
+// requester takes it.
 func (c *Conn) peerBroken() bool {
-	for _, e := range c.Trace() {
-		var p wire.Packet
-		if e.Dir == In && p.Parse(e.Raw) == nil && p.AETH != nil && p.AETH.Syndrome().Kind() == wire.SynNAK &&
-			p.AETH.Syndrome().NAKCode() != wire.NAKPSNSeqErr {
-			return true
+	broken := false
+	accepted(c.Trace(), func(p *wire.Packet) {
+		if p.AETH != nil && p.AETH.Syndrome().Kind() == wire.SynNAK && p.AETH.Syndrome().NAKCode() != wire.NAKPSNSeqErr {
+			broken = true
 		}
-	}
-	return false
+	})
+	return broken
 }

@@ -32,6 +32,22 @@ type Event struct {
 	// ipID is the IPv4 Identification solved from an incoming packet's
 	// ICRC, so that the capture's frame verifies.
 	ipID uint16
+	// dropped: an incoming packet a receiver drops (malformed, bad ICRC,
+	// another P_Key); Note says why. It answers nothing, so nothing the
+	// engine decides later may read it from the trace.
+	dropped bool
+}
+
+// accepted calls fn with every packet of the peer's in trace that the link
+// took (parsed, its ICRC and P_Key good), in order: the packets a verdict
+// or the closing may rely on.
+func accepted(trace []Event, fn func(p *wire.Packet)) {
+	for _, e := range trace {
+		var p wire.Packet
+		if e.Dir == In && !e.dropped && p.Parse(e.Raw) == nil {
+			fn(&p)
+		}
+	}
 }
 
 // Label is the ladder label of e: opcode, PSN and the deciding field.
@@ -276,6 +292,7 @@ func (l *Link) receive() {
 				ev.Note = r.Err.Error()
 			}
 		}
+		ev.dropped = r.Err != nil
 		l.record(ev)
 		if r.Err == nil {
 			l.maybeAck(r)

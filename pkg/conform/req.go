@@ -287,14 +287,14 @@ func (c *Conn) topUp(ctx context.Context) error {
 		}
 		return nil
 	}
-	// ib_send_bw: the ACKs' MSN says how many messages the peer executed.
+	// ib_send_bw: the ACKs' MSN says how many messages the peer executed;
+	// an ACK the link dropped says nothing.
 	done := 0
-	for _, e := range c.Trace() {
-		var p wire.Packet
-		if e.Dir == In && p.Parse(e.Raw) == nil && p.AETH != nil && p.AETH.Syndrome().Kind() == wire.SynACK {
+	accepted(c.Trace(), func(p *wire.Packet) {
+		if p.AETH != nil && p.AETH.Syndrome().Kind() == wire.SynACK {
 			done = max(done, int(p.AETH.MSN()))
 		}
-	}
+	})
 	for left := iters - done; left > 0; {
 		n := min(left, 32)
 		var last uint32
