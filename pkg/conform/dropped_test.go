@@ -11,6 +11,41 @@ import (
 	"github.com/rxed/rxed/pkg/wire"
 )
 
+// TestFailEvidenceNamesTheDroppedPackets: a responder whose ACKs carry
+// another P_Key, or a bad ICRC, FAILs R-ACK-WRITE, and the evidence says
+// which of its packets the engine dropped and why, not only "no ACK
+// within ...". Bug (conformance follow-up item 2): the reason was in the
+// trace alone.
+func TestFailEvidenceNamesTheDroppedPackets(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		tune func(*fakeResponder)
+		want string
+	}{
+		{"pkey", func(f *fakeResponder) { f.pkey = 0x1234 }, "P_Key 0x1234 does not match"},
+		{"icrc", func(f *fakeResponder) { f.badICRC = true }, "bad ICRC"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			o := runFake(t, "R-ACK-WRITE", IBWriteBW, c.tune)
+			require.Equal(t, Fail, o.Verdict, o.Evidence)
+			require.Contains(t, o.Evidence, "the engine dropped 1 packet(s) of the peer's: RC_ACKNOWLEDGE psn=0x100")
+			require.Contains(t, o.Evidence, c.want)
+		})
+	}
+}
+
+// TestDroppedEvidenceOnlyForDrops: a PASS says nothing about drops, and a
+// FAIL without any names none.
+func TestDroppedEvidenceOnlyForDrops(t *testing.T) {
+	o := runFake(t, "R-ACK-WRITE", IBWriteBW, nil)
+	require.Equal(t, Pass, o.Verdict, o.Evidence)
+	require.NotContains(t, o.Evidence, "dropped")
+	o = runFake(t, "D-OPCODE-UC", IBSendBW, func(f *fakeResponder) { f.acceptUC = true })
+	require.Equal(t, Fail, o.Verdict, o.Evidence)
+	require.False(t, strings.Contains(o.Evidence, "the engine dropped"), o.Evidence)
+}
+
 // inject sends the engine a response f's protocol did not make (h as is,
 // sealed).
 func (f *fakeResponder) inject(h wire.Headers) {

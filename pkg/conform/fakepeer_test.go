@@ -38,6 +38,7 @@ type fakeResponder struct {
 	// WRITE (wrong: IBA C9-88 says they are not validated).
 	zeroLenKeyChecked bool
 	pkey              uint16 // the P_Key of its responses (0: DefaultPKey)
+	badICRC           bool   // corrupts the ICRC of its responses
 
 	mu        sync.Mutex
 	queue     chan delayed // responses sent delay late
@@ -146,7 +147,7 @@ func runFake(t *testing.T, id string, tool Tool, tune func(*fakeResponder)) Outc
 	c := fakeConn(t, f, port)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return s.Run(ctx, c)
+	return s.run(ctx, c)
 }
 
 func (f *fakeResponder) serve() {
@@ -298,6 +299,9 @@ func (f *fakeResponder) send(h wire.Headers, payload []byte) {
 		panic(err)
 	}
 	f.flow.Seal(b)
+	if f.badICRC {
+		b[len(b)-1] ^= 0x55
+	}
 	if f.delay == 0 {
 		_, _ = f.pc.WriteToUDPAddrPort(b, f.flow.Dst)
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -48,6 +49,32 @@ func accepted(trace []Event, fn func(p *wire.Packet)) {
 			fn(&p)
 		}
 	}
+}
+
+// droppedEvidence names the peer's packets the link dropped, with the
+// reason of each ("" when none was): a FAIL that says "no ACK" when an ACK
+// came with a bad ICRC or another P_Key says why it answered nothing.
+func droppedEvidence(trace []Event) string {
+	const show = 3
+	var names []string
+	n := 0
+	for _, e := range trace {
+		if e.Dir != In || !e.dropped {
+			continue
+		}
+		n++
+		if len(names) < show {
+			names = append(names, e.Label())
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("the engine dropped %d packet(s) of the peer's: %s", n, strings.Join(names, ", "))
+	if n > show {
+		s += fmt.Sprintf(" and %d more", n-show)
+	}
+	return s
 }
 
 // Label is the ladder label of e: opcode, PSN and the deciding field.

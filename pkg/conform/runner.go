@@ -42,7 +42,7 @@ func runBody(ctx context.Context, cfg *Config, s *Scenario, sc *scope, ch chan<-
 		ch <- bodyDone{Errorf("setup: %v", err), nil}
 		return
 	}
-	ch <- bodyDone{s.Run(ctx, c), c}
+	ch <- bodyDone{s.run(ctx, c), c}
 }
 
 // awaitOverrun runs when the scenario's context has ended and its body

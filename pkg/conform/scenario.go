@@ -41,6 +41,19 @@ type Scenario struct {
 	Run func(ctx context.Context, c *Conn) Outcome
 }
 
+// run runs the scenario's body on c; a FAIL's evidence then names the
+// peer's packets the link dropped and why (a bad ICRC, another P_Key,
+// malformed), which the body's "no ACK within ..." does not say.
+func (s *Scenario) run(ctx context.Context, c *Conn) Outcome {
+	o := s.Run(ctx, c)
+	if o.Verdict == Fail && c.Link != nil {
+		if d := droppedEvidence(c.Trace()); d != "" {
+			o.Evidence += "; " + d
+		}
+	}
+	return o
+}
+
 // Reaches reports whether tool t can reach the scenario.
 func (s *Scenario) Reaches(t Tool) bool { return slices.Contains(s.Tools, t) }
 
