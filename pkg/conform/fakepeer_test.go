@@ -39,6 +39,11 @@ type fakeResponder struct {
 	zeroLenKeyChecked bool
 	pkey              uint16 // the P_Key of its responses (0: DefaultPKey)
 	badICRC           bool   // corrupts the ICRC of its responses
+	// readLen is what it does with a READ REQUEST whose length does not
+	// add up (PadCnt != 0, bytes after its RETH): drops it (right, as
+	// rxed's parser), NAKs it invalid request (right too), or executes it
+	// (wrong: rdma_rxe's rxe_resp_check_length checks no READ's length).
+	readLen readLenMode
 
 	mu        sync.Mutex
 	queue     chan delayed // responses sent delay late
@@ -64,6 +69,16 @@ const (
 	dupACKLatest dupACKAt = iota // the latest PSN received, as rxe (right)
 	dupACKOwn                    // the duplicate's own PSN (right too)
 	dupACKAhead                  // the expected PSN: one never received (wrong)
+)
+
+// readLenMode is what a fake responder does with a malformed READ
+// REQUEST.
+type readLenMode uint8
+
+const (
+	readLenDrop    readLenMode = iota // silently dropped (right)
+	readLenNAK                        // NAK invalid request, a length error (right)
+	readLenExecute                    // answered as a valid READ (wrong)
 )
 
 // msnMode is how a fake responder counts its MSN: right, or wrong in one
@@ -162,14 +177,17 @@ func (f *fakeResponder) serve() {
 			continue
 		}
 		var p wire.Packet
-		if p.Parse(buf[:n]) != nil {
-			continue
-		}
+		err = p.Parse(buf[:n])
 		if v, _ := f.flow.Reverse().Verify(buf[:n]); v != wire.ICRCOK {
 			continue
 		}
 		f.mu.Lock()
-		f.handle(&p)
+		switch {
+		case err == nil:
+			f.handle(&p)
+		case p.Opcode == wire.RCReadRequest && (errors.Is(err, wire.ErrBadPadding) || errors.Is(err, wire.ErrBadLength)):
+			f.malformedRead(buf[:n])
+		}
 		f.mu.Unlock()
 	}
 }
@@ -285,6 +303,28 @@ func (f *fakeResponder) handle(p *wire.Packet) {
 		}
 		if p.BTH.AckReq() {
 			f.ack(psn, wire.ACKSyndrome(0x1f))
+		}
+	}
+}
+
+// malformedRead handles a READ REQUEST b whose length does not add up,
+// as readLen says; f.mu is held.
+func (f *fakeResponder) malformedRead(b []byte) {
+	bth := wire.BTH(b)
+	if bth.DestQP() != f.qpn || bth.PSN() != f.ePSN {
+		return
+	}
+	switch f.readLen {
+	case readLenNAK:
+		f.ack(bth.PSN(), wire.NAKSyndrome(wire.NAKInvalidRequest))
+	case readLenExecute:
+		// What a receiver that checks no READ's length sees: BTH and
+		// RETH, the rest ignored.
+		clean := append(append([]byte(nil), b[:wire.BTHLen+wire.RETHLen]...), make([]byte, wire.ICRCLen)...)
+		wire.BTH(clean).SetPadCount(0)
+		var p wire.Packet
+		if p.Parse(clean) == nil {
+			f.handle(&p)
 		}
 	}
 }

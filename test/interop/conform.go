@@ -73,7 +73,7 @@ func ConformRuns() []ConformRun {
 	}
 	return []ConformRun{
 		rsp(conform.IBWriteBW, "ib_write_bw"+perfSrv, ""),
-		rsp(conform.IBReadBW, "ib_read_bw"+perfSrv, `^R-(READ|DUP-READ|BOUNDS-READ|RKEY-READ|WRITE-READBACK)`),
+		rsp(conform.IBReadBW, "ib_read_bw"+perfSrv, `^(R-(READ|DUP-READ|BOUNDS-READ|RKEY-READ|WRITE-READBACK)|D-READ-)`),
 		rsp(conform.IBAtomicBW, "ib_atomic_bw"+perfSrv, `^R-(ATOMIC|BOUNDS-ATOMIC|RKEY-ATOMIC|DUP-ATOMIC)`),
 		rsp(conform.IBSendBW, "ib_send_bw"+perfSrv+" -n 40 -s 3000", `^R-(ACK-SEND|DUP-SEND|OPSEQ-S|OPSEQ-WRITE-IN-SEND|SEND-OVER-PMTU)`,
 			"--peer-iters", "40", "--peer-size", "3000"),

@@ -45,7 +45,7 @@ func TestConformRunArgs(t *testing.T) {
 	runs := SelectConform(ConformRuns(), "conform/ib_read_bw")
 	require.Len(t, runs, 1)
 	a := strings.Join(runs[0].RunArgs(20005, "P", "R.html", "10.78.0.11"), " ")
-	require.Contains(t, a, "--tool ib_read_bw -p 20005 --timeout 12s -json --pcap-dir P --report R.html -run ^(R-BOUNDS-READ|R-DUP-READ|")
+	require.Contains(t, a, "--tool ib_read_bw -p 20005 --timeout 12s -json --pcap-dir P --report R.html -run ^(D-READ-EXTRA|D-READ-PAD|R-BOUNDS-READ|R-DUP-READ|")
 	args := runs[0].RunArgs(1, "P", "R", "x")
 	i := slices.Index(args, "-run")
 	require.Positive(t, i)
