@@ -180,6 +180,9 @@ type Link struct {
 	ackPSN   uint32 // the next PSN we expect from the peer
 	ackMSN   uint32
 	peerMsgs int // complete messages received from the peer
+	// msgsMore is closed (and replaced) when peerMsgs grows, so that a
+	// wait for the peer's messages wakes on the event, not by polling.
+	msgsMore chan struct{}
 	closeErr error
 	closed   bool
 }
@@ -204,7 +207,7 @@ func openLinkClock(local, peer netip.AddrPort, clk linkClock) (*Link, error) {
 		return nil, fmt.Errorf("binding %s: %v", local, err)
 	}
 	l := &Link{conn: pc.(*net.UDPConn), flow: wire.Flow{Src: local, Dst: peer}, clk: clk, start: clk.Now(),
-		rx: make(chan *Rx, 4096), done: make(chan struct{})}
+		rx: make(chan *Rx, 4096), done: make(chan struct{}), msgsMore: make(chan struct{})}
 	go l.receive()
 	return l, nil
 }
@@ -232,6 +235,14 @@ func (l *Link) Trace() []Event {
 
 // Since is the link's clock.
 func (l *Link) Since() time.Duration { return l.clk.Now().Sub(l.start) }
+
+// deadline is d from now on the link's clock; left (below) is what
+// remains of it. A scenario's waits beyond one Next measure with these, so
+// that a test's fake clock drives them too.
+func (l *Link) deadline(d time.Duration) time.Time { return l.clk.Now().Add(d) }
+
+// left is how long until t on the link's clock (<= 0: past).
+func (l *Link) left(t time.Time) time.Duration { return t.Sub(l.clk.Now()) }
 
 func (l *Link) record(e Event) {
 	l.mu.Lock()
@@ -331,6 +342,43 @@ func (l *Link) receive() {
 	}
 }
 
+// gotPeerMsg counts one more message of the peer's and wakes its
+// waiters; l.mu is held.
+func (l *Link) gotPeerMsg() {
+	l.peerMsgs++
+	close(l.msgsMore)
+	l.msgsMore = make(chan struct{})
+}
+
+// waitPeerMessages waits up to d on the link's clock (and ctx, and the
+// link's closing) until the peer has sent n messages of its own.
+func (l *Link) waitPeerMessages(ctx context.Context, n int, d time.Duration) bool {
+	var t linkTimer
+	for {
+		l.mu.Lock()
+		got, more := l.peerMsgs, l.msgsMore
+		l.mu.Unlock()
+		if got >= n {
+			return true
+		}
+		if t == nil {
+			// Armed once the count is read: a test's clock that sees it
+			// armed knows the wait has begun.
+			t = l.clk.NewTimer(d)
+			defer t.Stop()
+		}
+		select {
+		case <-more:
+		case <-t.C():
+			return false
+		case <-ctx.Done():
+			return false
+		case <-l.done:
+			return false
+		}
+	}
+}
+
 // maybeAck acknowledges a peer request when auto-ACK is on.
 func (l *Link) maybeAck(r *Rx) {
 	p := &r.Pkt
@@ -341,7 +389,7 @@ func (l *Link) maybeAck(r *Rx) {
 	}
 	psn := p.BTH.PSN()
 	if p.Info.Transport == wire.TransportUD {
-		l.peerMsgs++
+		l.gotPeerMsg()
 		l.mu.Unlock()
 		return
 	}
@@ -351,7 +399,7 @@ func (l *Link) maybeAck(r *Rx) {
 		l.ackPSN = (psn + 1) & 0xffffff
 		if p.Info.Flags&(wire.FlagLast|wire.FlagOnly) != 0 {
 			l.ackMSN = (l.ackMSN + 1) & 0xffffff
-			l.peerMsgs++
+			l.gotPeerMsg()
 		}
 		ack = p.BTH.AckReq() || p.Info.Flags&(wire.FlagLast|wire.FlagOnly) != 0
 	case psnBefore(psn, l.ackPSN):

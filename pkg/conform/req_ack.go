@@ -48,9 +48,9 @@ func init() {
 			if endsMessage(r) {
 				lastEnd, msgs = r.PSN(), 1
 			}
-			deadline := time.Now().Add(c.ackTimeout() / 3)
-			for msgs < 4 && time.Now().Before(deadline) {
-				x, ok := c.NextRequest(ctx, time.Until(deadline))
+			deadline := c.deadline(c.ackTimeout() / 3)
+			for msgs < 4 && c.left(deadline) > 0 {
+				x, ok := c.NextRequest(ctx, c.left(deadline))
 				if !ok {
 					break
 				}

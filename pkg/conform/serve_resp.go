@@ -231,9 +231,9 @@ func (c *Conn) ReadResponse(psn uint32, va uint64, n, from, to int, note string)
 
 // ServeFor answers requests as a conformant responder for d.
 func (c *Conn) ServeFor(ctx context.Context, d time.Duration) {
-	deadline := time.Now().Add(d)
+	deadline := c.deadline(d)
 	for ctx.Err() == nil {
-		left := time.Until(deadline)
+		left := c.left(deadline)
 		if left <= 0 {
 			return
 		}
