@@ -381,6 +381,26 @@ func (c *Conn) establishedQueued() bool {
 	}
 }
 
+// abandoned returns why the CM ended a handshake that a call of ours
+// found in the wrong state (cm.ErrState): the event that ended it, which
+// the CM delivers after the state change the call saw (a passive ID
+// leaves REQ_RCVD only on the peer's REJ, or by our own hand). fallback
+// if ctx ends first.
+func (c *Conn) abandoned(ctx context.Context, fallback error) error {
+	for {
+		select {
+		case ev := <-c.hs:
+			if err := handshakeErr(ev); err != nil {
+				return err
+			}
+		case <-c.agentGone():
+			return ib.ErrDeviceClosed
+		case <-ctx.Done():
+			return fallback
+		}
+	}
+}
+
 // handshakeErr maps a CM event that ends a handshake to its error, or nil.
 func handshakeErr(ev cm.Event) error {
 	switch ev.Type {

@@ -2,6 +2,7 @@ package rdmacm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -375,7 +376,10 @@ func (r *Request) answer() error {
 // (COMM_EST) when the RTU was lost. p may be nil (rdma_accept's defaults:
 // the resources the REQ offered). On failure the peer gets a REJ, and q
 // is left in ERR (rdma_accept's cma_modify_qp_err), so it sends nothing
-// to a peer it is not connected to.
+// to a peer it is not connected to. A peer that gave up before or during
+// Accept (its REJ: a Dial whose ctx ended, or its device closing) is a
+// *RejectError, as rdma_cm reports RDMA_CM_EVENT_REJECTED; silence after
+// the REP is ErrTimeout, the device's close ib.ErrDeviceClosed.
 func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, error) {
 	if r.ud {
 		return nil, fmt.Errorf("rdmacm: Accept: a UD (SIDR) request is answered with AcceptUD")
@@ -425,6 +429,12 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 	if err := r.id.Accept(cm.AcceptParams{QPN: q.Num(), StartingPSN: psn,
 		ResponderResources: pp.ResponderResources, InitiatorDepth: pp.InitiatorDepth,
 		RNRRetryCount: pp.RNRRetryCount, PrivateData: pp.PrivateData}); err != nil {
+		if errors.Is(err, cm.ErrState) {
+			// The ID left REQ_RCVD before our REP: the peer gave up (its
+			// REJ; a Dial whose ctx ended destroys its ID with one). Say
+			// so as Dial does, not with the CM's "invalid state".
+			err = c.abandoned(ctx, err)
+		}
 		c.fail(err, true)
 		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
 	}
