@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/rxed/rxed/pkg/qp"
 )
 
 // CompChannel is a completion event channel (struct ibv_comp_channel):
@@ -97,7 +99,7 @@ func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 		case <-ch.done:
 		case <-ch.d.done:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, qp.ContextError(ctx)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package ib_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/rxed/rxed/pkg/ib"
@@ -57,4 +58,25 @@ func TestCompChannel(t *testing.T) {
 	require.ErrorIs(t, <-errc, ib.ErrChannelClosed)
 	_, err = p.dev.CreateCQOnChannel(4, ch)
 	require.ErrorIs(t, err, ib.ErrChannelClosed)
+}
+
+// TestGetCQEventSaysWhyItsContextEnded: GetCQEvent ended by a context
+// cancelled with a cause returns an error that is context.Canceled and
+// the cause (found by the RPC adopter's test: it returned ctx.Err()
+// alone, as CQ.WaitPoll did, see pkg/qp's TestCQWaitSaysWhyItsContextEnded).
+func TestGetCQEventSaysWhyItsContextEnded(t *testing.T) {
+	p := openPeer(transport.NewMemNetwork(), "10.6.0.9")
+	defer p.close()
+	ch := p.dev.CreateCompChannel()
+	cq, err := p.dev.CreateCQ(4)
+	require.NoError(t, err)
+	why := errors.New("shutting down")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(why)
+	_, err = ch.GetCQEvent(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, why)
+	_, err = cq.WaitPoll(ctx, make([]ib.WC, 1))
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, why)
 }

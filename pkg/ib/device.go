@@ -19,6 +19,12 @@
 //
 // Value types (SendWR, WC, QPAttr, ...) are aliases of pkg/qp and pkg/mr
 // types, with libibverbs' numeric values.
+//
+// A wait that its ctx ends (CQ.Wait, CQ.WaitPoll, HybridWaiter.Wait,
+// CompChannel.GetCQEvent, MADAgent.SendContext) returns ctx's error, with
+// the cause its canceller gave (context.Cause) when there is one:
+// errors.Is finds context.Canceled or context.DeadlineExceeded, and the
+// cause (qp.ContextError).
 package ib
 
 import (

@@ -177,7 +177,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 			select {
 			case <-cq.wake:
 			case <-done:
-				err = ctx.Err()
+				err = ContextError(ctx)
 			}
 		}
 		cq.mu.Lock()

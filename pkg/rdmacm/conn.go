@@ -8,6 +8,7 @@ import (
 
 	"github.com/rxed/rxed/pkg/cm"
 	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/qp"
 	"github.com/rxed/rxed/pkg/wire/mad"
 )
 
@@ -153,7 +154,7 @@ func (c *Conn) Disconnect(ctx context.Context) error {
 	case <-c.done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return qp.ContextError(ctx)
 	}
 }
 
@@ -317,8 +318,9 @@ func (c *Conn) await(ctx context.Context, onREP func(*mad.REP) error) error {
 	for {
 		select {
 		case <-ctx.Done():
-			c.fail(ctx.Err(), true)
-			return ctx.Err()
+			err := qp.ContextError(ctx)
+			c.fail(err, true)
+			return err
 		case <-c.agentGone():
 			c.fail(ib.ErrDeviceClosed, false)
 			return ib.ErrDeviceClosed

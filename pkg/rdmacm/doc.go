@@ -71,5 +71,13 @@
 //
 // Every function and method here is safe for concurrent use. One CM agent
 // per device (a MAD agent on QP 1 and a cm.Manager) is created on first use
-// and closed when its last listener and connection are gone.
+// and closed with the device, so that a REQ for a port nobody listens on
+// still gets its REJ.
+//
+// # Contexts
+//
+// A wait that its ctx ends (Dial, Request.Accept, Listener.Accept, DialUD,
+// Conn.Disconnect) returns ctx's error, with the cause its canceller gave
+// (context.Cause) when there is one: errors.Is finds context.Canceled or
+// context.DeadlineExceeded, and the cause.
 package rdmacm

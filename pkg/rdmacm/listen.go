@@ -9,6 +9,7 @@ import (
 
 	"github.com/rxed/rxed/pkg/cm"
 	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/qp"
 	"github.com/rxed/rxed/pkg/wire/mad"
 )
 
@@ -98,7 +99,7 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 	case <-l.a.gone:
 		return nil, ib.ErrDeviceClosed
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, qp.ContextError(ctx)
 	}
 }
 

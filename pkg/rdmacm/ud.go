@@ -7,6 +7,7 @@ import (
 
 	"github.com/rxed/rxed/pkg/cm"
 	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/qp"
 	"github.com/rxed/rxed/pkg/wire/mad"
 )
 
@@ -68,7 +69,7 @@ func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnPa
 		// Abandoned, as rdma_destroy_id cancels the kernel's query: no
 		// SIDR_REQ is retransmitted after this.
 		id.Destroy()
-		return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, ctx.Err())
+		return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, qp.ContextError(ctx))
 	case <-a.gone:
 		return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, ib.ErrDeviceClosed)
 	case r := <-res:

@@ -1,0 +1,57 @@
+package rdmacm_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/rdmacm"
+	"github.com/stretchr/testify/require"
+)
+
+// TestWaitsSayWhyTheirContextEnded: Dial, Request.Accept's wait,
+// Listener.Accept and DialUD ended by a context cancelled with a cause
+// return an error that is context.Canceled and the cause (errors.Is
+// finds both). Bug (found by the RPC adopter's test,
+// TestRPCServerManyClients): they returned ctx.Err() alone, so a server
+// cancelling handshakes for several reasons (shutdown, a client's quota,
+// its own deadline) could not tell them apart afterwards.
+func TestWaitsSayWhyTheirContextEnded(t *testing.T) {
+	hs := memHosts(t, nil, "10.52.0.1", "10.52.0.2")
+	srv, cli := hs[0], hs[1]
+	why := errors.New("shutting down")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(why)
+	requireCause := func(what string, err error) {
+		t.Helper()
+		require.ErrorIs(t, err, context.Canceled, what)
+		require.ErrorIs(t, err, why, what)
+	}
+
+	// Nobody at 10.52.0.9: the REQ goes unanswered, the wait ends by ctx.
+	_, err := rdmacm.Dial(ctx, cli.qp(ib.RC), ap("10.52.0.9:7471"), nil)
+	requireCause("Dial", err)
+	_, err = rdmacm.DialUD(ctx, cli.dev, ap("10.52.0.9:7471"), nil)
+	requireCause("DialUD", err)
+
+	l, err := rdmacm.Listen(srv.dev, ap("10.52.0.1:7471"), nil)
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.Accept(ctx)
+	requireCause("Listener.Accept", err)
+
+	// A request accepted with an ended ctx: the REP goes out, the wait
+	// for the RTU ends at once.
+	live := testCtx(t)
+	dialed := make(chan error, 1)
+	go func() {
+		_, err := rdmacm.Dial(live, cli.qp(ib.RC), ap("10.52.0.1:7471"), nil)
+		dialed <- err
+	}()
+	req, err := l.Accept(live)
+	require.NoError(t, err)
+	_, err = req.Accept(ctx, srv.qp(ib.RC), nil)
+	requireCause("Request.Accept", err)
+	<-dialed // refused or connected and then disconnected: either way it returns
+}
