@@ -24,10 +24,11 @@ import (
 // A Dial that fails before the REP leaves q as it was given (RESET or
 // INIT), so it can dial again; once the REP began moving q, a failure
 // (moving q, sending the RTU, ctx) leaves q in ERR, as rdma_cm's
-// cma_rep_recv does.
+// cma_rep_recv does. A nil p is librdmacm's NULL conn_param: retry and
+// RNR retry counts 7 (ConnParam).
 func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*Conn, error) {
 	if p == nil {
-		p = &ConnParam{}
+		p = defaultConnParam()
 	}
 	if err := checkConnQP(q); err != nil {
 		return nil, fmt.Errorf("rdmacm: Dial: %w", err)

@@ -56,7 +56,9 @@
 // chooses: the REQ carries the active side's, the REP the passive side's)
 // and max_rd_atomic = our initiator depth. The passive side's responder
 // resources default to the REQ's initiator depth and its initiator depth to
-// the REQ's responder resources, as librdmacm's rdma_accept.
+// the REQ's responder resources, as librdmacm's rdma_accept. A nil
+// *ConnParam (Dial, Accept) is librdmacm's NULL conn_param: retry and RNR
+// retry counts 7; a ConnParam's zero counts mean no retries.
 //
 // Deviations, chosen: loopback addresses are accepted (the kernel refuses
 // them on RoCE; rxed's tests and single-host users live there); a header

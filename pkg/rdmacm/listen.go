@@ -375,7 +375,7 @@ func (r *Request) answer() error {
 // REQ and p imply, sends the REP, and returns once the connection is
 // established: the RTU arrived, or q took the peer's first request
 // (COMM_EST) when the RTU was lost. p may be nil (rdma_accept's defaults:
-// the resources the REQ offered). On failure the peer gets a REJ, and q
+// the resources the REQ offered, RNR retry count 7 for the peer). On failure the peer gets a REJ, and q
 // is left in ERR (rdma_accept's cma_modify_qp_err), so it sends nothing
 // to a peer it is not connected to. A peer that gave up before or during
 // Accept (its REJ: a Dial whose ctx ended, or its device closing) is a
@@ -389,7 +389,7 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
 	}
 	if p == nil {
-		p = &ConnParam{}
+		p = defaultConnParam()
 	}
 	if len(p.PrivateData) > mad.REPPrivateLen {
 		return nil, fmt.Errorf("rdmacm: Accept: %d bytes of private data (a REP carries at most %d)", len(p.PrivateData), mad.REPPrivateLen)

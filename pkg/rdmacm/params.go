@@ -26,8 +26,19 @@ const (
 	hopLimit = 64
 )
 
+// defaultConnParam is what Dial and Accept use for a nil *ConnParam:
+// librdmacm's ucma_copy_conn_param_to_kern without one sets retry_count
+// and rnr_retry_count to 7 (the resources come from the device and, for
+// Accept, the REQ, as for any ConnParam). A zero ConnParam would give the
+// peer no retries at all: one lost packet or one RNR NAK would fail its
+// work with RETRY_EXC_ERR / RNR_RETRY_EXC_ERR, where a librdmacm
+// application passing NULL never sees that.
+func defaultConnParam() *ConnParam { return &ConnParam{RetryCount: maxRetry, RNRRetryCount: maxRetry} }
+
 // ConnParam is the application's side of a connection (struct
 // rdma_conn_param). Zero values take the defaults named per field.
+// Dial and Accept given nil use defaultConnParam's, as librdmacm's
+// rdma_connect and rdma_accept given a NULL conn_param.
 type ConnParam struct {
 	// PrivateData goes to the peer: in the REQ after rdma_cm's header
 	// (Dial: at most 56 bytes), in the REP (Accept: at most 196).
@@ -40,7 +51,9 @@ type ConnParam struct {
 	// RetryCount and RNRRetryCount are the transport's retries (at most
 	// 7; 7 RNR retries mean infinite). Dial's RetryCount is both sides';
 	// each side's RNRRetryCount is what its peer uses (it travels in the
-	// REQ and REP).
+	// REQ and REP). 0 means none: the first lost packet (or RNR NAK)
+	// beyond the timeout fails the peer's work. A nil *ConnParam is
+	// librdmacm's NULL conn_param: 7 and 7 (defaultConnParam).
 	RetryCount, RNRRetryCount uint8
 	// MinRNRTimer is the RNR NAK timer code our responder sends; 0 is the
 	// kernel's value (0, meaning 655 ms).
