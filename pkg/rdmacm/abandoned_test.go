@@ -53,3 +53,34 @@ func TestAcceptAfterThePeerGaveUp(t *testing.T) {
 	require.False(t, errors.Is(err, context.Canceled))
 	require.NoError(t, q.Destroy())
 }
+
+// TestRejectAfterThePeerGaveUp: rejecting a request whose client gave up
+// first (its REJ already in) succeeds: the request is refused either
+// way, and a second answer is ErrAnswered. Bug (found with
+// TestAcceptAfterThePeerGaveUp): Reject returned the CM's internal
+// "cm: invalid state", matching none of the package's errors.
+func TestRejectAfterThePeerGaveUp(t *testing.T) {
+	hs := memHosts(t, nil, "10.51.1.1", "10.51.1.2")
+	srv, cli := hs[0], hs[1]
+	ctx := testCtx(t)
+	l, err := rdmacm.Listen(srv.dev, ap("10.51.1.1:7471"), nil)
+	require.NoError(t, err)
+	defer l.Close()
+
+	dctx, giveUp := context.WithCancel(ctx)
+	dialed := make(chan error, 1)
+	go func() {
+		_, err := rdmacm.Dial(dctx, cli.qp(ib.RC), ap("10.51.1.1:7471"), nil)
+		dialed <- err
+	}()
+	req, err := l.Accept(ctx)
+	require.NoError(t, err)
+	giveUp()
+	require.ErrorIs(t, <-dialed, context.Canceled)
+	for rdmacm.Counters(srv.dev)["rx_rej"] == 0 { // the client's REJ reached the server's CM
+		runtime.Gosched()
+	}
+	require.NoError(t, req.Reject([]byte("busy")))
+	require.ErrorIs(t, req.Reject(nil), rdmacm.ErrAnswered)
+	require.Zero(t, rdmacm.Counters(srv.dev)["tx_rej"], "nothing to send to a peer that gave up")
+}

@@ -447,7 +447,9 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 
 // Reject refuses the request with reason 28 (consumer defined) and
 // privateData (at most 148 bytes), as rdma_reject; a UD request gets a
-// SIDR_REP with status REJECT.
+// SIDR_REP with status REJECT. A request whose peer gave up first (its
+// REJ came in: a Dial whose ctx ended) needs no answer, and Reject
+// returns nil; ErrAnswered if Accept or Reject answered it already.
 func (r *Request) Reject(privateData []byte) error {
 	limit := mad.REJPrivateLen
 	if r.ud {
@@ -464,6 +466,11 @@ func (r *Request) Reject(privateData []byte) error {
 		return r.id.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRReject, PrivateData: privateData})
 	}
 	err := r.id.Reject(mad.REJConsumerDefined, nil, privateData)
+	if errors.Is(err, cm.ErrState) {
+		// The ID left REQ_RCVD before our REJ: the peer gave up first
+		// (its REJ), and the request is refused either way.
+		err = nil
+	}
 	r.c.fail(ErrRejected, false) // the connection's agent reference goes with it
 	return err
 }
