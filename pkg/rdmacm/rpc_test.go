@@ -358,17 +358,31 @@ func rpcCall(ctx context.Context, e *rpcEndpoint, calls int, rng *rand.Rand) err
 // clients, and the CM's clock.
 type rpcNet struct {
 	srv, cli []*ib.Device
+	addr     netip.AddrPort    // the server's rdma_cm address
 	clock    *cmtest.FakeClock // nil: the system clock
 }
 
-func openRPCNet(t *testing.T, fault *transport.FaultConfig, clients int) *rpcNet {
+func openRPCNet(t *testing.T, fault *transport.FaultConfig, clients int, udp bool) *rpcNet {
 	t.Helper()
 	net := transport.NewMemNetwork()
 	net.QueueLen = 4096
+	prefix := "10.50"
+	if udp {
+		prefix = "127.50"
+	}
+	var port uint16
 	open := func(i int, addr string) *ib.Device {
-		c, err := net.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), transport.RoCEv2Port))
-		require.NoError(t, err)
-		cfg := ib.Config{Conn: c, Workers: 1}
+		addr = prefix + addr
+		var cfg ib.Config
+		if udp {
+			// Over loopback sockets, every device on one ephemeral port,
+			// as rxed peers assume.
+			cfg = ib.Config{Addrs: []netip.Addr{netip.MustParseAddr(addr)}, Port: port, EphemeralPort: port == 0, Workers: 1}
+		} else {
+			c, err := net.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), transport.RoCEv2Port))
+			require.NoError(t, err)
+			cfg = ib.Config{Conn: c, Workers: 1}
+		}
 		if fault != nil {
 			f := *fault
 			f.Seed += int64(i)
@@ -377,11 +391,12 @@ func openRPCNet(t *testing.T, fault *transport.FaultConfig, clients int) *rpcNet
 		dev, err := ib.OpenDevice(cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = dev.Close() })
+		port = dev.UDPPort()
 		return dev
 	}
-	n := &rpcNet{srv: []*ib.Device{open(0, "10.50.0.1")}}
+	n := &rpcNet{srv: []*ib.Device{open(0, ".0.1")}, addr: netip.MustParseAddrPort(prefix + ".0.1:7471")}
 	for i := range clients {
-		n.cli = append(n.cli, open(i+1, fmt.Sprintf("10.50.1.%d", i+1)))
+		n.cli = append(n.cli, open(i+1, fmt.Sprintf(".1.%d", i+1)))
 	}
 	return n
 }
@@ -389,9 +404,9 @@ func openRPCNet(t *testing.T, fault *transport.FaultConfig, clients int) *rpcNet
 // runRPC is the scenario: the server, rpcClients clients of mixed
 // behaviour, the listener's close with Accepts pending, and the release
 // of every resource.
-func runRPC(t *testing.T, fault *transport.FaultConfig) {
+func runRPC(t *testing.T, fault *transport.FaultConfig, udp bool) {
 	baseline := runtime.NumGoroutine()
-	n := openRPCNet(t, fault, 2)
+	n := openRPCNet(t, fault, 2, udp)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -427,7 +442,7 @@ func runRPC(t *testing.T, fault *transport.FaultConfig) {
 	for _, d := range append(n.cli, n.srv...) {
 		require.NoError(t, rdmacm.Enable(d, cmCfg))
 	}
-	l, err := rdmacm.Listen(n.srv[0], netip.MustParseAddrPort("10.50.0.1:7471"), nil)
+	l, err := rdmacm.Listen(n.srv[0], n.addr, nil)
 	require.NoError(t, err)
 	running := runtime.NumGoroutine()
 
@@ -493,7 +508,7 @@ func runRPC(t *testing.T, fault *transport.FaultConfig) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
-			err := rpcClient(ctx, dctx, cctx, pd, name, kind, fault != nil, rng, func() {
+			err := rpcClient(ctx, dctx, cctx, n.addr, pd, name, kind, fault != nil, rng, func() {
 				cmu.Lock()
 				if ch := dialGaveUp[name]; ch != nil {
 					close(ch)
@@ -543,12 +558,12 @@ func runRPC(t *testing.T, fault *transport.FaultConfig) {
 
 // rpcClient is one client: kind 0 and 3 make their calls (3 then
 // disconnects with its sends in flight), 1 gives up in Dial, 2 in a call.
-func rpcClient(ctx, dctx, cctx context.Context, pd *ib.PD, name string, kind int, lossy bool, rng *rand.Rand, dialReturned func(), errGaveUp error) error {
+func rpcClient(ctx, dctx, cctx context.Context, srvAddr netip.AddrPort, pd *ib.PD, name string, kind int, lossy bool, rng *rand.Rand, dialReturned func(), errGaveUp error) error {
 	e, err := newRPCEndpoint(pd)
 	if err != nil {
 		return err
 	}
-	conn, err := rdmacm.Dial(dctx, e.qp, netip.MustParseAddrPort("10.50.0.1:7471"),
+	conn, err := rdmacm.Dial(dctx, e.qp, srvAddr,
 		&rdmacm.ConnParam{PrivateData: []byte(name), RetryCount: 7, RNRRetryCount: 7})
 	dialReturned()
 	if kind == 1 {
@@ -581,7 +596,7 @@ func rpcClient(ctx, dctx, cctx context.Context, pd *ib.PD, name string, kind int
 				return err
 			}
 		}
-		conn, err = rdmacm.Dial(ctx, e.qp, netip.MustParseAddrPort("10.50.0.1:7471"),
+		conn, err = rdmacm.Dial(ctx, e.qp, srvAddr,
 			&rdmacm.ConnParam{PrivateData: []byte(name), RetryCount: 7, RNRRetryCount: 7})
 		if err != nil {
 			return fmt.Errorf("Dial again: %w", err)
@@ -687,12 +702,15 @@ func requireGoroutines(t *testing.T, want int, when string) {
 
 // TestRPCServerManyClients runs the scenario on a lossless in-memory
 // network.
-func TestRPCServerManyClients(t *testing.T) { runRPC(t, nil) }
+func TestRPCServerManyClients(t *testing.T) { runRPC(t, nil, false) }
+
+// TestRPCServerManyClientsUDP runs it over loopback UDP sockets.
+func TestRPCServerManyClientsUDP(t *testing.T) { runRPC(t, nil, true) }
 
 // TestRPCServerManyClientsLossy runs it where 3% of the datagrams each
 // way are lost, 3% reordered and 1% duplicated, CM MADs included (seeded).
 func TestRPCServerManyClientsLossy(t *testing.T) {
-	runRPC(t, &transport.FaultConfig{Loss: 0.03, Reorder: 0.03, Dup: 0.01, Seed: rpcSeed()})
+	runRPC(t, &transport.FaultConfig{Loss: 0.03, Reorder: 0.03, Dup: 0.01, Seed: rpcSeed()}, false)
 }
 
 func rpcSeed() int64 {
