@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/rdmacm"
@@ -54,4 +55,25 @@ func TestWaitsSayWhyTheirContextEnded(t *testing.T) {
 	_, err = req.Accept(ctx, srv.qp(ib.RC), nil)
 	requireCause("Request.Accept", err)
 	<-dialed // refused or connected and then disconnected: either way it returns
+}
+
+// TestConnParamTimeoutIsErrTimeout: Dial and DialUD whose
+// ConnParam.Timeout elapses without an answer fail with ErrTimeout, the
+// package's error for a peer that does not answer (and with
+// context.DeadlineExceeded). Bug (found by the RPC adopter's test): they
+// failed with a bare context.DeadlineExceeded, as if the caller's own
+// ctx had expired, matching none of the package's errors.
+func TestConnParamTimeoutIsErrTimeout(t *testing.T) {
+	hs := memHosts(t, nil, "10.52.1.1")
+	cli := hs[0]
+	ctx := testCtx(t)
+	p := &rdmacm.ConnParam{Timeout: 20 * time.Millisecond}
+	// Nobody at 10.52.1.9: the REQ and the SIDR_REQ go unanswered.
+	_, err := rdmacm.Dial(ctx, cli.qp(ib.RC), ap("10.52.1.9:7471"), p)
+	require.ErrorIs(t, err, rdmacm.ErrTimeout)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = rdmacm.DialUD(ctx, cli.dev, ap("10.52.1.9:7471"), p)
+	require.ErrorIs(t, err, rdmacm.ErrTimeout)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, ctx.Err(), "the caller's ctx did not end")
 }

@@ -18,7 +18,8 @@ import (
 // it sends the REQ, takes q to RTR and RTS from the REP, sends the RTU,
 // and returns the established connection. A refusal is a *RejectError
 // (reason 8: nobody listens on the port; 28: the application or rdma_cm
-// refused), silence ErrTimeout after the CM's retries, the device's
+// refused), silence ErrTimeout after the CM's retries (or once
+// p.Timeout elapsed), the device's
 // close (before or during the handshake) ib.ErrDeviceClosed or, once the
 // REQ is out, ErrDisconnected. p may be nil.
 // A Dial that fails before the REP leaves q as it was given (RESET or
@@ -50,7 +51,7 @@ func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*C
 	peer := hdr.Dst
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, p.Timeout, errTimeoutParam)
 		defer cancel()
 	}
 	a, err := acquire(dev)

@@ -403,7 +403,7 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 	pp := acceptDefaults(dev, *p, r.req)
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, p.Timeout, errTimeoutParam)
 		defer cancel()
 	}
 	psn := c.a.cm.NewPSN()

@@ -1,6 +1,7 @@
 package rdmacm
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"time"
@@ -70,9 +71,17 @@ type ConnParam struct {
 	// PortSpace is the rdma_cm port space; 0 is mad.PortSpaceTCP.
 	PortSpace mad.PortSpace
 	// Timeout bounds the whole exchange besides ctx; 0 is none (the CM's
-	// own retries still end it: 16 REQs 4.3 s apart, about 70 s).
+	// own retries still end it: 16 REQs 4.3 s apart, about 70 s). Its
+	// expiry is ErrTimeout (and context.DeadlineExceeded), as the CM's
+	// own retries running out: the peer did not answer in time.
 	Timeout time.Duration
 }
+
+// errTimeoutParam is the cause of a ConnParam.Timeout's expiry: with
+// qp.ContextError the wait's error is then both ErrTimeout and
+// context.DeadlineExceeded. A bare deadline looked like the caller's own
+// ctx expiring, and matched none of the package's errors.
+var errTimeoutParam = fmt.Errorf("%w: ConnParam.Timeout elapsed", ErrTimeout)
 
 // initAccess is the INIT access of a connected QP (cm_init_qp_init_attr):
 // remote WRITE always, READ and atomics when we have responder

@@ -47,7 +47,7 @@ func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnPa
 	peer := hdr.Dst
 	if p.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, p.Timeout, errTimeoutParam)
 		defer cancel()
 	}
 	a, err := acquire(dev)
