@@ -360,6 +360,19 @@ func (r *Request) RemoteQP() (gid netip.Addr, qpn uint32) {
 	return r.peerGID.Unmap(), r.req.LocalQPN
 }
 
+// onOurDevice refuses a QP of another device than the one the request
+// came to (rdma_create_qp's -EINVAL for a PD of another device than the
+// cm_id's). Such a QP got a REP (or SIDR_REP) naming its number, and the
+// peer then sent to that number at the listener's GID, where no such QP
+// lives: the handshake succeeded and every send failed. The request
+// stays unanswered, so a QP of the right device can still take it.
+func (r *Request) onOurDevice(q *ib.QP) error {
+	if d := q.PD().Device(); d != r.l.a.dev {
+		return fmt.Errorf("QP %#x is on another device (GIDs %v) than the request, which came to %v", q.Num(), d.GIDs(), r.gid)
+	}
+	return nil
+}
+
 // answer marks the request answered, once.
 func (r *Request) answer() error {
 	r.mu.Lock()
@@ -371,7 +384,8 @@ func (r *Request) answer() error {
 	return nil
 }
 
-// Accept takes q (an RC or UC QP in RESET or INIT) to RTS with the attributes the
+// Accept takes q (an RC or UC QP in RESET or INIT, of the listener's
+// device; any other is refused, the request left unanswered) to RTS with the attributes the
 // REQ and p imply, sends the REP, and returns once the connection is
 // established: the RTU arrived, or q took the peer's first request
 // (COMM_EST) when the RTU was lost. p may be nil (rdma_accept's defaults:
@@ -386,6 +400,9 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 		return nil, fmt.Errorf("rdmacm: Accept: a UD (SIDR) request is answered with AcceptUD")
 	}
 	if err := checkConnQP(q); err != nil {
+		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
+	}
+	if err := r.onOurDevice(q); err != nil {
 		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
 	}
 	if p == nil {
@@ -477,13 +494,17 @@ func (r *Request) Reject(privateData []byte) error {
 
 // AcceptUD answers a UD request (SIDR_REQ) with q's number and qkey: the
 // peer then sends its datagrams to q with that Q_Key. q should be a UD QP
-// in RTS.
+// in RTS, of the listener's device (any other is refused, the request
+// left unanswered).
 func (r *Request) AcceptUD(q *ib.QP, qkey uint32, privateData []byte) error {
 	if !r.ud {
 		return fmt.Errorf("rdmacm: AcceptUD: not a UD request (use Accept)")
 	}
 	if q == nil || q.Type() != ib.UD {
 		return fmt.Errorf("rdmacm: AcceptUD: a UD QP is required")
+	}
+	if err := r.onOurDevice(q); err != nil {
+		return fmt.Errorf("rdmacm: AcceptUD: %w", err)
 	}
 	if len(privateData) > mad.SIDRREPPrivateLen {
 		return fmt.Errorf("rdmacm: AcceptUD: %d bytes of private data (a SIDR_REP carries at most %d)", len(privateData), mad.SIDRREPPrivateLen)
