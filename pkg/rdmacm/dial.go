@@ -73,7 +73,7 @@ func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*C
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount,
 		PathMTU: uint8(mtu), PacketLifeTime: packetLifeTime, HopLimit: hopLimit,
-		PrivateData: priv,
+		SRQ: usesSRQ(q), PrivateData: priv,
 	}, c.onEvent)
 	if err != nil {
 		err = cmErr(err)
@@ -138,6 +138,14 @@ func checkConnQP(q *ib.QP) error {
 		return fmt.Errorf("QP %#x is in %v: it must be in RESET or INIT", q.Num(), s)
 	}
 	return nil
+}
+
+// usesSRQ reports whether q receives through a shared receive queue: the
+// SRQ bit of our REQ or REP, as cma_connect_ib and cma_accept_ib set it
+// (id_priv->srq, from rdma_create_qp). It was always clear.
+func usesSRQ(q *ib.QP) bool {
+	_, init, err := q.Query()
+	return err == nil && init.SRQ != nil
 }
 
 func ipVersion(a netip.Addr) uint8 {

@@ -446,7 +446,7 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 	c.setPrivate(r.PrivateData)
 	if err := r.id.Accept(cm.AcceptParams{QPN: q.Num(), StartingPSN: psn,
 		ResponderResources: pp.ResponderResources, InitiatorDepth: pp.InitiatorDepth,
-		RNRRetryCount: pp.RNRRetryCount, PrivateData: pp.PrivateData}); err != nil {
+		RNRRetryCount: pp.RNRRetryCount, SRQ: usesSRQ(q), PrivateData: pp.PrivateData}); err != nil {
 		if errors.Is(err, cm.ErrState) {
 			// The ID left REQ_RCVD before our REP: the peer gave up (its
 			// REJ; a Dial whose ctx ended destroys its ID with one). Say
