@@ -46,6 +46,12 @@
 // its (GUID, comm ID) and (GUID, QPN) entries, so a REQ reusing them is
 // stale (cm.c drops them on entering timewait; IBA keeps them).
 //
+// Unexpected messages: a REP, RTU, DREQ, DREP, MRA or REJ that names no
+// ID, or an ID in a state that does not expect it, gets what cm.c's
+// handler for it gives (msg_state_test.go checks every pair): nothing,
+// except a REP for an ESTABLISHED ID (the RTU again) or one in
+// MRA_REP_SENT (the MRA again), and a DREQ (a DREP, also for no ID).
+//
 // SIDR: SIDRQuery sends a SIDR_REQ until a SIDR_REP (SIDRHandler); a
 // SIDR_REQ matching a Listener gives EventSIDRREQ, answered by SIDRReply;
 // no listener: SIDR_REP status 1 (unsupported).
