@@ -50,7 +50,9 @@
 // ID, or an ID in a state that does not expect it, gets what cm.c's
 // handler for it gives (msg_state_test.go checks every pair): nothing,
 // except a REP for an ESTABLISHED ID (the RTU again) or one in
-// MRA_REP_SENT (the MRA again), and a DREQ (a DREP, also for no ID).
+// MRA_REP_SENT (the MRA again), and a DREQ (a DREP, also for no ID). A
+// timeout REJ finds its ID by the CA GUID in its ARI area, read whatever
+// the REJ's ARI length says, as cm_acquire_rejected_id reads it.
 //
 // SIDR: SIDRQuery sends a SIDR_REQ until a SIDR_REP (SIDRHandler); a
 // SIDR_REQ matching a Listener gives EventSIDRREQ, answered by SIDRReply;

@@ -240,6 +240,10 @@ type rx struct {
 	// what cm_issue_rej swaps into a REJ answering it, whatever the
 	// message (a REQ's bytes 4-7 are reserved and its vendor ID).
 	words [2]uint32
+	// data is the message's data bytes, for the fields cm.c reads
+	// whatever the parsed message says (a timeout REJ's ARI); valid
+	// only during the step.
+	data []byte
 }
 
 func (m *Manager) receive(src, dst netip.Addr, b []byte) {
@@ -257,7 +261,7 @@ func (m *Manager) receive(src, dst netip.Addr, b []byte) {
 		return
 	}
 	m.count("rx_" + msgName(h.AttrID))
-	r := rx{src: src, dst: dst, hdr: h}
+	r := rx{src: src, dst: dst, hdr: h, data: b[mad.HeaderLen:]}
 	r.words[0], r.words[1], _ = mad.CommIDWords(b[mad.HeaderLen:])
 	switch v := msg.(type) {
 	case *mad.REQ:

@@ -38,6 +38,8 @@ const (
 	freshPeerComm = 0x0bad_0001 // a peer comm ID we have not heard of
 	unknownComm   = 0x0dd0_0001 // a local comm ID no ID has
 	probeTID      = 0x1234_5678_9abc_def0
+	// rejARILengthAt is a REJ MAD's ARI length(7) reserved(1) byte.
+	rejARILengthAt = mad.HeaderLen + 9
 )
 
 // The states a crafted message meets; events and packets of the setup are
@@ -490,6 +492,19 @@ func TestREJByState(t *testing.T) {
 		{"passive ESTABLISHED", rejTo(mad.REJMsgOther, mad.REJTimeout), tw},
 		{"passive DREQ_SENT", rejTo(mad.REJMsgOther, consumer), tw},
 		{"passive TIMEWAIT", rejTo(mad.REJMsgOther, consumer), none(cm.StateTimewait)},
+		// cm_acquire_rejected_id reads a timeout REJ's CA GUID from the
+		// ARI area whatever its ARI length says: a REJ whose length is 0
+		// with the GUID in place ends the connection as well.
+		{"passive MRA_REQ_SENT", func(tg target) []byte {
+			b := rejTo(mad.REJMsgOther, mad.REJTimeout)(tg)
+			b[rejARILengthAt] = 0
+			return b
+		}, gone},
+		{"passive ESTABLISHED", func(tg target) []byte {
+			b := rejTo(mad.REJMsgOther, mad.REJTimeout)(tg)
+			b[rejARILengthAt] = 0
+			return b
+		}, tw},
 		// A timeout REJ naming another CA finds nothing.
 		{"passive MRA_REQ_SENT", func(tg target) []byte {
 			tg.peer = &side{guid: tg.peer.guid + 1}

@@ -81,9 +81,11 @@ func (m *Manager) onREJ(r rx, rej *mad.REJ) {
 	switch {
 	case rej.Reason == mad.REJTimeout:
 		// The ARI of a timeout REJ is the sender's CA GUID, and the REJ
-		// may name only its own comm ID.
-		if len(rej.ARI) >= 8 {
-			id = m.remoteIDs[remoteKey{binary.BigEndian.Uint64(rej.ARI), rej.LocalCommID}]
+		// may name only its own comm ID. cm_acquire_rejected_id reads
+		// the GUID from the ARI area whatever the ARI length says, so a
+		// REJ whose length is short or 0 finds the ID all the same.
+		if ari := mad.REJARIArea(r.data); ari != nil {
+			id = m.remoteIDs[remoteKey{binary.BigEndian.Uint64(ari), rej.LocalCommID}]
 		}
 	case rej.MessageRejected == mad.REJMsgREQ:
 		id = m.acquire(rej.RemoteCommID, 0)

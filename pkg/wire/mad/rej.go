@@ -45,6 +45,18 @@ const (
 	rejPrivate     = 84
 )
 
+// REJARIArea returns the whole ARI area of a REJ's data bytes, all
+// REJARILen of them whatever the ARI length says (nil when data is too
+// short to be a REJ's): cm.c's cm_acquire_rejected_id reads a timeout
+// REJ's CA GUID from the area's first 8 bytes without looking at the
+// length, which ParseREJ's ARI honours.
+func REJARIArea(data []byte) []byte {
+	if len(data) < rejARI+REJARILen {
+		return nil
+	}
+	return data[rejARI : rejARI+REJARILen]
+}
+
 // AttrID returns AttrREJ.
 func (*REJ) AttrID() uint16 { return AttrREJ }
 

@@ -41,6 +41,20 @@ func TestREJBadARILength(t *testing.T) {
 	require.Len(t, m.ARI, 72)
 }
 
+// TestREJARIArea: the whole ARI area whatever the ARI length says, where
+// cm.c's cm_acquire_rejected_id reads a timeout REJ's CA GUID (CM
+// follow-up, item 2: a timeout REJ with ARI length 0).
+func TestREJARIArea(t *testing.T) {
+	d := data(t, map[int]string{8: "00000004", 12: "0200aabbccddeeff"}) // timeout, ARI length 0
+	m, err := ParseREJ(d)
+	require.NoError(t, err)
+	require.Nil(t, m.ARI, "ParseREJ honours the length")
+	area := REJARIArea(d)
+	require.Len(t, area, REJARILen)
+	require.Equal(t, d[12:20], area[:8])
+	require.Nil(t, REJARIArea(d[:12+REJARILen-1]))
+}
+
 func TestREJTruncated(t *testing.T) { checkTruncation(t, AttrREJ, rejSampleData(t)) }
 
 func TestREJBadFields(t *testing.T) {
