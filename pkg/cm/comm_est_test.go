@@ -16,7 +16,9 @@ import (
 // REP stops. What comes after is harmless: the RTU arriving late is a
 // duplicate (rx_dup_rtu); a REP retransmitted before the notification
 // reaching the active side draws the RTU again (cm_dup_rep_handler), also
-// a duplicate; a second notification is a no-op; nobody hears another
+// a duplicate; a second notification does nothing and returns
+// ErrAlreadyEstablished (cm_establish's -EISCONN; CM follow-up item 4,
+// where it returned nil); nobody hears another
 // event, and the connection disconnects as any other.
 func TestEstablishedByCommEstThenLateRTUAndREP(t *testing.T) {
 	for _, mra := range []bool{false, true} {
@@ -66,7 +68,7 @@ func TestEstablishedByCommEstThenLateRTUAndREP(t *testing.T) {
 		l.a.m.HandleMAD(rep.src, rep.dst, rep.b)
 		require.Equal(t, []string{"A:RTU"}, attrs(l.pump()))
 		require.Equal(t, uint64(2), l.b.m.Counters()["rx_dup_rtu"])
-		require.NoError(t, idb.Established(), "already established")
+		require.ErrorIs(t, idb.Established(), cm.ErrAlreadyEstablished, "a second notification: -EISCONN")
 		require.Empty(t, l.pump())
 		require.Empty(t, l.a.take())
 		require.Empty(t, l.b.take())

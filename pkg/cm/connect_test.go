@@ -80,7 +80,8 @@ func TestConnectAcceptRTUEstablished(t *testing.T) {
 	// Calls in the wrong state fail.
 	require.ErrorIs(t, ida.SendRTU(nil), cm.ErrState)
 	require.ErrorIs(t, idb.Accept(acceptParams(0x22)), cm.ErrState)
-	require.NoError(t, idb.Established(), "already established")
+	require.ErrorIs(t, idb.Established(), cm.ErrAlreadyEstablished, "already established: cm_establish's -EISCONN")
+	require.ErrorIs(t, ida.Established(), cm.ErrAlreadyEstablished, "cm_establish asks no side")
 
 	ca, cb := l.a.m.Counters(), l.b.m.Counters()
 	require.Equal(t, uint64(1), ca["tx_req"])

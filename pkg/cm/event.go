@@ -114,6 +114,9 @@ var (
 	// ErrState: the call is not valid in the ID's current state (or the
 	// ID is gone).
 	ErrState = errors.New("cm: invalid state")
+	// ErrAlreadyEstablished: ID.Established on an established ID
+	// (cm_establish's -EISCONN); nothing was done.
+	ErrAlreadyEstablished = errors.New("cm: already established")
 	// ErrBusy: a listener already covers the service ID.
 	ErrBusy = errors.New("cm: service ID in use")
 	// ErrClosed: the Manager is closed.

@@ -235,9 +235,11 @@ func (id *ID) Accept(p AcceptParams) error {
 // before the RTU (ib_cm_notify IB_EVENT_COMM_EST, which pkg/rdmacm calls
 // on the QP's COMM_EST event): the connection is up, the REP stops, and
 // a late RTU (or our REP, retransmitted before and answered by the
-// peer's RTU again) is a duplicate. It returns nil when the ID is
-// already ESTABLISHED (cm.c: -EISCONN, which its callers ignore), and
-// ErrState before the REP or after the connection ended.
+// peer's RTU again) is a duplicate. On an ID that is ESTABLISHED already
+// (the RTU came first, or a second notification) it does nothing and
+// returns ErrAlreadyEstablished, as cm_establish returns -EISCONN (which
+// rdma_notify passes on and the kernel's ULPs ignore); before the REP or
+// after the connection ended, ErrState (cm_establish's -EINVAL).
 func (id *ID) Established() error {
 	return id.do(func() error {
 		switch id.state {
@@ -246,7 +248,7 @@ func (id *ID) Established() error {
 			id.m.establish(id, nil)
 			return nil
 		case StateEstablished:
-			return nil
+			return ErrAlreadyEstablished
 		}
 		return ErrState
 	})

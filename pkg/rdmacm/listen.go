@@ -434,6 +434,9 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 	// the handshake is over either way.
 	defer q.OnEvent(func(ev ib.AsyncEvent) {
 		if ev.Type == ib.EventCommEst {
+			// cm.ErrAlreadyEstablished (the RTU came first: -EISCONN)
+			// and ErrState (the handshake failed meanwhile) need
+			// nothing done, as the kernel's ULPs ignore rdma_notify's.
 			_ = r.id.Established()
 		}
 	})()
