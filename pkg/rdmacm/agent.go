@@ -269,10 +269,6 @@ func (a *agent) untrack(c *Conn) {
 	a.mu.Unlock()
 }
 
-// release is kept for the places that mark where a user of the agent is
-// done; the agent itself lives as long as the device.
-func (a *agent) release() {}
-
 // nodeGUID derives the device's CA GUID from its GID table: stable for
 // the device (and across restarts with the same addresses), as peers key
 // duplicate and stale-connection detection on it. The top byte is 0x02

@@ -123,3 +123,53 @@ func TestFullBacklogDropsTheREQUntilThereIsRoom(t *testing.T) {
 	require.NoError(t, d1.conn.Disconnect(ctxEnd))
 	require.NoError(t, d2.conn.Disconnect(ctxEnd))
 }
+
+// TestFullBacklogRefusesTheSIDRREQ: a UD request (SIDR_REQ) that finds
+// the listener's backlog full is refused with SIDR_REP REJECT, as cm.c's
+// cm_sidr_req_handler answers a SIDR_REQ its consumer fails
+// (cm_destroy_id in SIDR_REQ_RCVD), where a REQ is dropped
+// (TestFullBacklogDropsTheREQUntilThereIsRoom). This is the one way into
+// onListenEvent's fallback after a failed offer; a REQ never gets there
+// (listen.go, Listener.full). The request waiting in the backlog is then
+// answered as usual. CM follow-up item 3.
+func TestFullBacklogRefusesTheSIDRREQ(t *testing.T) {
+	hs := memHosts(t, nil, "10.12.1.1", "10.12.1.2")
+	srv, cli := hs[0], hs[1]
+	fc := cmtest.NewFakeClock(time.Unix(4_100_000, 0)) // no SIDR_REQ is retransmitted
+	require.NoError(t, rdmacm.Enable(srv.dev, &rdmacm.Config{Clock: fc}))
+	require.NoError(t, rdmacm.Enable(cli.dev, &rdmacm.Config{Clock: fc}))
+	ctx := testCtx(t)
+	l, err := rdmacm.Listen(srv.dev, ap("10.12.1.1:7174"), &rdmacm.ListenOptions{PortSpace: mad.PortSpaceUDP, Backlog: 1})
+	require.NoError(t, err)
+	defer l.Close()
+
+	type udDialed struct {
+		r   *rdmacm.UDRemote
+		err error
+	}
+	first := make(chan udDialed, 1)
+	go func() {
+		r, err := rdmacm.DialUD(ctx, cli.dev, l.Addr(), nil)
+		first <- udDialed{r, err}
+	}()
+	require.Eventually(t, func() bool { return rdmacm.Counters(srv.dev)["rx_sidr_req"] == 1 },
+		20*time.Second, time.Millisecond)
+
+	_, err = rdmacm.DialUD(ctx, cli.dev, l.Addr(), nil)
+	var se *rdmacm.SIDRError
+	require.ErrorAs(t, err, &se, "the request over the backlog")
+	require.Equal(t, mad.SIDRReject, se.Status)
+
+	req, err := l.Accept(ctx)
+	require.NoError(t, err)
+	require.True(t, req.UD())
+	uq := srv.qp(ib.UD)
+	require.NoError(t, ib.ConnectQP(uq, ib.RemoteQP{}, ib.ConnectAttr{QKey: 0x01234567}))
+	require.NoError(t, req.AcceptUD(uq, 0x01234567, nil))
+	d := <-first
+	require.NoError(t, d.err, "the queued request is answered")
+	require.Equal(t, uq.Num(), d.r.QPN)
+	c := rdmacm.Counters(srv.dev)
+	require.Equal(t, uint64(2), c["rx_sidr_req"])
+	require.Equal(t, uint64(2), c["tx_sidr_rep"], "one REJECT, one answer")
+}

@@ -74,7 +74,6 @@ type Conn struct {
 	private     []byte // the peer's private data
 	err         error  // why it ended
 	ended       bool   // done is closed
-	released    bool   // the agent reference is given back
 	dreqSent    bool   // a Disconnect sent our DREQ: later ones wait for its answer
 }
 
@@ -185,7 +184,7 @@ func (c *Conn) onEvent(ev cm.Event) {
 		return
 	case cm.EventTimewaitExit:
 		c.post(Event{Type: EventTimewaitExit})
-		c.release()
+		c.settle()
 		return
 	case cm.EventEstablished:
 		c.mu.Lock()
@@ -269,18 +268,6 @@ func (c *Conn) end(err error) {
 	close(c.done)
 }
 
-// release gives the agent reference back, once.
-func (c *Conn) release() {
-	c.mu.Lock()
-	done := c.released
-	c.released = true
-	c.mu.Unlock()
-	if !done {
-		c.settle()
-		c.a.release()
-	}
-}
-
 // settle marks the connection as owing the peer nothing more, once.
 func (c *Conn) settle() {
 	c.settleOnce.Do(func() {
@@ -308,7 +295,7 @@ func (c *Conn) fail(err error, destroy bool) {
 		c.qpToErr()
 	}
 	c.end(err)
-	c.release()
+	c.settle()
 }
 
 // await runs the rest of a handshake: onREP (active side) answers the

@@ -78,7 +78,6 @@ func Listen(dev *ib.Device, addr netip.AddrPort, opts *ListenOptions) (*Listener
 	l := &Listener{a: a, addr: netip.AddrPortFrom(ip, addr.Port()), ps: ps, sid: serviceID(ps, addr.Port()),
 		reqs: make(chan *Request, backlog), closed: make(chan struct{})}
 	if err := a.addListener(l); err != nil {
-		a.release()
 		return nil, fmt.Errorf("rdmacm: Listen %v: %w", addr, err)
 	}
 	return l, nil
@@ -110,7 +109,6 @@ func (l *Listener) Close() error {
 		close(l.closed)
 		l.a.removeListener(l)
 		l.rejectQueued(rejectRequest)
-		l.a.release()
 	})
 	return nil
 }
@@ -136,8 +134,10 @@ func (l *Listener) offer(r *Request, reject func(*Request)) bool {
 }
 
 // full reports whether the backlog has no room. Only the CM's handler
-// (onListenEvent, never two at once) queues requests, so a room it sees
-// stays until it offers: the REQ it then queues made no Conn before.
+// (onListenEvent) queues requests, and the device's cm.Manager runs its
+// handlers one at a time (Manager.drain), so a room it sees stays until
+// it offers: Accept and rejectQueued only take requests out. The REQ it
+// then queues made no Conn before.
 func (l *Listener) full() bool { return len(l.reqs) == cap(l.reqs) }
 
 // rejectQueued answers every request queued for Accept with reject.
@@ -292,25 +292,31 @@ func (a *agent) onListenEvent(ev cm.Event) {
 		r.c.id = ev.ID
 		r.c.local, r.c.remote = r.Local, r.Remote
 		ev.ID.SetHandler(r.c.onEvent)
-	}
-	a.ref()
-	if !r.ud {
 		// cma_ib_req_handler arms the delayed MRA before librdmacm's
 		// application can answer (rdma_accept waits for the handler):
 		// armed after the offer, an answer quicker than this handler
 		// would leave from REQ_RCVD or MRA_REQ_SENT by chance.
 		_ = ev.ID.PrepareMRA()
 	}
-	if !l.offer(r, rejectRequest) {
-		a.release()
-		refuse()
-		if r.c != nil {
-			r.c.fail(ErrRejected, false) // out of a.live, as Request.Reject does
-		}
+	if l.offer(r, rejectRequest) {
+		return
+	}
+	// No room. A SIDR_REQ gets SIDR_REP REJECT, as cm.c answers one its
+	// consumer fails. A REQ cannot get here: full found room above, and
+	// nothing else puts requests in the backlog between the two (full's
+	// comment), so this would be that invariant broken (two CM handlers
+	// at once): say so loudly, and answer the REQ rather than leave it
+	// half open. Its ID is in MRA_REQ_SENT now (PrepareMRA), so the
+	// answer is a REJ, not DestroyNoReject's silence.
+	if !r.ud {
+		a.log.Error("rdmacm: internal error: a listener's backlog filled between the room check and the queueing of a REQ (CM handlers ran concurrently); the REQ is rejected",
+			"listener", l.addr, "peer", ev.ID.RemoteAddr())
+	}
+	refuse()
+	if r.c != nil {
+		r.c.fail(ErrRejected, false) // out of a.live, as Request.Reject does
 	}
 }
-
-func (a *agent) ref() {}
 
 // Request is a connection request waiting for Accept or Reject
 // (RDMA_CM_EVENT_CONNECT_REQUEST).
@@ -482,7 +488,6 @@ func (r *Request) Reject(privateData []byte) error {
 		return err
 	}
 	if r.ud {
-		defer r.l.a.release()
 		return r.id.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRReject, PrivateData: privateData})
 	}
 	err := r.id.Reject(mad.REJConsumerDefined, nil, privateData)
@@ -491,7 +496,7 @@ func (r *Request) Reject(privateData []byte) error {
 		// (its REJ), and the request is refused either way.
 		err = nil
 	}
-	r.c.fail(ErrRejected, false) // the connection's agent reference goes with it
+	r.c.fail(ErrRejected, false) // out of a.live
 	return err
 }
 
@@ -515,6 +520,5 @@ func (r *Request) AcceptUD(q *ib.QP, qkey uint32, privateData []byte) error {
 	if err := r.answer(); err != nil {
 		return err
 	}
-	defer r.l.a.release()
 	return r.id.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRSuccess, QPN: q.Num(), QKey: qkey, PrivateData: privateData})
 }
