@@ -28,6 +28,9 @@ type target struct {
 	// carry as theirs (a fresh one before the REP told us any).
 	local, peerComm uint32
 	qpn             uint32 // our QPN, which a DREQ names (0 before Accept, as cm.c's local_qpn)
+	// other is another connection of the same two sides, established
+	// (QPNs 0x11 and 0x22), when the state has one.
+	other *cm.ID
 }
 
 // A stateSetup brings l to a state and calls at with the ID standing in
@@ -54,6 +57,17 @@ var msgStates = map[string]stateSetup{
 		require.NoError(t, err)
 		l.queue = nil // the REQ is lost
 		at(activeTarget(l, ida, freshPeerComm))
+	},
+	"active REQ_SENT beside ESTABLISHED": func(t *testing.T, l *link, at func(target)) {
+		l.listen()
+		old, _ := l.established(0x11, 0x22)
+		p := l.connectParams(0x33)
+		id, err := l.a.m.Connect(p, l.a.handler())
+		require.NoError(t, err)
+		l.queue = nil // the REQ is lost
+		tg := activeTarget(l, id, freshPeerComm)
+		tg.qpn, tg.other = 0x33, old
+		at(tg)
 	},
 	"active MRA_REQ_RCVD": func(t *testing.T, l *link, at func(target)) {
 		l.listen()
@@ -311,6 +325,29 @@ func TestREPByState(t *testing.T) {
 		{"no ID", repTo, none(cm.StateIdle)},
 		{"active REQ_SENT", repTo, cellWant{state: cm.StateMRAREPSent, events: []cm.EventType{cm.EventREP}}},
 		{"active MRA_REQ_RCVD", repTo, cellWant{state: cm.StateMRAREPSent, events: []cm.EventType{cm.EventREP}}},
+		// "Check for a stale connection": a REP from a QPN (of that CA)
+		// another connection holds gets cm_issue_rej's REJ 10, the REP's
+		// comm IDs swapped and its TID, and the connection holding it,
+		// established, a DREQ; the ID stays in REQ_SENT.
+		{"active REQ_SENT beside ESTABLISHED", repTo, cellWant{sent: []string{"REJ", "DREQ"}, state: cm.StateREQSent,
+			check: func(t *testing.T, tg target, sent []packet) {
+				rej := sent[0].msg.(*mad.REJ)
+				require.Equal(t, mad.REJStaleConn, rej.Reason)
+				require.Equal(t, uint8(mad.REJMsgREP), rej.MessageRejected)
+				require.Equal(t, tg.local, rej.LocalCommID)
+				require.Equal(t, tg.peerComm, rej.RemoteCommID)
+				require.Equal(t, uint64(probeTID), sent[0].hdr.TID)
+				require.Equal(t, tg.other.LocalCommID(), sent[1].msg.(*mad.DREQ).LocalCommID)
+				require.Equal(t, cm.StateDREQSent, tg.other.State())
+				require.Zero(t, tg.id.RemoteCommID(), "the REP's peer is not taken")
+				require.Equal(t, uint64(1), tg.s.m.Counters()["rej_stale_conn"])
+			}}},
+		// "Check for duplicate REP": a REP naming a peer comm ID (of
+		// that CA) another connection holds is dropped.
+		{"active REQ_SENT beside ESTABLISHED", func(tg target) []byte {
+			tg.peerComm = tg.other.RemoteCommID()
+			return repTo(tg)
+		}, none(cm.StateREQSent)},
 		{"active MRA_REP_SENT", repTo, cellWant{sent: []string{"MRA"}, state: cm.StateMRAREPSent,
 			check: func(t *testing.T, tg target, sent []packet) {
 				answersWith(t, tg, sent)
