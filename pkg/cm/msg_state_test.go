@@ -22,6 +22,7 @@ import (
 
 // target is the ID a crafted message is aimed at, as its peer names it.
 type target struct {
+	l       *link
 	s, peer *side
 	id      *cm.ID // nil: no ID (the message names comm IDs nobody has)
 	// local is our comm ID; peerComm the comm ID the peer's messages
@@ -50,7 +51,7 @@ const (
 var msgStates = map[string]stateSetup{
 	"no ID": func(t *testing.T, l *link, at func(target)) {
 		l.listen()
-		at(target{s: l.b, peer: l.a, local: unknownComm, peerComm: freshPeerComm, qpn: 0x22})
+		at(target{l: l, s: l.b, peer: l.a, local: unknownComm, peerComm: freshPeerComm, qpn: 0x22})
 	},
 	"active REQ_SENT": func(t *testing.T, l *link, at func(target)) {
 		ida, err := l.a.m.Connect(l.connectParams(0x11), l.a.handler())
@@ -191,11 +192,11 @@ var msgStates = map[string]stateSetup{
 }
 
 func activeTarget(l *link, id *cm.ID, peerComm uint32) target {
-	return target{s: l.a, peer: l.b, id: id, local: id.LocalCommID(), peerComm: peerComm, qpn: 0x11}
+	return target{l: l, s: l.a, peer: l.b, id: id, local: id.LocalCommID(), peerComm: peerComm, qpn: 0x11}
 }
 
 func passiveTarget(l *link, id *cm.ID, qpn uint32) target {
-	return target{s: l.b, peer: l.a, id: id, local: id.LocalCommID(), peerComm: id.RemoteCommID(), qpn: qpn}
+	return target{l: l, s: l.b, peer: l.a, id: id, local: id.LocalCommID(), peerComm: id.RemoteCommID(), qpn: qpn}
 }
 
 // The crafted messages, as the peer would send them to tg.
@@ -219,7 +220,7 @@ func drepTo(tg target) []byte {
 
 func mraTo(kind uint8) func(target) []byte {
 	return func(tg target) []byte {
-		return mustMarshal(&mad.MRA{LocalCommID: tg.peerComm, RemoteCommID: tg.local, MessageMRAed: kind, ServiceTimeout: 20})
+		return mustMarshal(&mad.MRA{LocalCommID: tg.peerComm, RemoteCommID: tg.local, MessageMRAed: kind, ServiceTimeout: 22})
 	}
 }
 
@@ -476,13 +477,33 @@ func TestMRAByState(t *testing.T) {
 	runCells(t, []msgCell{
 		{"no ID", mraTo(mad.MRAMsgREQ), none(cm.StateIdle)},
 		{"no ID", mraTo(mad.MRAMsgREP), none(cm.StateIdle)},
-		{"active REQ_SENT", mraTo(mad.MRAMsgREQ), cellWant{state: cm.StateMRAREQRcvd, events: mra}},
+		{"active REQ_SENT", mraTo(mad.MRAMsgREQ), cellWant{state: cm.StateMRAREQRcvd, events: mra,
+			check: func(t *testing.T, tg target, _ []packet) {
+				// ib_modify_mad: the REQ now waits CMTimeout(22, the
+				// MRA's) + CMTimeout(17, av.timeout).
+				wait := cm.CMTimeout(22) + cm.CMTimeout(17)
+				require.NotEqual(t, reqTimeout, wait)
+				mark := len(tg.l.sent)
+				tg.l.advance(wait - time.Millisecond)
+				require.Len(t, tg.l.sent, mark)
+				tg.l.advance(time.Millisecond)
+				require.Equal(t, []string{"A:REQ"}, attrs(tg.l.sent[mark:]))
+			}}},
 		{"active REQ_SENT", mraTo(mad.MRAMsgREP), none(cm.StateREQSent)},
 		{"active REQ_SENT", mraTo(mad.MRAMsgLAP), none(cm.StateREQSent)},
 		{"active REQ_SENT", mraTo(3), none(cm.StateREQSent)},
 		{"active MRA_REQ_RCVD", mraTo(mad.MRAMsgREQ), cellWant{state: cm.StateMRAREQRcvd,
 			check: func(t *testing.T, tg target, _ []packet) {
 				require.Equal(t, uint64(1), tg.s.m.Counters()["rx_dup_mra"])
+				// The first MRA's wait stands: CMTimeout(24, the
+				// Manager's MRA) + CMTimeout(17, av.timeout), not
+				// this one's CMTimeout(22) + CMTimeout(17).
+				first := cm.CMTimeout(24) + cm.CMTimeout(17)
+				mark := len(tg.l.sent)
+				tg.l.advance(first - time.Millisecond)
+				require.Len(t, tg.l.sent, mark, "the REQ waits out the first MRA's time")
+				tg.l.advance(time.Millisecond)
+				require.Equal(t, []string{"A:REQ"}, attrs(tg.l.sent[mark:]))
 			}}},
 		{"active MRA_REP_SENT", mraTo(mad.MRAMsgREP), none(cm.StateMRAREPSent)},
 		{"active ESTABLISHED", mraTo(mad.MRAMsgLAP), none(cm.StateEstablished)},
