@@ -27,7 +27,7 @@ import (
 // posted its READs at once had their responses dropped and waited out a
 // retransmission timeout.
 func TestGrantedClientIsNotHeldToTheAmplificationBound(t *testing.T) {
-	const srvAddr, cliAddr = "127.0.3.232", "127.0.3.233"
+	const srvAddr, cliAddr = "127.0.3.243", "127.0.3.244"
 	logs := newLogWatch()
 	d, err := New(Config{Addrs: addrs(t, srvAddr), OOBAddr: srvAddr + ":0", IdleTimeout: -1,
 		Logger: slog.New(logs), Exports: []ExportSpec{{Name: "data", Kind: ExportAnon, Size: 1 << 20}}})
