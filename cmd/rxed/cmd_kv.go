@@ -220,6 +220,12 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 		usage := map[string]string{"get": "SERVER KEY", "put": "SERVER KEY VALUE", "del": "SERVER KEY"}[name]
 		return usageErr(fmt.Errorf("want %s", usage))
 	}
+	// The context is the --timeout: a zero or negative one is refused
+	// before it is made, for --tcp too (ef.check, which the RDMA path
+	// runs, refuses it there as well).
+	if ef.timeout <= 0 {
+		return usageErr(fmt.Errorf("--timeout %v must be positive", ef.timeout))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), ef.timeout)
 	defer cancel()
 	var c kv.Client
@@ -230,9 +236,6 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 		}
 		c = tc
 	} else {
-		if ef.timeout <= 0 {
-			ef.timeout = 30 * time.Second
-		}
 		if err := ef.check(); err != nil {
 			return usageErr(err)
 		}

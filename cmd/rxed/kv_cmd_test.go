@@ -122,6 +122,21 @@ func TestKVBadInput(t *testing.T) {
 		require.Equal(t, want, got, "--keepalive %v as the server's KeepAlive", d)
 	}
 
+	// --timeout 0 is a usage error, over RDMA and --tcp alike. Bug (newcomer
+	// walkthrough, item 7): runKVOp made its context from the --timeout
+	// before it replaced a zero one by 30s, so --timeout 0 dialled with
+	// a context already expired and blamed a silent server ("no answer
+	// within --timeout 30s", exit 1).
+	for _, args := range [][]string{
+		{"kv", "get", "--addr", "127.0.2.1", "--timeout", "0", "127.0.2.2", "k"},
+		{"kv", "del", "--addr", "127.0.2.1", "--timeout", "-1s", "127.0.2.2", "k"},
+		{"kv", "get", "--tcp", "127.0.0.1:1", "--timeout", "0", "127.0.2.2", "k"},
+	} {
+		r := runCmd(args...)
+		requireOneLineError(t, r, "--timeout", "must be positive")
+		require.Equal(t, 2, r.code, "%v", args)
+	}
+
 	// Nobody serves: the error names the server and the --timeout that
 	// ran out, on one line. Bug (found by the newcomer audit, session AG):
 	// it ended in Go's "context deadline exceeded".
