@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,6 +204,11 @@ func TestEveryCommandUsageErrorExits2(t *testing.T) {
 		requireOneLineError(t, r, "no-such-flag")
 	}
 	require.Equal(t, 0, runCmd("demo", "-h").code, "help is not an error")
+	// decode with two files: a line naming the problem before its usage
+	// (newcomer walkthrough, item 4: the usage alone).
+	r := runCmd("decode", "A", "B")
+	require.Equal(t, 2, r.code)
+	require.True(t, strings.HasPrefix(r.stderr, "rxed decode: want one capture file, got 2: A B\n"), r.stderr)
 	for _, args := range [][]string{
 		{"kv", "get", "--addr", "127.0.2.1", "127.0.0.1"},
 		{"kv", "put", "--addr", "127.0.2.1", "127.0.0.1", "k"},

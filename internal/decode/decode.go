@@ -79,6 +79,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		args = fs.Args()[1:]
 	}
 	if len(files) != 1 {
+		// The line that says what is wrong comes first, as flag's own
+		// errors do; the usage alone left a user to guess.
+		fmt.Fprintf(stderr, "rxed decode: %s\n", fileCountProblem(files))
 		fs.Usage()
 		return 2
 	}
@@ -87,6 +90,15 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// fileCountProblem says what is wrong with the file arguments when there
+// is not exactly one.
+func fileCountProblem(files []string) string {
+	if len(files) == 0 {
+		return "no capture file given (a pcap/pcapng FILE, or - for standard input)"
+	}
+	return fmt.Sprintf("want one capture file, got %d: %s", len(files), strings.Join(files, " "))
 }
 
 // stdin is where "-" reads from (a variable for tests).

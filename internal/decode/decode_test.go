@@ -185,11 +185,17 @@ func TestDecodeBadInput(t *testing.T) {
 	require.Contains(t, errOut, "unexpected EOF")
 	require.Contains(t, out, "RC_SEND_ONLY")
 
+	// A wrong number of files: a line saying so, then the usage. Bug
+	// (newcomer walkthrough, item 4): the usage alone, nothing saying
+	// what was wrong.
 	code, _, errOut = runDecode(t)
 	require.Equal(t, 2, code)
+	require.True(t, strings.HasPrefix(errOut, "rxed decode: no capture file given"), errOut)
 	require.Contains(t, errOut, "usage: rxed decode")
-	code, _, _ = runDecode(t, "a.pcap", "b.pcap")
+	code, _, errOut = runDecode(t, "a.pcap", "b.pcap")
 	require.Equal(t, 2, code)
+	require.True(t, strings.HasPrefix(errOut, "rxed decode: want one capture file, got 2: a.pcap b.pcap\n"), errOut)
+	require.Contains(t, errOut, "usage: rxed decode")
 	code, _, _ = runDecode(t, "-nosuchflag", "a.pcap")
 	require.Equal(t, 2, code)
 	code, _, errOut = runDecode(t, "-h")
