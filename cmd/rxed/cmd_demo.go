@@ -132,7 +132,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	var addrs addrList
 	fs.Var(&addrs, "addr", "local address of an engine (repeatable: first A, then B; default 127.0.0.1 and 127.0.0.2)")
 	port := fs.Int("port", transport.RoCEv2Port, "UDP port of both engines (0: ephemeral; a busy 4791 falls back to ephemeral)")
-	faultSpec := fs.String("fault", "", "inject faults into both engines: loss=P,dup=P,reorder=P,corrupt=P,delay=D,seed=N")
+	faultSpec := fs.String("fault", "", "inject faults into both engines: "+faultSpecHelp)
 	pcapPath := fs.String("pcap", "", "record engine A's traffic to this pcap file")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code // one line for a bad flag, usage and 0 for -h

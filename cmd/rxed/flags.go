@@ -72,12 +72,17 @@ type engineFlags struct {
 	activeMTU ib.MTU
 }
 
+// faultSpecHelp is the keys of a --fault spec (transport.ParseFaultSpec)
+// as every command's help gives them; docs/tools.md lists the same
+// (TestFaultHelpNamesEveryKey).
+const faultSpecHelp = "loss=P,dup=P,reorder=P,corrupt=P,delay=D,jitter=D,seed=N (also hold=D,depth=N,dir=send|receive|both,queue=N)"
+
 // register adds the common flags to fs. oobPort is false for commands
 // without an out-of-band exchange.
 func (e *engineFlags) register(fs *flag.FlagSet, oobPort bool) {
 	fs.Var(&e.addrs, "addr", "local IPv4/IPv6 `address` to bind (repeatable; GID table order, index 0 first)")
 	fs.UintVar(&e.port, "port", transport.RoCEv2Port, "UDP `port` of the RoCEv2 engine (peers are assumed to use the same)")
-	fs.StringVar(&e.fault, "fault", "", "fault injection `spec`: loss=P,dup=P,reorder=P,corrupt=P,delay=D,seed=N")
+	fs.StringVar(&e.fault, "fault", "", "fault injection `spec`: "+faultSpecHelp)
 	fs.StringVar(&e.pcap, "pcap", "", "record the engine's traffic to pcap `file`")
 	fs.DurationVar(&e.timeout, "timeout", oob.DefaultTimeout, "give up on a silent peer or a stalled run after this `duration`")
 	fs.StringVar(&e.countersOut, "counters-out", "", "write the engine's counters as JSON to `file` at exit")
