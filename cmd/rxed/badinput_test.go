@@ -238,6 +238,25 @@ func TestOtherOOBVersion(t *testing.T) {
 	requireOneLineError(t, r, "malformed")
 }
 
+// TestPingpongServerRefusesTheClient: a pingpong server that reads the
+// client's address and hangs up without answering, as rxed's and
+// rdma-core's servers do when they cannot connect to it (a GID of the
+// other IP family): the client says the server refused its address and
+// what to check. Bug (newcomer walkthrough, item 2): it said only "sent 0
+// bytes, want 52 (pingpong address): connection closed".
+func TestPingpongServerRefusesTheClient(t *testing.T) {
+	t.Parallel()
+	a, _ := addrPair(t)
+	srv := tcpPeer(t, "127.0.0.1", func(c net.Conn) {
+		var in [oob.PingpongMsgLen]byte
+		_, _ = io.ReadFull(c, in[:])
+	})
+	r := runCmd("pingpong", "--addr", a, "-p", portOf(srv), "--timeout", "5s", "127.0.0.1")
+	requireOneLineError(t, r, "127.0.0.1:"+portOf(srv), "closed the exchange without answering our pingpong address",
+		"the server refused it, and its own error says why", "IPv4 or IPv6")
+	require.NotContains(t, r.stderr, "sent 0 bytes")
+}
+
 // TestPeerVanishesMidRun: a client connects its QP through the exchange
 // and disappears before sending anything; the send_bw server notices
 // within --timeout and exits with one line, the daemon keeps serving.

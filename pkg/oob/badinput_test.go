@@ -117,8 +117,11 @@ func TestPingpongConnectFailure(t *testing.T) {
 	_, err = ln.Exchange(context.Background(), PingpongDest{QPN: 1}, func(PingpongDest) error { return errors.New("QP in error state") })
 	require.ErrorIs(t, err, ErrConnect)
 	require.Contains(t, err.Error(), "QP in error state")
-	// The server hung up without answering: the client hears it at once.
-	require.ErrorIs(t, <-clientErr, ErrClosed)
+	// The server hung up without answering: the client hears it at once,
+	// and that the server refused its address.
+	err = <-clientErr
+	require.ErrorIs(t, err, ErrClosed)
+	require.Contains(t, err.Error(), "the server refused it")
 }
 
 func TestPingpongClientBadInput(t *testing.T) {
@@ -128,11 +131,30 @@ func TestPingpongClientBadInput(t *testing.T) {
 		require.ErrorIs(t, err, ErrTimeout)
 		<-done
 	})
+	// The server reads our address and hangs up without a byte, as
+	// rdma-core's pp_server_exch_dest does when it cannot connect to it:
+	// the error says the server refused our address and to read its
+	// error. Bug (newcomer walkthrough, item 2): "sent 0 bytes, want 52
+	// (pingpong address): connection closed" pointed at nothing.
 	t.Run("server closes", func(t *testing.T) {
 		addr, done := fakeServer(t, func(c *net.TCPConn) { buf := make([]byte, 52); io.ReadFull(c, buf); drain(c) })
 		_, err := DialPingpong(context.Background(), addr, PingpongDest{}, nil, patientOpts())
 		require.ErrorIs(t, err, ErrClosed)
-		require.Contains(t, err.Error(), "sent 0 bytes, want 52")
+		require.Contains(t, err.Error(), "closed the exchange without answering our pingpong address: the server refused it, and its own error says why")
+		require.Contains(t, err.Error(), "IP family")
+		<-done
+	})
+	// Part of an answer is not a refusal: the byte count stays.
+	t.Run("server closes mid-answer", func(t *testing.T) {
+		addr, done := fakeServer(t, func(c *net.TCPConn) {
+			buf := make([]byte, 52)
+			io.ReadFull(c, buf)
+			c.Write([]byte(ppSample[:10]))
+			drain(c)
+		})
+		_, err := DialPingpong(context.Background(), addr, PingpongDest{}, nil, patientOpts())
+		require.ErrorIs(t, err, ErrClosed)
+		require.Contains(t, err.Error(), "sent 10 bytes, want 52")
 		<-done
 	})
 	t.Run("garbage answer", func(t *testing.T) {

@@ -2,6 +2,7 @@ package oob
 
 import (
 	"context"
+	"errors"
 	"net"
 )
 
@@ -28,7 +29,7 @@ func DialPingpong(ctx context.Context, address string, local PingpongDest, conne
 		return PingpongDest{}, err
 	}
 	if err := s.readMsg(ctx, msg[:], "pingpong address", true); err != nil {
-		return PingpongDest{}, err
+		return PingpongDest{}, unanswered(s.peer, err)
 	}
 	remote, err := s.pingpongRemote(msg[:], connect)
 	if err != nil {
@@ -38,6 +39,23 @@ func DialPingpong(ctx context.Context, address string, local PingpongDest, conne
 		return PingpongDest{}, err
 	}
 	return remote, nil
+}
+
+// unanswered rewords a server that closed the connection without a byte
+// of its address, after ours: the tools' server does so when it refuses
+// our address (rdma-core's pp_server_exch_dest closes when
+// pp_connect_ctx fails, e.g. on a GID of the other IP family), and the
+// 52-byte format has no way to say why (a real client takes whatever
+// 52 bytes come for an address, unchecked). "sent 0 bytes, want 52"
+// pointed at nothing; this points at the server's own error.
+func unanswered(peer string, err error) error {
+	var se *stepError
+	if !errors.Is(err, ErrClosed) || !errors.As(err, &se) || se.got != 0 {
+		return err
+	}
+	return errorf(peer, ErrClosed, "closed the exchange without answering our pingpong address: "+
+		"the server refused it, and its own error says why (check that both sides' GIDs are of one IP family, "+
+		"IPv4 or IPv6)")
 }
 
 // PingpongListener is the server side of the ibv_*_pingpong exchange.
