@@ -447,7 +447,7 @@ func cmatoseClient(ctx context.Context, o *cmaOpts, dev *ib.Device, pd *ib.PD, n
 		cctx, cancel := context.WithTimeout(ctx, o.ef.timeout)
 		defer cancel()
 		if n.conn, err = cmDial(cctx, n.qp, raddr, cmaParams(local, o)); err != nil {
-			return connectError(raddr, err, o.ef.timeout)
+			return connectError(raddr, err, o.ef.timeout, "a cmatose server running there")
 		}
 		return nil
 	}); err != nil {

@@ -223,7 +223,7 @@ func rping(ctx context.Context, o *rpingOpts, stdout, stderr io.Writer) (err err
 	e.conn, err = cmDial(cctx, e.qp, raddr, rpingParams(local, o))
 	cancel()
 	if err != nil {
-		return connectError(raddr, err, o.ef.timeout)
+		return connectError(raddr, err, o.ef.timeout, "an rping server (-s) running there")
 	}
 	o.debugf(stdout, "rdma_connect successful")
 	runErr := e.client(ctx, stdout)

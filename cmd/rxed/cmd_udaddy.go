@@ -264,7 +264,7 @@ func udaddyClient(ctx context.Context, o *cmaOpts, dev *ib.Device, pd *ib.PD, no
 		defer cancel()
 		r, err := cmDialUD(cctx, dev, raddr, cmParams{local: local, timeout: o.ef.timeout})
 		if err != nil {
-			return connectError(raddr, err, o.ef.timeout)
+			return connectError(raddr, err, o.ef.timeout, "a udaddy server running there")
 		}
 		// resolved_handler: the SIDR_REP's QPN and Q_Key, an AH to the peer.
 		if n.ah, err = pd.CreateAH(udAV(dev, local, r.gid)); err != nil {

@@ -152,7 +152,7 @@ func (s *perfCM) connectControl(ctx context.Context) error {
 		}
 		c, err := cmDial(ctx, s.ctrl.QP(), raddr, p)
 		if err != nil {
-			return connectError(raddr, err, o.ef.timeout)
+			return connectError(raddr, err, o.ef.timeout, "the server running there with -R")
 		}
 		s.ctrl.Attach(c.c)
 		return nil
@@ -262,7 +262,7 @@ func (s *perfCM) dialTest(ctx context.Context, q *perfQP, raddr netip.AddrPort, 
 		var rej *rdmacm.RejectError
 		st := q.qp.State()
 		if try >= perfCMDialTries || !errors.As(err, &rej) || rej.Reason != mad.REJInvalidServiceID || (st != ib.QPSReset && st != ib.QPSInit) {
-			return nil, fmt.Errorf("test QP: %w", connectError(raddr, err, s.r.o.ef.timeout))
+			return nil, fmt.Errorf("test QP: %w", connectError(raddr, err, s.r.o.ef.timeout, ""))
 		}
 		select {
 		case <-time.After(perfCMDialDelay):

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"net/netip"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/pkg/rdmacm"
+	"github.com/rxed/rxed/pkg/wire/mad"
 	"github.com/stretchr/testify/require"
 )
 
@@ -124,12 +129,34 @@ func TestPerfRDMACMNoListener(t *testing.T) {
 	requireOK(t, "client", runCmd("perf", "write", "-R", "--addr", b, "-p", "18600", "-n", "20", "--timeout", "20s", "--progress", "0", a))
 	requireOK(t, "server", await(t, sdone, 30*time.Second))
 
-	// Nobody at the address: no answer within --timeout.
+	// Nobody at the address: no rdma_cm listener answered within
+	// --timeout, and the error asks whether the server runs with -R. Bug
+	// (newcomer walkthrough, item 3): "no answer within --timeout 2s"
+	// gave no hint of what was missing.
 	begin = time.Now()
 	r = runCmd("perf", "write", "-R", "--addr", b, "--timeout", "2s", "127.0.2.255")
-	requireOneLineError(t, r, "rxed perf: connect 127.0.2.255:18515: ")
+	requireOneLineError(t, r, "rxed perf: connect 127.0.2.255:18515: no rdma_cm listener answered within --timeout 2s (is the server running there with -R?)")
 	require.Equal(t, 1, r.code)
 	require.Less(t, time.Since(begin), 10*time.Second)
+	// The rdma_cm tools say so too, naming their server.
+	r = runCmd("rping", "-c", "-a", "127.0.2.255", "--addr", b, "--timeout", "500ms")
+	requireOneLineError(t, r, "connect 127.0.2.255:7174: no rdma_cm listener answered within --timeout 500ms (is an rping server (-s) running there?)")
+}
+
+// TestConnectErrorNamesTheMissingListener: a first REQ nobody answered,
+// by --timeout or by the CM's own retries, names what should have
+// answered; a REJ keeps its reason; a peer that answered before (perf's
+// test QPs) gets no listener hint (newcomer walkthrough, item 3).
+func TestConnectErrorNamesTheMissingListener(t *testing.T) {
+	raddr := netip.MustParseAddrPort("10.0.0.1:18515")
+	deadline := fmt.Errorf("rdmacm: dial: %w", context.DeadlineExceeded)
+	require.EqualError(t, connectError(raddr, deadline, 30*time.Second, "the server running there with -R"),
+		"connect 10.0.0.1:18515: no rdma_cm listener answered within --timeout 30s (is the server running there with -R?)")
+	require.EqualError(t, connectError(raddr, fmt.Errorf("dial: %w", rdmacm.ErrTimeout), 30*time.Second, "the server running there with -R"),
+		"connect 10.0.0.1:18515: no rdma_cm listener answered (CM timeout) (is the server running there with -R?)")
+	require.EqualError(t, connectError(raddr, deadline, time.Second, ""), "connect 10.0.0.1:18515: no answer within --timeout 1s")
+	rej := &rdmacm.RejectError{Reason: mad.REJInvalidServiceID}
+	require.EqualError(t, connectError(raddr, fmt.Errorf("dial: %w", rej), time.Second, "x"), "connect 10.0.0.1:18515: "+rej.Error())
 }
 
 func TestPerfRDMACMBadFlags(t *testing.T) {

@@ -129,10 +129,28 @@ func parseHost(flagName, s string) (netip.Addr, error) {
 }
 
 // connectError is the one-line error of a failed connect: the peer and
-// why (rejected with the reason, or no answer).
-func connectError(raddr netip.AddrPort, err error, timeout time.Duration) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("connect %s: no answer within --timeout %v", raddr, timeout)
+// why (rejected with the reason, or no answer). server names what should
+// answer a first REQ ("the server running there with -R"): a REQ nobody
+// answered then says no rdma_cm listener answered and asks whether that
+// runs, where the bare "no answer within --timeout" left the user to
+// guess what was missing. It is empty for a peer that answered before
+// (perf's test QPs after the control connection).
+//
+// The wait stays --timeout: rdma_cm gives a REQ the kernel's 15 retries
+// of CMA_CM_RESPONSE_TIMEOUT 20 (cma.c; over a minute), librdmacm and
+// perftest keep them, so the tools have no shorter answer to mirror.
+func connectError(raddr netip.AddrPort, err error, timeout time.Duration, server string) error {
+	var why string
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		why = fmt.Sprintf("within --timeout %v", timeout)
+	case cmError(err) == errNoAnswer: // rdmacm.ErrTimeout (rdmacm_glue.go)
+		why = "(CM timeout)"
+	default:
+		return fmt.Errorf("connect %s: %w", raddr, cmError(err))
 	}
-	return fmt.Errorf("connect %s: %w", raddr, cmError(err))
+	if server == "" {
+		return fmt.Errorf("connect %s: no answer %s", raddr, why)
+	}
+	return fmt.Errorf("connect %s: no rdma_cm listener answered %s (is %s?)", raddr, why, server)
 }
