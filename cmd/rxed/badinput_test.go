@@ -280,3 +280,30 @@ func TestPeerVanishesMidRun(t *testing.T) {
 	requireOneLineError(t, r, "no completion within 1s")
 	require.Less(t, time.Since(start), 10*time.Second)
 }
+
+// TestPerfOtherTestIsRefused: a write server and a read client (or a
+// bandwidth server and a latency client) both fail at the version step
+// with one line naming the two tests, instead of running and reporting
+// RDMA_Write numbers as perftest does. Bug: newcomer walkthrough, item 6.
+func TestPerfOtherTestIsRefused(t *testing.T) {
+	t.Parallel()
+	a, b := addrPair(t)
+	for _, c := range []struct {
+		server, client   []string
+		srvTest, cliTest string
+	}{
+		{[]string{"write"}, []string{"read"}, "ib_write_bw", "ib_read_bw"},
+		{[]string{"send"}, []string{"send", "--lat"}, "ib_send_bw", "ib_send_lat"},
+	} {
+		port := reservePort(t)
+		out, _, done := startCmd(append(append([]string{"perf"}, c.server...), "--addr", a, "-p", port, "-n", "20", "--timeout", "10s")...)
+		out.waitFor(t, "Waiting for client", 20*time.Second)
+		cli := runCmd(append(append([]string{"perf"}, c.client...), "--addr", b, "-p", port, "-n", "20", "--timeout", "10s", "127.0.0.1")...)
+		srv := await(t, done, 20*time.Second)
+		requireOneLineError(t, cli, "refused the session: it runs "+c.srvTest+", we run "+c.cliTest+"; run the same test on both sides")
+		requireOneLineError(t, srv, "runs "+c.cliTest+", this server "+c.srvTest+": refused the client")
+		require.Equal(t, 1, cli.code)
+		require.Equal(t, 1, srv.code)
+		require.NotContains(t, srv.stdout+cli.stdout, "BW average")
+	}
+}

@@ -392,6 +392,12 @@ func perf(ctx context.Context, o *perfOpts, stdout, stderr io.Writer) (err error
 		// and refusal answers, token mode, and the proof of our GID.
 		cfg.Ext = &oob.ExtConfig{Token: o.token, Test: &o.test}
 	}
+	if r.server() {
+		// An rxed client announces its test; one that runs another is
+		// refused at the version step, both sides saying so (a perftest
+		// client announces none and is served as perftest serves it).
+		cfg.Test = &o.test
+	}
 	var sess *oob.Session
 	if r.server() {
 		addr, _ := listenAddress(o.listen, o.ef.oobPort)

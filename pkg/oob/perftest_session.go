@@ -48,6 +48,12 @@ type SessionConfig struct {
 	// read, token mode, address proof); nil speaks plain perftest. It
 	// needs the version exchange.
 	Ext *ExtConfig
+	// Test is a plain server's own test (Ext nil; rxed perf): an rxed
+	// client that announces another in its version message is refused
+	// there, both ends failing with an error naming the two tests
+	// (checkTest). Other clients see perftest's exchange unchanged. nil:
+	// no check, as perftest.
+	Test *Test
 }
 
 func (c *SessionConfig) version() string {
@@ -195,13 +201,20 @@ func (s *Session) ExchangeVersions(ctx context.Context) (string, error) {
 		return s.remoteVer, nil
 	}
 	var out, in [VersionMsgLen]byte
-	if s.cfg.Ext != nil && s.role == Server {
+	switch {
+	case s.cfg.Ext != nil && s.role == Server:
 		msg, err := s.extServerVersions(ctx)
 		if err != nil {
 			return "", err
 		}
 		copy(in[:], msg)
-	} else {
+	case s.cfg.Test != nil && s.role == Server:
+		msg, err := s.checkTest(ctx)
+		if err != nil {
+			return "", err
+		}
+		copy(in[:], msg)
+	default:
 		var flags byte
 		if s.cfg.Ext != nil && len(s.cfg.Ext.Token) > 0 {
 			flags = extFlagToken

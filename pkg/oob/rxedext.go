@@ -27,7 +27,10 @@ import (
 //     connection closed). An rxed client also announces its test (verb,
 //     latency or bandwidth) in the trailer's last byte, so a server that
 //     does not run that test refuses it here, with the reason, rather than
-//     at a later step the client cannot interpret.
+//     at a later step the client cannot interpret. A plain server that
+//     knows its test (SessionConfig.Test, rxed perf) refuses a client of
+//     another test the same way (ExtOtherTest, its own test in the same
+//     byte) and answers every other client as perftest does.
 //   - Token mode: when the server's version reply sets extFlagToken, both
 //     sides exchange two more messages right after the versions (before the
 //     system data): hello (a nonce each way), then auth (HMAC-SHA256 of the
@@ -85,6 +88,10 @@ const (
 	// ExtReadOnlyExport: the client announced a WRITE or atomic test and
 	// the server's export is read-only.
 	ExtReadOnlyExport
+	// ExtOtherTest: the server (rxed perf, SessionConfig.Test) runs
+	// another test than the client announced; the reply's test byte says
+	// which (see checkTest).
+	ExtOtherTest
 )
 
 func (s ExtStatus) String() string {
@@ -103,6 +110,8 @@ func (s ExtStatus) String() string {
 		return "the server could not verify that the announced GID is ours (it sent a nonce over RoCE to it)"
 	case ExtReadOnlyExport:
 		return "the server's export is read-only (run a read test)"
+	case ExtOtherTest:
+		return "the server runs another test (run the same test on both sides)"
 	case ExtUnsupportedTest:
 		return "the server does not run this test (rxed serve answers write, read and atomic bandwidth clients; run rxed perf as the server for latency and send tests)"
 	}
@@ -217,6 +226,8 @@ func (s *Session) extClientVersions(ctx context.Context, in []byte) error {
 	switch {
 	case st == ExtBusy:
 		return s.fail(errorf(s.s.peer, ErrBusy, "refused the session: server busy (every session slot is taken; try again later)"))
+	case st == ExtOtherTest:
+		return s.fail(otherTestError(s.s.peer, in, s.cfg.Ext.Test))
 	case st != ExtOK:
 		return s.fail(errorf(s.s.peer, ErrRefused, "refused the session: %v", st))
 	case flags&extFlagToken != 0:
@@ -293,6 +304,53 @@ func (s *Session) Refuse(ctx context.Context, st ExtStatus) error {
 		return err
 	}
 	return s.s.writeMsg(ctx, out[:], "perftest version")
+}
+
+// checkTest is the version step of a plain server that knows its test
+// (SessionConfig.Test, rxed perf): it reads the client's version message
+// and answers as perftest does, unless the client is an rxed client that
+// announced another test. That one gets a reply whose trailer says
+// ExtOtherTest and, in the test byte a client's trailer uses, the
+// server's test; both ends then fail with an error naming both tests,
+// where they ran (perftest does so) and reported numbers for a test the
+// client did not ask for. A perftest client announces nothing and sees
+// nothing new; neither does a client of the same test (no trailer: the
+// extension stays off, as with perftest).
+func (s *Session) checkTest(ctx context.Context) ([]byte, error) {
+	var in, out [VersionMsgLen]byte
+	if err := s.s.readMsg(ctx, in[:], "perftest version", true); err != nil {
+		return nil, s.fail(err)
+	}
+	if err := EncodeVersion(out[:], s.cfg.version()); err != nil {
+		return nil, err
+	}
+	_, _, ext := parseExt(in[:])
+	theirs, announced := parseExtTest(in[:])
+	mine := *s.cfg.Test
+	if !ext || !announced || theirs == mine {
+		if err := s.s.writeMsg(ctx, out[:], "perftest version"); err != nil {
+			return nil, s.fail(err)
+		}
+		return in[:], nil
+	}
+	putExt(out[:], ExtOtherTest, 0)
+	putExtTest(out[:], mine)
+	if err := s.s.writeMsg(ctx, out[:], "perftest version"); err != nil {
+		return nil, s.fail(err)
+	}
+	return nil, s.fail(errorf(s.s.peer, ErrRefused, "runs %s, this server %s: refused the client; run the same test on both sides",
+		theirs, mine))
+}
+
+// otherTestError is a client's error for ExtOtherTest: the server's test
+// from the reply's test byte, and ours.
+func otherTestError(peer string, reply []byte, ours *Test) error {
+	theirs, ok := parseExtTest(reply)
+	if !ok || ours == nil {
+		return errorf(peer, ErrRefused, "refused the session: %v", ExtOtherTest)
+	}
+	return errorf(peer, ErrRefused, "refused the session: it runs %s, we run %s; run the same test on both sides",
+		theirs, *ours)
 }
 
 // tokenMAC is HMAC-SHA256(token, label || first || second).

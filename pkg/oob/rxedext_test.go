@@ -3,6 +3,7 @@ package oob
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -232,4 +233,62 @@ func TestExtAnnouncedTest(t *testing.T) {
 		&SessionConfig{Options: opts}, negotiate, negotiate)
 	require.NoError(t, cerr)
 	require.NoError(t, serr)
+}
+
+// TestPlainServerRefusesAnotherTest: a plain server that knows its test
+// (SessionConfig.Test, rxed perf) refuses an rxed client that announces
+// another at the version step, both ends naming the two tests; a client of
+// the same test, a client that announces none and a perftest client get
+// perftest's version reply byte for byte, and the extension stays off.
+// Bug (newcomer walkthrough, item 6): a write server and a read client ran
+// and reported RDMA_Write numbers.
+func TestPlainServerRefusesAnotherTest(t *testing.T) {
+	opts := Options{Timeout: 5 * time.Second}
+	write, read, writeLat := Test{Verb: VerbWrite}, Test{Verb: VerbRead}, Test{Verb: VerbWrite, Latency: true}
+	server := &SessionConfig{Options: opts, Test: &write}
+	for _, client := range []*Test{&read, &writeLat} {
+		cerr, serr := extPair(t, &SessionConfig{Options: opts, Ext: &ExtConfig{Test: client}}, server, negotiate, negotiate)
+		require.ErrorIs(t, cerr, ErrRefused, "%v", client)
+		require.ErrorContains(t, cerr, "refused the session: it runs ib_write_bw, we run "+client.String()+"; run the same test on both sides")
+		require.ErrorIs(t, serr, ErrRefused)
+		require.ErrorContains(t, serr, "runs "+client.String()+", this server ib_write_bw: refused the client")
+	}
+	for _, client := range []*SessionConfig{
+		{Options: opts, Ext: &ExtConfig{Test: &write}}, // the same test
+		{Options: opts, Ext: &ExtConfig{}},             // announces none
+		{Options: opts},                                // perftest
+	} {
+		var con, son bool
+		cerr, serr := extPair(t, client, server,
+			func(ctx context.Context, s *Session) error { err := negotiate(ctx, s); con = s.Ext(); return err },
+			func(ctx context.Context, s *Session) error { err := negotiate(ctx, s); son = s.Ext(); return err })
+		require.NoError(t, cerr)
+		require.NoError(t, serr)
+		require.False(t, con)
+		require.False(t, son)
+	}
+
+	// On the wire: a perftest client's version message gets the plain
+	// version reply, as without Test.
+	a, b := net.Pipe()
+	defer a.Close()
+	ss := NewSession(b, Server, &SessionConfig{Options: opts, Test: &read})
+	go func() { _, _ = ss.ExchangeVersions(context.Background()); ss.CloseWithoutExchange() }()
+	var msg, reply, want [VersionMsgLen]byte
+	require.NoError(t, EncodeVersion(msg[:], "6.06"))
+	require.NoError(t, EncodeVersion(want[:], PerftestVersion))
+	_, err := a.Write(msg[:])
+	require.NoError(t, err)
+	_, err = io.ReadFull(a, reply[:])
+	require.NoError(t, err)
+	require.Equal(t, want, reply)
+}
+
+// TestOtherTestStatusWithoutTheServersTest: a refusal whose test byte is
+// missing still reads as a clear refusal.
+func TestOtherTestStatusWithoutTheServersTest(t *testing.T) {
+	var reply [VersionMsgLen]byte
+	putExt(reply[:], ExtOtherTest, 0)
+	require.EqualError(t, otherTestError("p", reply[:], &Test{Verb: VerbRead}),
+		"oob: peer p refused the session: the server runs another test (run the same test on both sides)")
 }
