@@ -55,8 +55,12 @@ func (r *perfRun) rdmaCMSession(ctx context.Context) (err error) {
 	if r.server() {
 		role = oob.Server
 	}
+	// KeepAlive: a server idles on the control connection through the
+	// client's run, with no bound of its own; probing it every --timeout
+	// ends the server when its client vanished without a DREQ (SIGKILL,
+	// host lost), where it waited for ever.
 	ctrl, err := daemon.NewCMControl(r.en.dev, r.pd, daemon.CMControlConfig{Role: role, Timeout: o.ef.timeout,
-		GIDIndex: o.gidx, DontXchgVersions: o.noVersions})
+		GIDIndex: o.gidx, DontXchgVersions: o.noVersions, KeepAlive: o.ef.timeout, Log: o.ef.logger(r.stderr)})
 	if err != nil {
 		return err
 	}

@@ -32,11 +32,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/oob"
 	"github.com/rxed/rxed/pkg/rdmacm"
+	"github.com/rxed/rxed/pkg/roce"
 )
 
 // Control QP resources: one send slot and cmCtrlRecvs receive slots of
@@ -46,6 +48,8 @@ const (
 	cmCtrlSlot  = 64
 	cmCtrlRecvs = 4
 	cmCtrlSend  = ^uint64(0) // wr_id of the send
+	// cmCtrlKeepAlive is the wr_id of a keepalive (CMControlConfig.KeepAlive).
+	cmCtrlKeepAlive = ^uint64(0) - 1
 )
 
 // CMControlConfig configures a CMControl.
@@ -58,6 +62,21 @@ type CMControlConfig struct {
 	// MaxMsg bounds what the peer may send in one message (0: 56, the
 	// largest perftest sends); a longer SEND fails the receive.
 	MaxMsg int
+	// KeepAlive is how long an idle server's unbounded wait (Finish's,
+	// through the client's run) may see no completion before it probes
+	// the peer with a signaled zero-length RDMA WRITE on the control QP,
+	// as rsockets and examples/kv do: it needs no memory or rkey at the
+	// peer (IBA 9.4.4, C9-88; rdma_cm's QPs allow remote writes) and no
+	// receive, so perftest's QP ACKs it like rxed's. A peer that vanished
+	// without a DREQ (SIGKILL, host lost) leaves it unacknowledged, the
+	// QP's retries run out, and the wait ends with an error within
+	// KeepAlive plus the retries, where it waited for ever. 0 or
+	// negative: no probes.
+	KeepAlive time.Duration
+	// Clock times KeepAlive (nil: the system clock).
+	Clock roce.Clock
+	// Log gets the keepalives at debug level (nil: none).
+	Log *slog.Logger
 }
 
 // CMControl is the control connection of one perftest -R session.
@@ -79,6 +98,9 @@ type CMControl struct {
 	sendBusy      bool
 	bytesIn       int64
 	remoteVersion string
+
+	kaTimer roce.Timer // KeepAlive's, made at the first idle wait
+	probing bool       // a keepalive is outstanding
 }
 
 // NewCMControl creates the control QP (RC, in INIT with its receives
@@ -89,6 +111,9 @@ func NewCMControl(dev *ib.Device, pd *ib.PD, cfg CMControlConfig) (c *CMControl,
 	}
 	if cfg.MaxMsg <= 0 || cfg.MaxMsg > cmCtrlSlot {
 		cfg.MaxMsg = CMKeyLen
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	c = &CMControl{cfg: cfg, buf: make([]byte, cmCtrlSlot*(1+cmCtrlRecvs)), remoteVersion: oob.PerftestVersion}
 	made := c // a failing return sets c to nil before this runs
@@ -181,13 +206,32 @@ func (c *CMControl) wait(ctx context.Context, bounded bool, what string) error {
 		wctx, cancelT = context.WithTimeout(wctx, c.cfg.Timeout)
 		defer cancelT()
 	}
+	// An idle server's wait (unbounded) is cut every KeepAlive to probe
+	// the peer; probeDue closes when that happens.
+	var idle <-chan time.Time
+	probeDue := make(chan struct{})
+	if !bounded && c.cfg.KeepAlive > 0 {
+		if c.kaTimer == nil {
+			clk := c.cfg.Clock
+			if clk == nil {
+				clk = roce.SystemClock{}
+			}
+			c.kaTimer = clk.NewTimer()
+		}
+		c.kaTimer.Reset(c.cfg.KeepAlive)
+		defer c.kaTimer.Stop()
+		idle = c.kaTimer.C()
+	}
 	done := c.done
-	if done != nil {
+	if done != nil || idle != nil {
 		stop := make(chan struct{})
 		defer close(stop)
 		go func() {
 			select {
-			case <-done:
+			case <-done: // nil before Attach: never
+				cancel()
+			case <-idle: // nil unless probing: never
+				close(probeDue)
 				cancel()
 			case <-stop:
 			}
@@ -208,14 +252,41 @@ func (c *CMControl) wait(ctx context.Context, bounded bool, what string) error {
 	if ctx.Err() != nil {
 		return c.errorf(oob.ErrCanceled, what, "%v", ctx.Err())
 	}
+	select {
+	case <-probeDue:
+		return c.probe(what) // the caller waits again
+	default:
+	}
 	if err == nil || errors.Is(err, context.DeadlineExceeded) {
 		return c.errorf(oob.ErrTimeout, what, "nothing within %v", c.cfg.Timeout)
 	}
 	return c.errorf(oob.ErrClosed, what, "%v", err)
 }
 
+// probe posts a keepalive, unless one is still outstanding (its retries
+// outlast KeepAlive): a signaled zero-length RDMA WRITE, which handle
+// sees complete or fail.
+func (c *CMControl) probe(what string) error {
+	if c.probing {
+		return nil
+	}
+	if err := c.qp.PostSend(ib.SendWR{ID: cmCtrlKeepAlive, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled}); err != nil {
+		return c.errorf(oob.ErrClosed, what, "posting a keepalive: %v", err)
+	}
+	c.probing = true
+	c.cfg.Log.Debug("rdma_cm control keepalive sent", "peer", c.peer, "idle", c.cfg.KeepAlive)
+	return nil
+}
+
 func (c *CMControl) handle(n int, what string) error {
 	for _, wc := range c.wcs[:n] {
+		if wc.ID == cmCtrlKeepAlive {
+			c.probing = false
+			if wc.Status == ib.WCSuccess {
+				c.cfg.Log.Debug("rdma_cm control keepalive acknowledged", "peer", c.peer)
+				continue
+			}
+		}
 		if wc.Status == ib.WCWRFlushErr && c.ended() {
 			// The peer disconnected: the QP went to ERR and flushed
 			// what was outstanding. A flushed SEND is the last message
@@ -228,6 +299,10 @@ func (c *CMControl) handle(n int, what string) error {
 				c.sendBusy = false
 			}
 			continue
+		}
+		if wc.Status != ib.WCSuccess && wc.ID == cmCtrlKeepAlive {
+			return c.errorf(oob.ErrClosed, what, "the peer stopped answering: the keepalive on the idle connection "+
+				"(a zero-length RDMA WRITE) ended in %v, so its process was killed or its host is gone", wc.Status)
 		}
 		if wc.Status != ib.WCSuccess {
 			return c.errorf(oob.ErrClosed, what, "control QP completion %v", wc.Status)
