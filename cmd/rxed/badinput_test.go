@@ -284,7 +284,8 @@ func TestPeerVanishesMidRun(t *testing.T) {
 // TestPerfOtherTestIsRefused: a write server and a read client (or a
 // bandwidth server and a latency client) both fail at the version step
 // with one line naming the two tests, instead of running and reporting
-// RDMA_Write numbers as perftest does. Bug: newcomer walkthrough, item 6.
+// RDMA_Write numbers as perftest does; over TCP and -R alike. Bug:
+// newcomer walkthrough, item 6.
 func TestPerfOtherTestIsRefused(t *testing.T) {
 	t.Parallel()
 	a, b := addrPair(t)
@@ -306,4 +307,13 @@ func TestPerfOtherTestIsRefused(t *testing.T) {
 		require.Equal(t, 1, srv.code)
 		require.NotContains(t, srv.stdout+cli.stdout, "BW average")
 	}
+	// -R: the announcement rides the control connection's version message.
+	out, _, done := startCmd("perf", "write", "-R", "--addr", a, "-p", "18603", "-n", "20", "--timeout", "10s")
+	out.waitFor(t, "Waiting for client", 20*time.Second)
+	cli := runCmd("perf", "read", "-R", "--addr", b, "-p", "18603", "-n", "20", "--timeout", "10s", a)
+	srv := await(t, done, 20*time.Second)
+	requireOneLineError(t, cli, "rdma_cm control connection with "+a+":18603: version: the server runs ib_write_bw, we run ib_read_bw: refused; run the same test on both sides")
+	requireOneLineError(t, srv, "version: the client runs ib_read_bw, this server ib_write_bw: refused")
+	require.Equal(t, 1, cli.code)
+	require.Equal(t, 1, srv.code)
 }

@@ -60,7 +60,7 @@ func (r *perfRun) rdmaCMSession(ctx context.Context) (err error) {
 	// ends the server when its client vanished without a DREQ (SIGKILL,
 	// host lost), where it waited for ever.
 	ctrl, err := daemon.NewCMControl(r.en.dev, r.pd, daemon.CMControlConfig{Role: role, Timeout: o.ef.timeout,
-		GIDIndex: o.gidx, DontXchgVersions: o.noVersions, KeepAlive: o.ef.timeout, Log: o.ef.logger(r.stderr)})
+		GIDIndex: o.gidx, DontXchgVersions: o.noVersions, KeepAlive: o.ef.timeout, Log: o.ef.logger(r.stderr), Test: &o.test})
 	if err != nil {
 		return err
 	}

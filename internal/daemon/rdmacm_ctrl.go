@@ -77,6 +77,13 @@ type CMControlConfig struct {
 	Clock roce.Clock
 	// Log gets the keepalives at debug level (nil: none).
 	Log *slog.Logger
+	// Test is this side's test (rxed perf -R; nil: none, serve). A
+	// client announces it in its version message (rxed's trailer, past
+	// the NUL perftest reads to); a server refuses a client that
+	// announces another there, both sides failing with an error naming
+	// the two tests (as oob.SessionConfig.Test over TCP). A perftest
+	// peer sends and reads nothing new.
+	Test *oob.Test
 }
 
 // CMControl is the control connection of one perftest -R session.
@@ -417,9 +424,25 @@ func (c *CMControl) Negotiate(ctx context.Context, localMTU int) (oob.Negotiated
 	}
 	var v [oob.VersionMsgLen]byte
 	_ = oob.EncodeVersion(v[:], oob.PerftestVersion)
-	m, err := c.xchg(ctx, v[:], "version", true)
+	if c.cfg.Test != nil && c.cfg.Role == oob.Client {
+		oob.AnnounceTest(v[:], *c.cfg.Test)
+	}
+	var m []byte
+	var err error
+	if c.cfg.Test != nil && c.cfg.Role == oob.Server {
+		m, err = c.versionCheckingTest(ctx, v[:])
+	} else {
+		m, err = c.xchg(ctx, v[:], "version", true)
+	}
 	if err != nil {
 		return neg, err
+	}
+	if theirs, known, ok := oob.OtherTest(m); ok && c.cfg.Role == oob.Client && c.cfg.Test != nil {
+		if !known {
+			return neg, c.errorf(oob.ErrRefused, "version", "the server runs another test: refused; run the same test on both sides")
+		}
+		return neg, c.errorf(oob.ErrRefused, "version", "the server runs %s, we run %s: refused; run the same test on both sides",
+			theirs, *c.cfg.Test)
 	}
 	rv, err := oob.ParseVersion(m)
 	if err != nil {
@@ -450,6 +473,31 @@ func (c *CMControl) Negotiate(ctx context.Context, localMTU int) (oob.Negotiated
 		neg.MTU = rm
 	}
 	return neg, nil
+}
+
+// versionCheckingTest is a server's version exchange with Test set: it
+// reads the client's version message and answers with v, made a refusal
+// (oob.PutOtherTest) when the client announced another test than ours,
+// in which case, once that is sent, it fails naming both.
+func (c *CMControl) versionCheckingTest(ctx context.Context, v []byte) ([]byte, error) {
+	m, err := c.recv(ctx, len(v), "version", true)
+	if err != nil {
+		return nil, err
+	}
+	mine := *c.cfg.Test
+	theirs, announced := oob.AnnouncedTest(m)
+	other := announced && theirs != mine
+	if other {
+		oob.PutOtherTest(v, mine)
+	}
+	if err := c.send(ctx, v, "version"); err != nil {
+		return nil, err
+	}
+	if other {
+		return nil, c.errorf(oob.ErrRefused, "version", "the client runs %s, this server %s: refused; run the same test on both sides",
+			theirs, mine)
+	}
+	return m, nil
 }
 
 // HandShake is ctx_hand_shake with binary keys: one each way. bounded

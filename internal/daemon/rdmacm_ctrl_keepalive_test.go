@@ -31,14 +31,14 @@ func (c *silencingConn) Send(bufs [][]byte, ep transport.Endpoint) error {
 	return c.Conn.Send(bufs, ep)
 }
 
-// ctrlPair is an idle server's control connection and its client's, over
-// an in-memory network; the server's engine and keepalive run on fc.
+// ctrlPair is a server's control connection and its client's, over an
+// in-memory network; the server's engine runs on fc.
 type ctrlPair struct {
 	srv, cli *CMControl
 	link     *silencingConn // the client's
 }
 
-func newCtrlPair(t *testing.T, fc *roce.FakeClock, keepAlive time.Duration, log *slog.Logger) *ctrlPair {
+func newCtrlPair(t *testing.T, fc *roce.FakeClock, srvCfg, cliCfg CMControlConfig) *ctrlPair {
 	t.Helper()
 	n := transport.NewMemNetwork()
 	open := func(ip string, wrap func(transport.Conn) transport.Conn, clk roce.Clock) (*ib.Device, *ib.PD) {
@@ -55,10 +55,11 @@ func newCtrlPair(t *testing.T, fc *roce.FakeClock, keepAlive time.Duration, log 
 	sdev, spd := open("10.0.7.1", func(c transport.Conn) transport.Conn { return c }, fc)
 	cdev, cpd := open("10.0.7.2", func(c transport.Conn) transport.Conn { p.link = &silencingConn{Conn: c}; return p.link }, nil)
 	var err error
-	p.srv, err = NewCMControl(sdev, spd, CMControlConfig{Role: oob.Server, Timeout: 5 * time.Second, KeepAlive: keepAlive, Clock: fc, Log: log})
+	srvCfg.Role, srvCfg.Timeout, cliCfg.Role, cliCfg.Timeout = oob.Server, 5*time.Second, oob.Client, 5*time.Second
+	p.srv, err = NewCMControl(sdev, spd, srvCfg)
 	require.NoError(t, err)
 	t.Cleanup(p.srv.Close)
-	p.cli, err = NewCMControl(cdev, cpd, CMControlConfig{Role: oob.Client, Timeout: 5 * time.Second})
+	p.cli, err = NewCMControl(cdev, cpd, cliCfg)
 	require.NoError(t, err)
 	t.Cleanup(p.cli.Close)
 
@@ -140,7 +141,7 @@ func TestCMControlKeepAliveEndsTheIdleWait(t *testing.T) {
 	fc := roce.NewFakeClock(time.Unix(3_000_000, 0))
 	const keepAlive = 30 * time.Second
 	w := newLogWatch()
-	p := newCtrlPair(t, fc, keepAlive, slog.New(w))
+	p := newCtrlPair(t, fc, CMControlConfig{KeepAlive: keepAlive, Clock: fc, Log: slog.New(w)}, CMControlConfig{})
 
 	finished := make(chan struct{})
 	var ferr error

@@ -324,17 +324,15 @@ func (s *Session) checkTest(ctx context.Context) ([]byte, error) {
 	if err := EncodeVersion(out[:], s.cfg.version()); err != nil {
 		return nil, err
 	}
-	_, _, ext := parseExt(in[:])
-	theirs, announced := parseExtTest(in[:])
+	theirs, announced := AnnouncedTest(in[:])
 	mine := *s.cfg.Test
-	if !ext || !announced || theirs == mine {
+	if !announced || theirs == mine {
 		if err := s.s.writeMsg(ctx, out[:], "perftest version"); err != nil {
 			return nil, s.fail(err)
 		}
 		return in[:], nil
 	}
-	putExt(out[:], ExtOtherTest, 0)
-	putExtTest(out[:], mine)
+	PutOtherTest(out[:], mine)
 	if err := s.s.writeMsg(ctx, out[:], "perftest version"); err != nil {
 		return nil, s.fail(err)
 	}
@@ -342,10 +340,48 @@ func (s *Session) checkTest(ctx context.Context) ([]byte, error) {
 		theirs, mine))
 }
 
+// AnnounceTest puts the rxed trailer announcing t into msg, a version
+// message from EncodeVersion, as an rxed client's (past the NUL, where
+// perftest does not look): for exchanges other than a Session's, such
+// as perf -R's control connection.
+func AnnounceTest(msg []byte, t Test) {
+	putExt(msg, ExtOK, 0)
+	putExtTest(msg, t)
+}
+
+// AnnouncedTest is the test an rxed client announced in its version
+// message msg; false for a perftest client or one that announced none.
+func AnnouncedTest(msg []byte) (Test, bool) {
+	if _, _, ok := parseExt(msg); !ok {
+		return Test{}, false
+	}
+	return parseExtTest(msg)
+}
+
+// PutOtherTest makes reply, the server's version message, refuse a
+// client whose announced test is not mine (ExtOtherTest, mine in the
+// test byte), as a Session with SessionConfig.Test does.
+func PutOtherTest(reply []byte, mine Test) {
+	putExt(reply, ExtOtherTest, 0)
+	putExtTest(reply, mine)
+}
+
+// OtherTest reads a server's version reply: refused is true when the
+// server refused our test as not its own, and known when it said which
+// it runs (theirs).
+func OtherTest(reply []byte) (theirs Test, known, refused bool) {
+	st, _, ok := parseExt(reply)
+	if !ok || st != ExtOtherTest {
+		return Test{}, false, false
+	}
+	theirs, known = parseExtTest(reply)
+	return theirs, known, true
+}
+
 // otherTestError is a client's error for ExtOtherTest: the server's test
 // from the reply's test byte, and ours.
 func otherTestError(peer string, reply []byte, ours *Test) error {
-	theirs, ok := parseExtTest(reply)
+	theirs, ok, _ := OtherTest(reply)
 	if !ok || ours == nil {
 		return errorf(peer, ErrRefused, "refused the session: %v", ExtOtherTest)
 	}
