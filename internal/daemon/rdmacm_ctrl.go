@@ -231,9 +231,13 @@ func (c *CMControl) wait(ctx context.Context, bounded bool, what string) error {
 	}
 	done := c.done
 	if done != nil || idle != nil {
-		stop := make(chan struct{})
-		defer close(stop)
+		// The watcher is gone when wait returns: one left behind could
+		// take the next wait's keepalive firing, and that wait would
+		// never probe.
+		stop, exited := make(chan struct{}), make(chan struct{})
+		defer func() { close(stop); <-exited }()
 		go func() {
+			defer close(exited)
 			select {
 			case <-done: // nil before Attach: never
 				cancel()
