@@ -117,7 +117,16 @@ func TestGopacketLayerErrors(t *testing.T) {
 }
 
 // FuzzGopacketLayers: no input makes the layer decoders panic, through
-// Ethernet or straight into the BTH decoder, nor the hand dissector.
+// Ethernet or straight into the BTH decoder, nor the hand dissector; and
+// the gopacket layers agree with wire's parser they wrap. Straight into
+// the BTH decoder: a BTH layer exactly when there are BTHLen bytes, its
+// fields those of the bytes, a decode failure exactly when
+// wire.Packet.Parse fails and then with its error; on success one layer
+// per extension header in wire order carrying wire's values, then the
+// payload. Through Ethernet: when the hand dissector finds a well-formed
+// RoCEv2 packet whose ICRC verifies and gopacket decodes the frame to a
+// BTH without a failure, both see the same packet and the same ICRC
+// verdict.
 func FuzzGopacketLayers(f *testing.F) {
 	// Seeds from the conformance corpus when it is there; the target
 	// itself needs no reference data.
@@ -131,13 +140,87 @@ func FuzzGopacketLayers(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		pkt := gopacket.NewPacket(data, layers.LinkTypeEthernet, gopacket.Default)
-		_ = wirepcap.VerifyPacketICRC(pkt)
+		verdict := wirepcap.VerifyPacketICRC(pkt)
 		for _, l := range pkt.Layers() {
 			_ = gopacket.LayerString(l)
 		}
-		gopacket.NewPacket(data, wirepcap.LayerTypeBTH, gopacket.Default)
 		var rf wirepcap.RoCEFrame
-		_ = wirepcap.DecodeRoCE(layers.LinkTypeEthernet, data, &rf)
+		if wirepcap.DecodeRoCE(layers.LinkTypeEthernet, data, &rf) == nil && rf.ParseErr == nil {
+			if bl, ok := pkt.Layer(wirepcap.LayerTypeBTH).(*wirepcap.BTH); ok && pkt.ErrorLayer() == nil && !pkt.Metadata().Truncated {
+				require.Equal(t, rf.Packet.Raw, bl.Packet().Raw, "gopacket and the dissector differ on the RoCE bytes")
+				require.Equal(t, rf.ICRC, verdict, "ICRC verdicts differ")
+			}
+		}
 		_ = wirepcap.DecodeRoCE(layers.LinkTypeRaw, data, &rf)
+
+		checkBTHLayers(t, data)
 	})
+}
+
+// checkBTHLayers decodes data straight into the BTH layer and checks it
+// against wire.Packet.Parse of the same bytes.
+func checkBTHLayers(t *testing.T, data []byte) {
+	pkt := gopacket.NewPacket(data, wirepcap.LayerTypeBTH, gopacket.Default)
+	var p wire.Packet
+	perr := p.Parse(data)
+	bl, _ := pkt.Layer(wirepcap.LayerTypeBTH).(*wirepcap.BTH)
+	if len(data) < wire.BTHLen {
+		require.Nil(t, bl)
+		require.NotNil(t, pkt.ErrorLayer())
+		return
+	}
+	require.NotNil(t, bl)
+	h := wire.BTH(data)
+	require.Equal(t, h.Opcode(), bl.Opcode)
+	require.Equal(t, h.PSN(), bl.PSN)
+	require.Equal(t, h.DestQP(), bl.DestQP)
+	require.Equal(t, h.PKey(), bl.PKey)
+	require.Equal(t, h.PadCount(), bl.PadCount)
+	require.Equal(t, h.AckReq(), bl.AckReq)
+	if perr != nil {
+		require.NotNil(t, pkt.ErrorLayer(), "Parse failed (%v) but the layers did not", perr)
+		require.EqualError(t, pkt.ErrorLayer().Error(), perr.Error())
+		return
+	}
+	require.Nil(t, pkt.ErrorLayer(), "Parse accepted what the layers refused")
+	require.Equal(t, p.ICRC, bl.ICRC)
+	require.Equal(t, p.Payload, bl.Packet().Payload)
+	var got, want []gopacket.LayerType
+	for _, l := range pkt.Layers()[1:] {
+		got = append(got, l.LayerType())
+	}
+	for _, hs := range p.Info.HeaderOrder() {
+		want = append(want, extLayerType[hs])
+	}
+	if len(p.Payload) > 0 {
+		want = append(want, gopacket.LayerTypePayload)
+		require.Equal(t, []byte(p.Payload), pkt.ApplicationLayer().Payload())
+	}
+	require.Equal(t, want, got)
+	if r, ok := pkt.Layer(wirepcap.LayerTypeRETH).(*wirepcap.RETH); ok {
+		require.Equal(t, p.RETH.VA(), r.VA)
+		require.Equal(t, p.RETH.RKey(), r.RKey)
+		require.Equal(t, p.RETH.DMALen(), r.DMALen)
+	}
+	if a, ok := pkt.Layer(wirepcap.LayerTypeAETH).(*wirepcap.AETH); ok {
+		require.Equal(t, p.AETH.Syndrome(), a.Syndrome)
+		require.Equal(t, p.AETH.MSN(), a.MSN)
+	}
+	if d, ok := pkt.Layer(wirepcap.LayerTypeDETH).(*wirepcap.DETH); ok {
+		require.Equal(t, p.DETH.QKey(), d.QKey)
+		require.Equal(t, p.DETH.SrcQP(), d.SrcQP)
+	}
+	if a, ok := pkt.Layer(wirepcap.LayerTypeAtomicETH).(*wirepcap.AtomicETH); ok {
+		require.Equal(t, p.AtomicETH.VA(), a.VA)
+		require.Equal(t, p.AtomicETH.SwapAdd(), a.SwapAdd)
+		require.Equal(t, p.AtomicETH.Compare(), a.Compare)
+	}
+}
+
+// extLayerType is the gopacket layer of each extension header.
+var extLayerType = map[wire.HeaderSet]gopacket.LayerType{
+	wire.HdrRETH: wirepcap.LayerTypeRETH, wire.HdrAETH: wirepcap.LayerTypeAETH,
+	wire.HdrAtomicETH: wirepcap.LayerTypeAtomicETH, wire.HdrAtomicAckETH: wirepcap.LayerTypeAtomicAckETH,
+	wire.HdrDETH: wirepcap.LayerTypeDETH, wire.HdrImmDt: wirepcap.LayerTypeImmDt,
+	wire.HdrIETH: wirepcap.LayerTypeIETH, wire.HdrFETH: wirepcap.LayerTypeFETH, wire.HdrCNP: wirepcap.LayerTypeCNP,
 }
