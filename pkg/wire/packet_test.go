@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net/netip"
 	"testing"
 
@@ -256,7 +257,9 @@ func TestParseAllocs(t *testing.T) {
 }
 
 // FuzzParse: Parse never panics; whatever it accepts re-encodes to a
-// packet that parses to the same fields and payload.
+// packet that parses to the same fields and payload, and that packet,
+// sealed, passes both ICRC verifiers (also with any IPv4 ID) and fails
+// them with a bit flipped.
 func FuzzParse(f *testing.F) {
 	for i := 0; i < 256; i++ {
 		op := Opcode(i)
@@ -303,5 +306,47 @@ func FuzzParse(f *testing.F) {
 		// Verify never panics on anything Parse accepted.
 		testFlow.Verify(b)
 		testFlow.Reverse().Verify(b)
+
+		// The verifiers agree with the sealer: the re-encoded packet
+		// sealed on a flow verifies on it, through Flow.Verify and
+		// through VerifyICRC over the headers Linux sends; sent with any
+		// IPv4 ID (rxe's per-destination counter), Flow.Verify still
+		// accepts it and solves that ID; a flipped payload bit fails.
+		pkt := out[:n]
+		id := uint16(len(b))*0x9E37 ^ binary.BigEndian.Uint16(b[4:])
+		for _, fl := range []Flow{testFlow, testFlow6} {
+			fl.Seal(pkt)
+			if v, got := fl.Verify(pkt); v != ICRCOK || got != 0 {
+				t.Fatalf("%v: sealed packet verifies %v (ID %d)", fl, v, got)
+			}
+			var hdr [48]byte
+			hl := fl.PutHeaders(hdr[:], len(pkt))
+			if v := VerifyICRC(hdr[:hl], hdr[hl:hl+8], pkt); v != ICRCOK {
+				t.Fatalf("%v: VerifyICRC of the sealed packet: %v", fl, v)
+			}
+			if fl.IsIPv4() {
+				ip := bytes.Clone(hdr[:hl])
+				SetIPv4ID(ip, id)
+				binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCLen:], ICRC(ip, hdr[hl:hl+8], pkt[:len(pkt)-ICRCLen]))
+				if v, got := fl.Verify(pkt); v != ICRCOK || got != id {
+					t.Fatalf("%v: packet sent with IPv4 ID %d verifies %v with ID %d", fl, id, v, got)
+				}
+				fl.Seal(pkt)
+			}
+			pkt[BTHLen] ^= 0x10
+			if v, _ := fl.Verify(pkt); v == ICRCOK && !fl.IsIPv4() {
+				t.Fatalf("%v: a flipped bit verifies", fl)
+			}
+			if v := VerifyICRC(hdr[:hl], hdr[hl:hl+8], pkt); v == ICRCOK {
+				t.Fatalf("%v: VerifyICRC: a flipped bit verifies", fl)
+			}
+			pkt[BTHLen] ^= 0x10
+		}
 	})
+}
+
+// testFlow6 is an IPv6 flow: Verify checks all 32 bits there.
+var testFlow6 = Flow{
+	Src: netip.MustParseAddrPort("[fd00::12]:49552"),
+	Dst: netip.MustParseAddrPort("[fd00::11]:4791"),
 }
