@@ -224,14 +224,49 @@ func TestPutSegmentCmsg(t *testing.T) {
 }
 
 // FuzzParseCmsgs feeds arbitrary control buffers to parseCmsgs: it must
-// return without reading outside the buffer, whatever the lengths say.
+// return without reading outside the buffer, whatever the lengths say,
+// and agree with a reference walk built on x/sys's own cmsg parser
+// (ParseOneSocketControlMessage, which the kernel's CMSG_NXTHDR rules
+// also give): the last whole IP(V6)_PKTINFO's header destination, the
+// last UDP_GRO size and the SO_RXQ_OVFL counts in order. Messages after
+// a malformed one are not read.
 func FuzzParseCmsgs(f *testing.F) {
 	f.Add(cat(pktinfo4("0.0.0.0", "10.0.0.2"), cmsg(unix.SOL_UDP, unix.UDP_GRO, u32(1024))))
 	f.Add(cat(pktinfo6("fd00::1"), cmsg(unix.SOL_SOCKET, unix.SO_RXQ_OVFL, u32(3))))
+	f.Add(cat(cmsg(unix.SOL_SOCKET, unix.SO_RXQ_OVFL, u32(3)), pktinfo6("::ffff:10.0.0.1"),
+		cmsg(unix.SOL_SOCKET, unix.SO_RXQ_OVFL, u32(1)), cmsg(unix.SOL_UDP, unix.UDP_GRO, []byte{1})))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, oob []byte) {
 		s := cmsgSocket()
 		var m rxMsg
 		s.parseCmsgs(&m, oob)
+
+		ref := cmsgSocket()
+		var want rxMsg
+		for b := oob; len(b) >= unix.SizeofCmsghdr; {
+			h, data, rest, err := unix.ParseOneSocketControlMessage(b)
+			if err != nil {
+				break
+			}
+			switch {
+			case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+				var pi unix.Inet4Pktinfo
+				copy(unsafe.Slice((*byte)(unsafe.Pointer(&pi)), unsafe.Sizeof(pi)), data)
+				want.local = netip.AddrFrom4(pi.Addr)
+			case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
+				var pi unix.Inet6Pktinfo
+				copy(unsafe.Slice((*byte)(unsafe.Pointer(&pi)), unsafe.Sizeof(pi)), data)
+				want.local = netip.AddrFrom16(pi.Addr).Unmap()
+			case h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
+				want.segSize = int(binary.NativeEndian.Uint32(data))
+			case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
+				ref.noteOverflow(binary.NativeEndian.Uint32(data))
+			}
+			b = rest
+		}
+		require.Equal(t, want.local, m.local)
+		require.Equal(t, want.segSize, m.segSize)
+		require.Equal(t, ref.ovfl, s.ovfl)
+		require.Equal(t, ref.conn.stats.dropRcvbuf.Load(), s.conn.stats.dropRcvbuf.Load())
 	})
 }
