@@ -26,7 +26,11 @@ import (
 //   - once in ERR, a Run flushes every outstanding WR (IBA 10.3.1: a QP in
 //     ERR completes its queues with WR_FLUSH_ERR);
 //   - no byte outside the registered regions changes: each region sits
-//     between guard pages of a known pattern.
+//     between guard pages of a known pattern;
+//   - on RC the PSNs move as IBA 9.7 has them: the responder's expected
+//     PSN and the completer's oldest unacknowledged PSN never go back, and
+//     the latter never passes the requester's next PSN (nothing is
+//     acknowledged that was not sent, whatever ACK PSN a peer makes up).
 func FuzzRTSQP(f *testing.F) {
 	for _, s := range fuzzRTSSeeds {
 		f.Add(s)
@@ -193,6 +197,7 @@ type fuzzEnd struct {
 	sendPosted, sendDone uint64 // IDs: posted ones are 1..sendPosted
 	recvPosted, recvDone uint64
 	state                State // as last seen, or as the program set it
+	respPSN, compPSN     PSN   // as last seen (RC's PSN invariants)
 }
 
 func newFuzzEnd(t *testing.T, typ Type, num uint32, addr string) *fuzzEnd {
@@ -248,6 +253,9 @@ func runRTSProgram(t *testing.T, in []byte) {
 	b := newFuzzEnd(t, typ, 0x12, "10.0.0.2")
 	l := connectLink(t, typ, retry, rnr, a.end, b.end)
 	a.state, b.state = RTS, RTS
+	for _, e := range []*fuzzEnd{a, b} {
+		e.respPSN, e.compPSN = e.q.resp.psn, e.q.comp.psn
+	}
 	p := &rtsProgram{t: t, l: l, typ: typ, a: a, b: b, wcs: make([]WC, 16), budget: 1000}
 	if v := r.u8(); v != 0 {
 		p.budget = int(v)
@@ -559,6 +567,9 @@ func (p *rtsProgram) check(x *fuzzEnd) {
 	}
 	p.drainCQ(x, x.scq, &x.sendDone, x.sendPosted, "send")
 	p.drainCQ(x, x.rcq, &x.recvDone, x.recvPosted, "recv")
+	if p.typ == RC {
+		p.checkPSNs(x)
+	}
 	s := x.q.State()
 	if s != x.state {
 		ok := s == Err && (x.state == RTS || x.state == SQD || x.state == SQE) ||
@@ -579,6 +590,21 @@ func (p *rtsProgram) check(x *fuzzEnd) {
 		p.drainCQ(x, x.scq, &x.sendDone, x.sendPosted, "send")
 		p.drainCQ(x, x.rcq, &x.recvDone, x.recvPosted, "recv")
 	}
+}
+
+// checkPSNs asserts RC's PSN invariants on x (see FuzzRTSQP).
+func (p *rtsProgram) checkPSNs(x *fuzzEnd) {
+	q := x.q
+	if d := q.resp.psn.Diff(x.respPSN); d < 0 {
+		p.t.Fatalf("QP %#x: the responder's expected PSN went back from %v to %v", q.Num(), x.respPSN, q.resp.psn)
+	}
+	if d := q.comp.psn.Diff(x.compPSN); d < 0 {
+		p.t.Fatalf("QP %#x: the oldest unacknowledged PSN went back from %v to %v", q.Num(), x.compPSN, q.comp.psn)
+	}
+	if d := q.comp.psn.Diff(q.req.psn); d > 0 {
+		p.t.Fatalf("QP %#x: acknowledged up to %v, past the next PSN to send %v", q.Num(), q.comp.psn, q.req.psn)
+	}
+	x.respPSN, x.compPSN = q.resp.psn, q.comp.psn
 }
 
 // drainCQ polls cq empty, checking each completion is for a WR posted on
