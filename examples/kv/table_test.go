@@ -144,3 +144,27 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseHello: the table description a client reads from the server's
+// REP private data. What parseHello accepts is a usable table (buckets, a
+// probe, extents that hold an inline value, messages that hold a header
+// and a key) and re-encodes to the input's first helloLen bytes but the
+// reserved u16, which it ignores; anything else is refused, never a panic.
+func FuzzParseHello(f *testing.F) {
+	f.Add(hello{epoch: 9, rkey: 0x1234, nbuckets: 64, indexAddr: 0x7f0000, extentSize: 512, maxProbe: 8, maxMsg: 556}.append(nil))
+	f.Add(append(hello{nbuckets: 1, extentSize: InlineMax, maxProbe: 1, maxMsg: reqHdrLen + MaxKey}.append(nil), 0xEE))
+	f.Add([]byte("RXKV"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := parseHello(b)
+		if err != nil {
+			return
+		}
+		require.NotZero(t, h.nbuckets)
+		require.NotZero(t, h.maxProbe)
+		require.GreaterOrEqual(t, h.extentSize, uint32(InlineMax))
+		require.GreaterOrEqual(t, h.maxMsg, uint32(reqHdrLen+MaxKey))
+		want := bytes.Clone(b[:helloLen])
+		want[6], want[7] = 0, 0
+		require.Equal(t, want, h.append(nil))
+	})
+}
