@@ -1,6 +1,7 @@
 package wirepcap_test
 
 import (
+	"bytes"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -131,9 +132,14 @@ func FuzzGopacketLayers(f *testing.F) {
 	// Seeds from the conformance corpus when it is there; the target
 	// itself needs no reference data.
 	if frames, err := wirepcap.ReadFile(filepath.Join("..", "..", "..", "..", "shared", "conformance", "valid.pcap")); err == nil {
+		var rf wirepcap.RoCEFrame
 		for i, fr := range frames {
 			if i%8 == 0 {
 				f.Add(fr.Data)
+				// Its RoCE packet alone, for the BTH decoder.
+				if wirepcap.DecodeRoCE(fr.LinkType, fr.Data, &rf) == nil {
+					f.Add(bytes.Clone(rf.Payload))
+				}
 			}
 		}
 	}

@@ -99,6 +99,9 @@ func FuzzReader(f *testing.F) {
 	f.Add(byte(0), uint16(0), []byte("\x04abcd\x00\x10RoCE frame 16 by"))
 	f.Add(byte(1), uint16(30), []byte("\x02hi\x03abc"))
 	f.Add(byte(2), uint16(50), []byte("\x05hello\x00\x01x"))
+	// Cut right after the first record's header (pcap: 24-byte file
+	// header, 16-byte record header).
+	f.Add(byte(0), uint16(16), []byte("\x04abcd\x02xy"))
 	f.Add(byte(0), uint16(0), []byte{0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 101, 0, 0, 0})
 	f.Add(byte(2), uint16(0), []byte{0x0a, 0x0d, 0x0d, 0x0a, 0x1c, 0, 0, 0, 0x4d, 0x3c, 0x2b, 0x1a})
 	f.Fuzz(func(t *testing.T, format byte, cut uint16, in []byte) {
