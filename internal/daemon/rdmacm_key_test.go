@@ -54,6 +54,8 @@ func TestCMKeyBadInput(t *testing.T) {
 // message may be dropped or changed.
 func FuzzParseCMKey(f *testing.F) {
 	f.Add(AppendCMKey(nil, oob.Key{QPN: 7, PSN: 9, RKey: 3, VAddr: 1 << 40}, 2))
+	f.Add(AppendCMKey(nil, oob.Key{LID: 1, OutReads: 16, QPN: 0xffffff, PSN: 0xabcdef, RKey: 0xfedcba98,
+		VAddr: 0x0102030405060708, GID: [16]byte{15: 1}, SRQN: 0x72786564}, -1))
 	if b, err := hex.DecodeString(strings.ReplaceAll(capturedKey, " ", "")); err == nil {
 		f.Add(b)
 	}
