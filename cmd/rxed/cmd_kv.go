@@ -74,8 +74,8 @@ func (t *kvTableFlags) check() error {
 	switch {
 	case t.buckets < 1 || t.buckets > 1<<24:
 		return fmt.Errorf("--buckets %d: want 1..%d", t.buckets, 1<<24)
-	case t.extent < kv.InlineMax || t.extent%8 != 0 || t.extent > 1<<20:
-		return fmt.Errorf("--extent %d: want a multiple of 8 from %d to %d", t.extent, kv.InlineMax, 1<<20)
+	case t.extent < kv.InlineMax || t.extent%8 != 0 || t.extent > kv.MaxExtent:
+		return fmt.Errorf("--extent %d: want a multiple of 8 from %d to %d", t.extent, kv.InlineMax, kv.MaxExtent)
 	case t.probe < 1:
 		return fmt.Errorf("--probe %d: want at least 1", t.probe)
 	}

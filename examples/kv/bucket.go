@@ -26,6 +26,10 @@ const (
 	MaxKey = offInline - offKey
 	// InlineMax is the longest value kept in its bucket (one READ).
 	InlineMax = BucketSize - offInline
+	// MaxExtent is the largest extent (ExtentSize): a client sizes its
+	// registered buffer from the extent its server announces, so it must
+	// not take any size a server (or something posing as one) names.
+	MaxExtent = 1 << 20
 )
 
 const (

@@ -58,7 +58,10 @@ func parseHello(b []byte) (hello, error) {
 		maxProbe:   binary.LittleEndian.Uint32(b[36:]),
 		maxMsg:     binary.LittleEndian.Uint32(b[40:]),
 	}
-	if h.nbuckets == 0 || h.maxProbe == 0 || h.extentSize < InlineMax || h.maxMsg < reqHdrLen+MaxKey {
+	// The client allocates and registers extentSize + maxMsg bytes: a
+	// server may not name more than a table can have.
+	if h.nbuckets == 0 || h.maxProbe == 0 || h.extentSize < InlineMax || h.extentSize > MaxExtent ||
+		h.maxMsg < reqHdrLen+MaxKey || h.maxMsg > reqHdrLen+MaxKey+MaxExtent {
 		return hello{}, fmt.Errorf("kv: server announced an unusable table (%d buckets, extent %d, probe %d, message %d)",
 			h.nbuckets, h.extentSize, h.maxProbe, h.maxMsg)
 	}

@@ -65,8 +65,8 @@ type Table struct {
 // NewTable maps a zeroed table of the given size.
 func NewTable(cfg TableConfig) (*Table, error) {
 	cfg = cfg.withDefaults()
-	if cfg.NBuckets < 1 || cfg.ExtentSize < InlineMax || cfg.ExtentSize%8 != 0 {
-		return nil, fmt.Errorf("kv: bad table config %+v (extent size at least %d, a multiple of 8)", cfg, InlineMax)
+	if cfg.NBuckets < 1 || cfg.ExtentSize < InlineMax || cfg.ExtentSize > MaxExtent || cfg.ExtentSize%8 != 0 {
+		return nil, fmt.Errorf("kv: bad table config %+v (extent size %d to %d, a multiple of 8)", cfg, InlineMax, MaxExtent)
 	}
 	m, err := mr.MapAnonymous(cfg.NBuckets * (BucketSize + cfg.ExtentSize))
 	if err != nil {

@@ -130,6 +130,23 @@ func TestHelloParse(t *testing.T) {
 	bad[4] = 9
 	_, err = parseHello(bad)
 	require.ErrorContains(t, err, "layout 9")
+
+	// Sizes the client would allocate and register: bounded by what a
+	// table can have (fuzz audit, session AG: a bogus server naming a
+	// 4 GiB extent and message made the client allocate 8 GiB).
+	for _, big := range []hello{
+		{nbuckets: 1, extentSize: MaxExtent + 8, maxProbe: 1, maxMsg: reqHdrLen + MaxKey},
+		{nbuckets: 1, extentSize: 1<<32 - 8, maxProbe: 1, maxMsg: 1<<32 - 1},
+		{nbuckets: 1, extentSize: InlineMax, maxProbe: 1, maxMsg: reqHdrLen + MaxKey + MaxExtent + 1},
+	} {
+		_, err := parseHello(big.append(nil))
+		require.ErrorContains(t, err, "unusable table", "%+v", big)
+	}
+	ok := hello{nbuckets: 1, extentSize: MaxExtent, maxProbe: 1, maxMsg: reqHdrLen + MaxKey + MaxExtent}
+	_, err = parseHello(ok.append(nil))
+	require.NoError(t, err, "the largest table a server can have")
+	_, err = NewTable(TableConfig{NBuckets: 1, ExtentSize: MaxExtent + 8})
+	require.ErrorContains(t, err, "bad table config")
 }
 
 func FuzzParseRequest(f *testing.F) {
@@ -163,6 +180,8 @@ func FuzzParseHello(f *testing.F) {
 		require.NotZero(t, h.maxProbe)
 		require.GreaterOrEqual(t, h.extentSize, uint32(InlineMax))
 		require.GreaterOrEqual(t, h.maxMsg, uint32(reqHdrLen+MaxKey))
+		require.LessOrEqual(t, h.extentSize, uint32(MaxExtent))
+		require.LessOrEqual(t, h.maxMsg, uint32(reqHdrLen+MaxKey+MaxExtent))
 		want := bytes.Clone(b[:helloLen])
 		want[6], want[7] = 0, 0
 		require.Equal(t, want, h.append(nil))
