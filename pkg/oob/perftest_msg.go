@@ -114,14 +114,18 @@ func EncodeMTU(b []byte, mtu int) error {
 	return nil
 }
 
-// ParseMTU returns the ibv_mtu enum value of an MTU message, as strtol reads
-// it; ok is false when it is not a valid enum value (1..5), in which case
-// perftest keeps its own MTU.
+// ParseMTU returns the ibv_mtu enum value of an MTU message: its leading
+// decimal digits (perftest sends a plain number; unlike strtol, no spaces
+// or sign are skipped); ok is false when it is not a valid enum value
+// (1..5), in which case perftest keeps its own MTU.
 func ParseMTU(b []byte) (mtu int, ok bool) {
 	v := 0
 	for _, c := range b {
 		if c < '0' || c > '9' {
 			break
+		}
+		if v > 5 {
+			continue // out of range already; do not let it wrap into 1..5
 		}
 		v = v*10 + int(c-'0')
 	}

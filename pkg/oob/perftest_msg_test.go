@@ -119,6 +119,9 @@ func TestMTUMessages(t *testing.T) {
 	require.False(t, ok)
 	_, ok = ParseMTU([]byte("x3"))
 	require.False(t, ok)
+	// 2^64 + 3: the digits wrapped an int into 3 (fuzz audit, session AG).
+	_, ok = ParseMTU([]byte("18446744073709551619"))
+	require.False(t, ok)
 	require.Error(t, EncodeMTU(b[:1], 3))
 	for e, n := range map[int]int{1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096} {
 		require.Equal(t, n, MTUBytes(e))
