@@ -355,11 +355,10 @@ func rpcCall(ctx context.Context, e *rpcEndpoint, calls int, rng *rand.Rand) err
 }
 
 // rpcNet is the network the test runs on: devices for the server and the
-// clients, and the CM's clock.
+// clients.
 type rpcNet struct {
 	srv, cli []*ib.Device
-	addr     netip.AddrPort    // the server's rdma_cm address
-	clock    *cmtest.FakeClock // nil: the system clock
+	addr     netip.AddrPort // the server's rdma_cm address
 }
 
 func openRPCNet(t *testing.T, fault *transport.FaultConfig, clients int, udp bool) *rpcNet {
