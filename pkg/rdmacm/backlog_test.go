@@ -2,7 +2,6 @@ package rdmacm_test
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -33,17 +32,7 @@ type dialed struct {
 func TestFullBacklogDropsTheREQUntilThereIsRoom(t *testing.T) {
 	net := transport.NewMemNetwork()
 	tap := &madTap{}
-	open := func(s string, wrap bool) *host {
-		a := netip.MustParseAddr(s)
-		c, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
-		require.NoError(t, err)
-		cfg := ib.Config{Conn: c}
-		if wrap {
-			cfg.Wrap = func(c transport.Conn) (transport.Conn, error) { tap.Conn = c; return tap, nil }
-		}
-		return openHost(t, cfg, a)
-	}
-	srv, cli := open("10.12.0.1", true), open("10.12.0.2", false)
+	srv, cli := openMemHost(t, net, "10.12.0.1", tap), openMemHost(t, net, "10.12.0.2", nil)
 	fc := cmtest.NewFakeClock(time.Unix(4_000_000, 0))
 	require.NoError(t, rdmacm.Enable(srv.dev, &rdmacm.Config{Clock: fc}))
 	require.NoError(t, rdmacm.Enable(cli.dev, &rdmacm.Config{Clock: fc}))

@@ -2,7 +2,6 @@ package rdmacm_test
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -28,15 +27,9 @@ import (
 // sent; here, with the clock stopped, it waited for good.
 func TestAcceptEstablishedByTheFirstRequestWhenTheRTUIsLost(t *testing.T) {
 	net := transport.NewMemNetwork()
-	open := func(s string, wrap func(transport.Conn) (transport.Conn, error)) *host {
-		a := netip.MustParseAddr(s)
-		c, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
-		require.NoError(t, err)
-		return openHost(t, ib.Config{Conn: c, Wrap: wrap}, a)
-	}
 	tap := &madTap{hold: func(m mad.Message) bool { _, rtu := m.(*mad.RTU); return rtu }}
-	srv := open("10.11.0.1", nil)
-	cli := open("10.11.0.2", func(c transport.Conn) (transport.Conn, error) { tap.Conn = c; return tap, nil })
+	srv := openMemHost(t, net, "10.11.0.1", nil)
+	cli := openMemHost(t, net, "10.11.0.2", tap)
 	fc := cmtest.NewFakeClock(time.Unix(3_000_000, 0))
 	require.NoError(t, rdmacm.Enable(srv.dev, &rdmacm.Config{Clock: fc}))
 	require.NoError(t, rdmacm.Enable(cli.dev, &rdmacm.Config{Clock: fc}))

@@ -1,12 +1,30 @@
 package rdmacm_test
 
 import (
+	"net/netip"
 	"sync"
+	"testing"
 
+	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/rxed/rxed/pkg/wire"
 	"github.com/rxed/rxed/pkg/wire/mad"
+	"github.com/stretchr/testify/require"
 )
+
+// openMemHost opens a host at address s of net; with tap not nil, the
+// device's transport goes through it.
+func openMemHost(t *testing.T, net *transport.MemNetwork, s string, tap *madTap) *host {
+	t.Helper()
+	a := netip.MustParseAddr(s)
+	c, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
+	require.NoError(t, err)
+	cfg := ib.Config{Conn: c}
+	if tap != nil {
+		cfg.Wrap = func(c transport.Conn) (transport.Conn, error) { tap.Conn = c; return tap, nil }
+	}
+	return openHost(t, cfg, a)
+}
 
 // madTap is a device's transport (ib.Config.Wrap) that records the CM
 // MADs the device sends and may hold some back: a held datagram does not

@@ -1,7 +1,6 @@
 package rdmacm_test
 
 import (
-	"net/netip"
 	"testing"
 
 	"github.com/rxed/rxed/pkg/ib"
@@ -23,17 +22,7 @@ import (
 func TestREJLocalCommIDAsTheKernel(t *testing.T) {
 	net := transport.NewMemNetwork()
 	tap := &madTap{}
-	open := func(s string, wrap bool) *host {
-		a := netip.MustParseAddr(s)
-		c, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
-		require.NoError(t, err)
-		cfg := ib.Config{Conn: c}
-		if wrap {
-			cfg.Wrap = func(c transport.Conn) (transport.Conn, error) { tap.Conn = c; return tap, nil }
-		}
-		return openHost(t, cfg, a)
-	}
-	srv, cli := open("fd03::1", true), open("fd03::2", false)
+	srv, cli := openMemHost(t, net, "fd03::1", tap), openMemHost(t, net, "fd03::2", nil)
 	ctx := testCtx(t)
 
 	lastREJ := func() *mad.REJ {

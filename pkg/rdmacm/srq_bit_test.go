@@ -1,7 +1,6 @@
 package rdmacm_test
 
 import (
-	"net/netip"
 	"testing"
 
 	"github.com/rxed/rxed/pkg/ib"
@@ -22,12 +21,8 @@ func TestSRQBitOfREQAndREP(t *testing.T) {
 	net := transport.NewMemNetwork()
 	taps := map[string]*madTap{}
 	open := func(s string) *host {
-		a := netip.MustParseAddr(s)
-		c, err := net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
-		require.NoError(t, err)
-		tap := &madTap{}
-		taps[s] = tap
-		return openHost(t, ib.Config{Conn: c, Wrap: func(c transport.Conn) (transport.Conn, error) { tap.Conn = c; return tap, nil }}, a)
+		taps[s] = &madTap{}
+		return openMemHost(t, net, s, taps[s])
 	}
 	srv, cli := open("10.59.0.1"), open("10.59.0.2")
 	ctx := testCtx(t)

@@ -423,33 +423,9 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 	}
 	c.Num = num
 	c.Counters = &e.workerFor(num).ctr
-	user := c.OnError
-	c.OnError = func(q *qp.QP) {
-		if user != nil {
-			user(q)
-		}
-		if e.onEvent != nil {
-			e.onEvent(Event{Type: EventQPFatal, QPN: q.Num()})
-		}
-	}
-	userDrained := c.OnSQDrained
-	c.OnSQDrained = func(q *qp.QP) {
-		if userDrained != nil {
-			userDrained(q)
-		}
-		if e.onEvent != nil {
-			e.onEvent(Event{Type: EventSQDrained, QPN: q.Num()})
-		}
-	}
-	userCommEst := c.OnCommEst
-	c.OnCommEst = func(q *qp.QP) {
-		if userCommEst != nil {
-			userCommEst(q)
-		}
-		if e.onEvent != nil {
-			e.onEvent(Event{Type: EventCommEst, QPN: q.Num()})
-		}
-	}
+	c.OnError = e.alsoRaise(c.OnError, EventQPFatal)
+	c.OnSQDrained = e.alsoRaise(c.OnSQDrained, EventSQDrained)
+	c.OnCommEst = e.alsoRaise(c.OnCommEst, EventCommEst)
 	q, err := qp.New(c)
 	if err != nil {
 		e.qpns.release(num, false)
@@ -970,4 +946,17 @@ func (e *Engine) ReceivedBatches() uint64 { return e.rxBatches.Load() }
 // String describes the engine for logs.
 func (e *Engine) String() string {
 	return fmt.Sprintf("roce.Engine{gids=%v workers=%d}", e.gids, len(e.workers))
+}
+
+// alsoRaise is a QP hook that calls user's (if any), then raises the
+// engine event typ for the QP (Config.OnEvent).
+func (e *Engine) alsoRaise(user func(*qp.QP), typ EventType) func(*qp.QP) {
+	return func(q *qp.QP) {
+		if user != nil {
+			user(q)
+		}
+		if e.onEvent != nil {
+			e.onEvent(Event{Type: typ, QPN: q.Num()})
+		}
+	}
 }
