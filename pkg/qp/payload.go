@@ -22,16 +22,19 @@ type PayloadEnv interface {
 }
 
 // transmitPayload sends the packet built in buf (headers up to off, n bytes
-// in all) with payload bytes [from, from+payload) of w's message. It
-// reports false when the local key check fails (nothing sent), else the
-// Env's verdict.
-func (q *QP) transmitPayload(env Env, w *wqe, buf []byte, off, from, payload, n int, av *AddrVector) (bool, error) {
+// in all) with payload bytes [from, from+payload) of w's message; resent
+// says that the packet's PSN went out before. It reports false when the
+// local key check fails (nothing sent), else the Env's verdict.
+func (q *QP) transmitPayload(env Env, w *wqe, buf []byte, off, from, payload, n int, resent bool, av *AddrVector) (bool, error) {
 	// Only RC: its WRs complete once the peer acknowledged the data, so
-	// the memory is not the application's again before the packet left.
-	// UC and UD complete a WR as soon as its last packet is handed over,
-	// possibly before the batch holding it is sent, and the application
-	// may then reuse the buffer: their payloads are copied.
-	if pe, ok := env.(PayloadEnv); ok && q.typ == RC && w.wr.Flags&Inline == 0 {
+	// the memory is not the application's again before a first
+	// transmission has left. UC and UD complete a WR as soon as its last
+	// packet is handed over, possibly before the batch holding it is
+	// sent, and the application may then reuse the buffer: their payloads
+	// are copied. So is a resent packet's: the ACK of its first
+	// transmission may come in while its batch still waits, complete the
+	// WR and give the buffer back before the resend has left.
+	if pe, ok := env.(PayloadEnv); ok && q.typ == RC && !resent && w.wr.Flags&Inline == 0 {
 		if s, at, ok := w.sgeFor(from, payload); ok {
 			reg, err := q.mem.Lookup(s.LKey, mr.LKey, q.pd, s.Addr+uint64(at), uint64(payload), 0)
 			if err != nil {

@@ -425,7 +425,7 @@ func (q *QP) transmitRequest(env Env, w *wqe, r *request) WCStatus {
 	}
 	if r.payload == 0 {
 		err = env.Transmit(n, r.av)
-	} else if ok, terr := q.transmitPayload(env, w, buf, off, r.from, r.payload, n, r.av); !ok {
+	} else if ok, terr := q.transmitPayload(env, w, buf, off, r.from, r.payload, n, PSN(r.h.PSN).Diff(q.req.sentEnd) < 0, r.av); !ok {
 		return WCLocProtErr
 	} else {
 		err = terr
