@@ -9,6 +9,7 @@ import (
 
 	"github.com/rxed/rxed/pkg/cm"
 	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/qp"
 	"github.com/rxed/rxed/pkg/wire/mad"
 )
 
@@ -42,6 +43,12 @@ func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*C
 	}
 	if p.RetryCount > maxRetry || p.RNRRetryCount > maxRetry {
 		return nil, fmt.Errorf("rdmacm: Dial: retry counts are at most %d", maxRetry)
+	}
+	// An ended ctx sends nothing: the REQ (and the REJ that abandons
+	// it) would otherwise go out for a Dial that can only fail, or, on a
+	// fast network, win the race with ctx and connect.
+	if err := qp.ContextError(ctx); err != nil {
+		return nil, fmt.Errorf("rdmacm: Dial %v: %w", raddr, err)
 	}
 	dev := q.PD().Device()
 	local, hdr, err := activeEnd(dev, p, raddr)

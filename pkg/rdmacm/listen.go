@@ -421,6 +421,14 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 		return nil, err
 	}
 	c := r.c
+	if err := qp.ContextError(ctx); err != nil {
+		// Refused without a REP, as a wait its ctx ended gives the
+		// connection up: a REP sent now could be answered by an RTU
+		// before the wait looks at ctx, connecting an Accept that fails.
+		_ = r.id.Reject(mad.REJConsumerDefined, nil, nil)
+		c.fail(err, false)
+		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
+	}
 	c.qp = q
 	dev := q.PD().Device()
 	pp := acceptDefaults(dev, *p, r.req)

@@ -40,6 +40,9 @@ func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnPa
 	if len(p.PrivateData) > maxPrivateSIDR {
 		return nil, fmt.Errorf("rdmacm: DialUD: %d bytes of private data (a SIDR_REQ carries at most %d after rdma_cm's header)", len(p.PrivateData), maxPrivateSIDR)
 	}
+	if err := qp.ContextError(ctx); err != nil { // as Dial: nothing sent
+		return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, err)
+	}
 	local, hdr, err := activeEnd(dev, p, raddr)
 	if err != nil {
 		return nil, fmt.Errorf("rdmacm: DialUD: %w", err)
