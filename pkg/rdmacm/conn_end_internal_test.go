@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -170,8 +171,16 @@ func TestFailedAcceptLeavesTheQPInError(t *testing.T) {
 	r, err := l.Accept(ctx)
 	require.NoError(t, err)
 
+	// The wait for the RTU ends once Accept has moved the QP to RTS (an
+	// ctx ended before Accept refuses the request without touching it).
 	ended, end := context.WithCancel(context.Background())
-	end() // Accept moves the QP and sends the REP before it waits
+	defer end()
+	go func() {
+		for q.State() != ib.QPSRTS && ctx.Err() == nil {
+			runtime.Gosched()
+		}
+		end()
+	}()
 	c, err := r.Accept(ended, q, nil)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Nil(t, c)
