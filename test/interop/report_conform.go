@@ -32,6 +32,17 @@ var ConformFindings = map[string]string{
 		"packet from the wire ends the peer's QP: a remote peer can stop a UD service with one datagram.) " +
 		"First exercised against real rxe by this run: the engine's socket sets IP_PMTUDISC_DO, so the 4352-byte " +
 		"probe it sent before could not leave a 1500-byte link (EMSGSIZE); it now sends PMTU+256.",
+	"D-READ-PAD": "rdma_rxe executes a READ REQUEST whose PadCnt is not 0 (first run in CI at 9ee43bc, 2026-12-07): " +
+		"rxe_recv.c rxe_rcv checks only that a packet is not shorter than its headers (skb->len < header_size(pkt)), " +
+		"its ICRC covers payload_size(pkt) + bth_pad(pkt), the same bytes whatever PadCnt says, and the responder " +
+		"checks lengths only of opcodes with a payload (6.1's check_length is a stub; later kernels' " +
+		"rxe_resp_check_length looks at RXE_PAYLOAD_MASK, which a READ REQUEST lacks), so the READ is answered. " +
+		"IBA 9.2 / 9.7.5.2.4: PadCnt pads a payload, and a READ REQUEST has none; such a packet is malformed " +
+		"(silently dropped, or NAKed invalid request). rxed's parser drops it (wire.ErrBadPadding).",
+	"D-READ-EXTRA": "rdma_rxe executes a READ REQUEST with bytes after its RETH (first run in CI at 9ee43bc, " +
+		"2026-12-07), for D-READ-PAD's reasons: nothing bounds a packet's length from above, and the responder " +
+		"checks lengths only of opcodes with a payload. IBA 9.4: a READ REQUEST is BTH + RETH with no payload; " +
+		"9.7.5.2.4: a length error. rxed's parser drops it (wire.ErrBadLength).",
 	"R-READ-OUTSTANDING": "rdma_rxe frees a READ/atomic responder resource as soon as it has answered it " +
 		"(rxe_resp.c), so more READs than the announced depth are all answered; rxed does the same (docs/conform.md).",
 	"D-PAD": "where the guest's kernel panicked (the console excerpt below: Debian's 6.1.0-48, 6.1.172-1, did; the " +
