@@ -133,9 +133,6 @@ type Device struct {
 
 	mu  sync.Mutex       // guards cqs
 	cqs map[*CQ]struct{} // live CQs, woken by Close
-	// qps finds a QP by number for its asynchronous events (qpEvents):
-	// read by the engine's workers, so a sync.Map, no lock.
-	qps sync.Map // uint32 -> *QP
 }
 
 // OpenDevice opens a device as configured.

@@ -57,8 +57,8 @@ func (d *Device) post(ev AsyncEvent) {
 }
 
 // engineEvent is the engine's OnEvent, called on the worker that owns the
-// QP: it hands the event over without blocking, to Events and to the
-// QP's own handlers (QP.OnEvent).
+// QP: it hands the event over to Events without blocking (the QP's own
+// handlers get it through its hooks: QP.raiseOn).
 func (d *Device) engineEvent(ev roce.Event) {
 	var ae AsyncEvent
 	switch ev.Type {
@@ -72,7 +72,4 @@ func (d *Device) engineEvent(ev roce.Event) {
 		return
 	}
 	d.post(ae)
-	if q, ok := d.qps.Load(ev.QPN); ok {
-		q.(*QP).raise(ae)
-	}
 }

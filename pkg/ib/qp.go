@@ -124,6 +124,12 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SRQ != nil {
 		c.SRQ = attr.SRQ.srq
 	}
+	// The QP's own events reach its handlers (QP.OnEvent) through its
+	// hooks; the engine raises each on Device.Events too.
+	x := &QP{pd: pd, init: attr}
+	c.OnError = x.raiseOn(EventQPFatal)
+	c.OnSQDrained = x.raiseOn(EventSQDrained)
+	c.OnCommEst = x.raiseOn(EventCommEst)
 	if err := holdQPResources(pd, &attr); err != nil {
 		return nil, wrap("CreateQP", err)
 	}
@@ -138,13 +144,10 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	// Before any WR can be posted (the QP is in RESET): the verbs layer
 	// executes local WRs itself, REG_MR included.
 	q.SetLocalOps(verbsLocalOps{pd.d})
-	x := &QP{q: q, pd: pd, init: attr}
+	x.q = q
 	pd.mu.Lock()
 	pd.users.addQP(x)
 	pd.mu.Unlock()
-	// Before the QP can leave RESET, and so before it can raise an
-	// event.
-	pd.d.qps.Store(q.Num(), x)
 	return x, nil
 }
 
@@ -272,9 +275,6 @@ func (q *QP) Destroy() error {
 	q.pd.mu.Lock()
 	delete(q.pd.users.qps, q)
 	q.pd.mu.Unlock()
-	// The engine raises nothing more for it; a QP created since with
-	// the same number (not soon: pkg/roce's RecentQPNs) is another.
-	q.pd.d.qps.CompareAndDelete(q.Num(), q)
 	return nil
 }
 

@@ -1,6 +1,10 @@
 package ib
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/rxed/rxed/pkg/qp"
+)
 
 // qpEvents runs a QP's asynchronous event handlers (QP.OnEvent) outside
 // the engine, as cqNotifier does for a CQ's notifications: the engine
@@ -50,8 +54,14 @@ func (q *QP) OnEvent(fn func(AsyncEvent)) (remove func()) {
 	}
 }
 
+// raiseOn is the qp.Config hook that raises an event of type t for the
+// QP's handlers, on the engine's worker that owns the QP.
+func (q *QP) raiseOn(t EventType) func(*qp.QP) {
+	return func(x *qp.QP) { q.raise(AsyncEvent{Type: t, QPN: x.Num()}) }
+}
+
 // raise queues ev for the QP's handlers. Called by the engine's worker
-// (Device.engineEvent): it takes only e.mu, a leaf, and never blocks.
+// (raiseOn's hooks): it takes only e.mu, a leaf, and never blocks.
 func (q *QP) raise(ev AsyncEvent) {
 	e := &q.events
 	e.mu.Lock()
