@@ -237,20 +237,10 @@ func (t *trafficConn) sendGather(dgrams []transport.Gather, ep transport.Endpoin
 // untracked only once the engine sends nothing more for our QP
 // (retireQP) and is tracked for one session at a time (errQPTracked).
 func (t *trafficConn) refund(err error, n int, dgram func(k int) ([]byte, int), to netip.Addr) {
-	idx, known := transport.RefusedIndex(err)
-	if !known { // the call failed whole: nothing was sent
-		for k := range n {
-			hdr, size := dgram(k)
-			t.refundTx(hdr, size, to)
-		}
-		return
-	}
-	for _, k := range idx {
-		if k < n {
-			hdr, size := dgram(k)
-			t.refundTx(hdr, size, to)
-		}
-	}
+	transport.EachRefused(err, n, func(k int) {
+		hdr, size := dgram(k)
+		t.refundTx(hdr, size, to)
+	})
 }
 
 // refundTx takes back allowTx's charge for one datagram that did not go.

@@ -56,6 +56,24 @@ func RefusedIndex(err error) (index []int, known bool) {
 	return nil, false
 }
 
+// EachRefused calls fn with the position of each of the n datagrams of a
+// Send that returned err that was not handed on: those a *SendError
+// names (below n), every one for any other error, none for nil.
+func EachRefused(err error, n int, fn func(k int)) {
+	idx, known := RefusedIndex(err)
+	if !known {
+		for k := range n {
+			fn(k)
+		}
+		return
+	}
+	for _, k := range idx {
+		if k < n {
+			fn(k)
+		}
+	}
+}
+
 // refusals collects, during one Send, the datagrams not handed on and
 // the first error that said so. The zero value holds none and allocates
 // nothing until a refusal is noted: a send without one costs nothing.
@@ -85,20 +103,10 @@ func (r *refusals) addInner(err error, count int, pos func(int) int) {
 	if r.first == nil {
 		r.first = err
 	}
-	idx, known := RefusedIndex(err)
-	if !known {
-		for k := range count {
-			r.note(pos(k), err)
-		}
-		return
-	}
-	for _, k := range idx {
-		if k < count {
-			r.note(pos(k), err)
-		}
-	}
+	named := 0
+	EachRefused(err, count, func(k int) { r.note(pos(k), err); named++ })
 	// Those of an inner wrapper that named no position.
-	if extra := Refused(err, count) - len(idx); extra > 0 {
+	if extra := Refused(err, count) - named; extra > 0 {
 		r.n += extra
 	}
 }
