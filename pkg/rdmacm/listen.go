@@ -421,13 +421,17 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 		return nil, err
 	}
 	c := r.c
+	// refuse answers the request with REJ 28 before our REP has gone.
+	refuse := func(err error) (*Conn, error) {
+		_ = r.id.Reject(mad.REJConsumerDefined, nil, nil)
+		c.fail(err, false)
+		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
+	}
 	if err := qp.ContextError(ctx); err != nil {
 		// Refused without a REP, as a wait its ctx ended gives the
 		// connection up: a REP sent now could be answered by an RTU
 		// before the wait looks at ctx, connecting an Accept that fails.
-		_ = r.id.Reject(mad.REJConsumerDefined, nil, nil)
-		c.fail(err, false)
-		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
+		return refuse(err)
 	}
 	c.qp = q
 	dev := q.PD().Device()
@@ -456,9 +460,7 @@ func (r *Request) Accept(ctx context.Context, q *ib.QP, p *ConnParam) (*Conn, er
 	})()
 	c.movingQP()
 	if err := ib.ConnectQP(q, s.remote, s.attr); err != nil {
-		_ = r.id.Reject(mad.REJConsumerDefined, nil, nil)
-		c.fail(err, false)
-		return nil, fmt.Errorf("rdmacm: Accept: %w", err)
+		return refuse(err)
 	}
 	c.setPrivate(r.PrivateData)
 	if err := r.id.Accept(cm.AcceptParams{QPN: q.Num(), StartingPSN: psn,
