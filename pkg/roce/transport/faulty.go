@@ -227,10 +227,8 @@ func (f *Faulty) Send(bufs [][]byte, ep Endpoint) error {
 		return errClosed
 	}
 	for i, b := range bufs {
-		d.pos = i
-		d.process(b, ep)
+		d.process(b, ep, i)
 	}
-	d.pos = -1
 	err := d.flush()
 	d.rearm()
 	return err
@@ -262,7 +260,7 @@ func (f *Faulty) pump() {
 			return
 		}
 		for i := range n {
-			d.process(r.bufs[i][:r.sizes[i]], r.eps[i])
+			d.process(r.bufs[i][:r.sizes[i]], r.eps[i], -1)
 		}
 		_ = d.flush()
 		d.rearm()
@@ -336,7 +334,7 @@ type fpkt struct {
 	buf   []byte
 	mem   []byte
 	ep    Endpoint
-	pos   int // position in the Send that handed it over; -1: none (see faultDir.pos)
+	pos   int // position in the Send that handed it over; -1: none (faultDir.process)
 	due   time.Time
 	seq   uint64
 	after int  // reorder: datagrams still to overtake this one
@@ -367,19 +365,13 @@ type faultDir struct {
 	gatherPos []int     // their positions in SendGather's dgrams
 	flat      [1][]byte // a corrupted Gather's copy
 	seq       uint64
-	// pos is the position in the caller's Send of the datagram being
-	// processed, which its fpkt keeps while it goes out in that call;
-	// -1 outside Send, and for what does not go out in the call that
-	// handed it over (a duplicate, a datagram held or delayed): a
-	// refusal of those is not one of that call's datagrams.
-	pos     int
-	timer   Timer
-	timerAt time.Time
-	down    bool
+	timer     Timer
+	timerAt   time.Time
+	down      bool
 }
 
 func newFaultDir(f *Faulty, src rand.Source, emit func([]*fpkt, *[][]byte) error) *faultDir {
-	d := &faultDir{f: f, rng: rand.New(src), pos: -1}
+	d := &faultDir{f: f, rng: rand.New(src)}
 	d.flush = func() error {
 		err := emit(d.out, &d.outBufs)
 		for _, p := range d.out {
@@ -398,7 +390,7 @@ func (d *faultDir) snapshot() FaultCounts {
 	return d.counts
 }
 
-func (d *faultDir) get(data []byte, ep Endpoint) *fpkt {
+func (d *faultDir) get(data []byte, ep Endpoint, pos int) *fpkt {
 	var p *fpkt
 	if n := len(d.pool); n > 0 {
 		p = d.pool[n-1]
@@ -406,7 +398,7 @@ func (d *faultDir) get(data []byte, ep Endpoint) *fpkt {
 	} else {
 		p = new(fpkt)
 	}
-	p.buf, p.ep, p.after, p.held, p.pos = data, ep, 0, false, d.pos
+	p.buf, p.ep, p.after, p.held, p.pos = data, ep, 0, false, pos
 	return p
 }
 
@@ -415,16 +407,18 @@ func (d *faultDir) recycle(p *fpkt) {
 	d.pool = append(d.pool, p)
 }
 
-// process runs one datagram through the injector; d.mu is held. The random
+// process runs one datagram through the injector; d.mu is held. pos is
+// its position in the caller's Send, which its fpkt keeps while it goes
+// out in that call (-1: none, a receive). The random
 // draws happen in a fixed order and number per datagram, whatever the
 // outcome, so the decisions for datagram n depend only on the seed and n.
-func (d *faultDir) process(data []byte, ep Endpoint) {
+func (d *faultDir) process(data []byte, ep Endpoint, pos int) {
 	cfg := &d.f.cfg
 	v := d.decide(len(data))
 	if v.lost {
 		return
 	}
-	p := d.get(data, ep)
+	p := d.get(data, ep, pos)
 	if v.corrupt {
 		p.own()
 		flipBit(p.buf, v.bit)
@@ -433,8 +427,7 @@ func (d *faultDir) process(data []byte, ep Endpoint) {
 	var dup *fpkt
 	if rDup < cfg.Dup {
 		d.counts.Duplicated++
-		dup = d.get(p.buf, ep)
-		dup.pos = -1
+		dup = d.get(p.buf, ep, -1) // not the call's: a refusal of it has no position
 		if len(p.mem) > 0 && len(p.buf) > 0 && &p.buf[0] == &p.mem[0] {
 			dup.own() // p's copy goes back to the pool independently
 		}
