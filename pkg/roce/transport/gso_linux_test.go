@@ -14,16 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dgramsOfLens returns whole datagrams of the given lengths, each filled
-// with its index so a test can tell them apart.
-func dgramsOfLens(lens ...int) [][]byte {
-	bufs := make([][]byte, len(lens))
-	for i, l := range lens {
-		bufs[i] = bytes.Repeat([]byte{byte(i + 1)}, l)
-	}
-	return bufs
-}
-
 // repeatLen is n times the length l.
 func repeatLen(n, l int) []int {
 	lens := make([]int, n)

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -131,3 +132,13 @@ func payload(id, size int) []byte {
 }
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// dgramsOfLens returns whole datagrams of the given lengths, each filled
+// with its index so a test can tell them apart.
+func dgramsOfLens(lens ...int) [][]byte {
+	bufs := make([][]byte, len(lens))
+	for i, l := range lens {
+		bufs[i] = bytes.Repeat([]byte{byte(i + 1)}, l)
+	}
+	return bufs
+}
