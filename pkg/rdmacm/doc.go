@@ -19,10 +19,15 @@
 //     version, the active side's port, both IP addresses), so a REQ carries
 //     at most 56 bytes of the application's private data; REP, REJ and RTU
 //     carry none of it (196, 148 and 224 bytes).
-//   - The passive side picks the listener by the header's destination
-//     address; a REQ for a port nobody listens on is rejected by the CM
-//     with reason 8 (invalid service ID), one whose address no listener
-//     covers with reason 28 (consumer defined), as the kernel does.
+//   - The passive side picks the listener by the header's IP version and
+//     destination address, as cma_match_private_data: an IPv4 listener
+//     takes version 4 headers, an IPv6 one version 6, :: both (so a
+//     version 6 header naming IPv4-mapped addresses, ::ffff:a.b.c.d,
+//     reaches :: only, as a request between IPv4 addresses). A REQ for a
+//     port nobody listens on is rejected by the CM with reason 8 (invalid
+//     service ID); one whose header no listener takes, or whose
+//     destination is none of the device's GIDs (cma_ib_acquire_dev), with
+//     reason 28 (consumer defined), as the kernel does.
 //   - The header's source address is the client's to write, so the
 //     passive side refuses (REJ 28; a SIDR_REQ: SIDR_REP REJECT) a
 //     request whose header names another source than the address it came

@@ -108,3 +108,6 @@ func DialUDHeader(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, edi
 		return cm.SIDRResult{}, fmt.Errorf("no answer to the SIDR_REQ: %w", ctx.Err())
 	}
 }
+
+// Queued is how many requests wait in l's backlog for Accept.
+func Queued(l *Listener) int { return len(l.reqs) }

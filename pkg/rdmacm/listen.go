@@ -155,11 +155,26 @@ func (l *Listener) rejectQueued(reject func(*Request)) {
 // rejectRequest refuses a request nobody will accept.
 func rejectRequest(r *Request) { _ = r.Reject(nil) }
 
-// covers reports whether the listener takes requests for dst.
-func (l *Listener) covers(dst netip.Addr) bool {
+// takes reports whether l takes a request whose rdma_cm header has IP
+// version v and names dst (unmapped) as its destination, as
+// cma_match_private_data matches a listener to a header: by the header's
+// IP version and destination, never by the GRH. An IPv4 listener takes
+// version 4 headers only (rdma_bind_addr sets afonly for AF_INET), an
+// IPv6 one version 6 headers only, a bound one only those naming its
+// address; :: takes every header (afonly 0, net.ipv6.bindv6only's
+// default). So a version 6 header naming an IPv4-mapped address
+// (::ffff:a.b.c.d: cma_save_ip6_info keeps all 16 bytes) reaches a ::
+// listener, as IPv4 in the unmapped form of every address here, and no
+// IPv4 one.
+func (l *Listener) takes(v uint8, dst netip.Addr) bool {
 	ip := l.addr.Addr()
-	if ip.IsUnspecified() {
-		return ip.Is4() == dst.Is4() || ip.Is6() && !ip.Is4In6()
+	switch {
+	case ip.IsUnspecified() && ip.Is6():
+		return true
+	case ip.Is4() != (v == 4):
+		return false
+	case ip.IsUnspecified():
+		return true
 	}
 	return ip == dst
 }
@@ -206,9 +221,10 @@ func (a *agent) removeListener(l *Listener) {
 	}
 }
 
-// route picks the listener for a request to dst on service sid: an exact
-// address first, then an unspecified one.
-func (a *agent) route(sid uint64, dst netip.Addr) *Listener {
+// route picks the listener on service sid for a request whose rdma_cm
+// header has IP version v and destination dst (unmapped): one bound to
+// the address first, then an unspecified one (takes).
+func (a *agent) route(sid uint64, v uint8, dst netip.Addr) *Listener {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	sl := a.listeners[sid]
@@ -217,10 +233,11 @@ func (a *agent) route(sid uint64, dst netip.Addr) *Listener {
 	}
 	var wild *Listener
 	for _, l := range sl.byIP {
-		if l.addr.Addr() == dst {
+		switch {
+		case !l.takes(v, dst):
+		case !l.addr.Addr().IsUnspecified():
 			return l
-		}
-		if wild == nil && l.covers(dst) {
+		case wild == nil:
 			wild = l
 		}
 	}
@@ -230,8 +247,9 @@ func (a *agent) route(sid uint64, dst netip.Addr) *Listener {
 // onListenEvent receives the REQs and SIDR_REQs of every rdma_cm port of
 // the device (cma_ib_req_handler, cma_ib_handler's SIDR half): it checks
 // rdma_cm's header (its version, and that its source is the address the
-// request came from: fromHeaderSource), picks the listener by destination
-// address and queues a Request, or rejects.
+// request came from: fromHeaderSource), picks the listener by the
+// header's IP version and destination (route), checks that destination
+// is a GID of the device, and queues a Request, or rejects.
 func (a *agent) onListenEvent(ev cm.Event) {
 	var priv []byte
 	switch ev.Type {
@@ -254,8 +272,10 @@ func (a *agent) onListenEvent(ev cm.Event) {
 			_ = ev.ID.Reject(mad.REJConsumerDefined, nil, nil)
 		}
 	}
+	// ParseCMAHeader refuses what cma_save_ip_info does: a version
+	// other than 0, an IP version other than 4 or 6.
 	hdr, err := mad.ParseCMAHeader(priv)
-	if err != nil || hdr.CMAVersion != mad.CMAVersion || hdr.IPVersion != ipVersion(hdr.Dst) {
+	if err != nil {
 		refuse()
 		return
 	}
@@ -267,8 +287,16 @@ func (a *agent) onListenEvent(ev cm.Event) {
 		return
 	}
 	dst := hdr.Dst.Unmap()
-	l := a.route(ev.ID.ServiceID(), dst)
+	l := a.route(ev.ID.ServiceID(), hdr.IPVersion, dst)
 	if l == nil || (ev.Type == cm.EventSIDRREQ) != (l.ps == mad.PortSpaceUDP) {
+		refuse()
+		return
+	}
+	if a.dev.GIDIndex(dst) < 0 {
+		// cma_ib_acquire_dev: the connection's source, the header's
+		// destination, must be a GID of the port the request came to
+		// (cma_validate_port), or the handler fails: REJ 28. Only a
+		// wildcard listener can get here with such a header.
 		refuse()
 		return
 	}

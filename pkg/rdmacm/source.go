@@ -35,7 +35,12 @@ const cntRejSrcMismatch = "rej_src_mismatch"
 // no private data; a SIDR_REQ gets a SIDR_REP with status REJECT).
 //
 // Both are compared unmapped, in the form the MAD agent gives GIDs (IPv4
-// as 4 bytes): an IPv4 header's source is the IPv4 GID's address.
+// as 4 bytes): an IPv4 header's source is the IPv4 GID's address, and so
+// is a version 6 header's IPv4-mapped one (::ffff:a.b.c.d, which the
+// kernel keeps as an AF_INET6 address: cma_save_ip6_info). Such a header
+// from an IPv6 source is refused here; the kernel's validate_ipv6_net_dev
+// takes it when the host's IPv6 routes cover ::ffff:0:0/96 through that
+// interface (a default route), refuses it otherwise.
 func fromHeaderSource(hdr mad.CMAHeader, grhSrc netip.Addr) bool {
 	return hdr.Src.Unmap() == grhSrc.Unmap()
 }
