@@ -69,6 +69,11 @@ type Config struct {
 	Fault *transport.FaultConfig
 	Wrap  func(transport.Conn) (transport.Conn, error)
 	Pcap  io.Writer
+	// Conn, if set, is the transport the device uses instead of UDP
+	// sockets on Addrs (ib.Config.Conn: a transport.MemNetwork conn
+	// embeds the daemon in an in-process network); Addrs still make up
+	// the GID table. The daemon owns it.
+	Conn transport.Conn
 	// Logger receives structured logs; nil is silent.
 	Logger *slog.Logger
 
@@ -235,7 +240,7 @@ func (d *Daemon) open() (err error) {
 		d.traffic = newTrafficConn(c, cfg.Now)
 		return d.traffic, nil
 	}
-	d.dev, err = ib.OpenDevice(ib.Config{Addrs: cfg.Addrs, Port: cfg.Port, Fault: cfg.Fault, Wrap: wrap, Pcap: cfg.Pcap, Logger: cfg.Logger})
+	d.dev, err = ib.OpenDevice(ib.Config{Addrs: cfg.Addrs, Port: cfg.Port, Conn: cfg.Conn, Fault: cfg.Fault, Wrap: wrap, Pcap: cfg.Pcap, Logger: cfg.Logger})
 	if err != nil {
 		return fmt.Errorf("opening the RoCE engine: %v", err)
 	}

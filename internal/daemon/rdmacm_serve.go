@@ -151,7 +151,11 @@ func (d *Daemon) openRDMACM() error {
 	if d.target == nil {
 		return errors.New("perftest clients need an export to target (give --export)")
 	}
-	ln, err := rdmacm.Listen(d.dev, netip.AddrPortFrom(netip.IPv4Unspecified(), d.cfg.RDMACMPort), nil)
+	// On ::, as a perftest server's rdma_bind_addr of in6addr_any: it
+	// takes version 4 and version 6 rdma_cm headers alike (rdmacm's
+	// Listener.takes), so IPv6 clients are served too. 0.0.0.0 took
+	// version 4 headers only and refused every IPv6 client with REJ 28.
+	ln, err := rdmacm.Listen(d.dev, netip.AddrPortFrom(netip.IPv6Unspecified(), d.cfg.RDMACMPort), nil)
 	if err != nil {
 		return fmt.Errorf("rdma_cm listener on port %d: %v", d.cfg.RDMACMPort, err)
 	}
