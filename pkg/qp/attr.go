@@ -165,8 +165,8 @@ type Attr struct {
 	PathMTU      MTU      // path_mtu (AttrPathMTU)
 	PathMigState MigState // path_mig_state (AttrPathMigState)
 	QKey         uint32   // qkey (AttrQKey)
-	RQPSN        PSN      // rq_psn: first PSN expected from the peer (AttrRQPSN)
-	SQPSN        PSN      // sq_psn: first PSN we send (AttrSQPSN)
+	RQPSN        PSN      // rq_psn: first PSN expected from the peer (AttrRQPSN); Modify keeps the low 24 bits
+	SQPSN        PSN      // sq_psn: first PSN we send (AttrSQPSN); Modify keeps the low 24 bits
 	DestQPN      uint32   // dest_qp_num: the peer's QPN, 24 bits (AttrDestQPN)
 	// AccessFlags is qp_access_flags: which remote operations the responder
 	// allows (AttrAccessFlags), in pkg/mr's Access type, the one type of

@@ -303,9 +303,8 @@ func (l *Limits) checkValues(a *Attr, mask AttrMask) (AttrMask, string) {
 	if mask&AttrRNRRetry != 0 && a.RNRRetry > 7 {
 		return AttrRNRRetry, fmt.Sprintf("%d out of range (max 7)", a.RNRRetry)
 	}
-	if mask&AttrRQPSN != 0 && !a.RQPSN.Valid() {
-		return AttrRQPSN, fmt.Sprintf("%#x does not fit 24 bits", uint32(a.RQPSN))
-	}
+	// rq_psn and sq_psn are not checked: like rxe_qp_from_attr, Modify
+	// keeps their low 24 bits (a C program's sq_psn = lrand48() works).
 	if mask&AttrMaxQPRdAtomic != 0 && uint32(a.MaxRdAtomic) > l.MaxQPInitRdAtom {
 		return AttrMaxQPRdAtomic, fmt.Sprintf("%d out of range (max %d)", a.MaxRdAtomic, l.MaxQPInitRdAtom)
 	}
@@ -325,9 +324,6 @@ func (l *Limits) checkValues(a *Attr, mask AttrMask) (AttrMask, string) {
 	}
 	if mask&AttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
 		return AttrMinRNRTimer, fmt.Sprintf("%d out of range (max 31)", a.MinRNRTimer)
-	}
-	if mask&AttrSQPSN != 0 && !a.SQPSN.Valid() {
-		return AttrSQPSN, fmt.Sprintf("%#x does not fit 24 bits", uint32(a.SQPSN))
 	}
 	if mask&AttrMaxDestRdAtomic != 0 && uint32(a.MaxDestRdAtomic) > l.MaxQPRdAtom {
 		return AttrMaxDestRdAtomic, fmt.Sprintf("%d out of range (max %d)", a.MaxDestRdAtomic, l.MaxQPRdAtom)

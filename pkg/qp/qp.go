@@ -294,16 +294,20 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	if mask.Has(AttrQKey) && q.typ != GSI {
 		q.attr.QKey = a.QKey
 	}
+	// PSNs keep their low 24 bits, as rxe_qp_from_attr masks them with
+	// BTH_PSN_MASK: a modify with a wider value succeeds.
 	if mask.Has(AttrRQPSN) {
-		q.attr.RQPSN = a.RQPSN
-		q.resp.psn = a.RQPSN
-		q.resp.ackPSN = a.RQPSN
+		psn := NewPSN(uint32(a.RQPSN))
+		q.attr.RQPSN = psn
+		q.resp.psn = psn
+		q.resp.ackPSN = psn
 	}
 	if mask.Has(AttrSQPSN) {
-		q.attr.SQPSN = a.SQPSN
-		q.req.psn = a.SQPSN
-		q.req.sentEnd = a.SQPSN
-		q.comp.psn = a.SQPSN
+		psn := NewPSN(uint32(a.SQPSN))
+		q.attr.SQPSN = psn
+		q.req.psn = psn
+		q.req.sentEnd = psn
+		q.comp.psn = psn
 	}
 	if mask.Has(AttrDestQPN) {
 		q.attr.DestQPN = a.DestQPN

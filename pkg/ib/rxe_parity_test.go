@@ -1,0 +1,44 @@
+package ib_test
+
+import (
+	"testing"
+
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/stretchr/testify/require"
+)
+
+// The verbs called the way a C program calls rdma_rxe's must succeed or
+// fail the way rxe's do (Linux 6.1, drivers/infiniband/sw/rxe): each
+// case names the rxe function it follows.
+
+// modifyToRTS drives q from RESET to RTS towards rq with explicit Modify
+// calls (no ConnectQP), giving rq_psn and sq_psn as the caller has them.
+func modifyToRTS(t *testing.T, q *ib.QP, r *peer, rq *ib.QP, rqPSN, sqPSN ib.PSN) {
+	t.Helper()
+	require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: remoteAll},
+		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))
+	require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: rq.Num(), RQPSN: rqPSN,
+		MaxDestRdAtomic: 4, MinRNRTimer: 1, AV: ib.AddrVector{DGID: r.addr, PortNum: 1, DestPort: r.dev.UDPPort()}},
+		ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer))
+	require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: sqPSN, MaxRdAtomic: 4},
+		ib.AttrState|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrSQPSN|ib.AttrMaxQPRdAtomic))
+}
+
+// rq_psn and sq_psn wider than 24 bits are not refused: rxe_qp_from_attr
+// keeps their low 24 bits (attr->sq_psn & BTH_PSN_MASK), so a C program
+// that sets sq_psn = lrand48() connects. rxed refused them with
+// ErrAttrValue, and such a program could not connect at all.
+func TestModifyKeepsThe24BitsOfAPSN(t *testing.T) {
+	a, qa, b, qb := testPair(t)
+	psn := ib.PSN(newPSN())
+	wide := psn | 0x5A000000 // what lrand48() may give
+	modifyToRTS(t, qa, b, qb, wide, wide)
+	modifyToRTS(t, qb, a, qa, wide, wide)
+	for _, q := range []*ib.QP{qa, qb} {
+		attr, _, err := q.Query()
+		require.NoError(t, err)
+		require.Equal(t, psn, attr.SQPSN, "sq_psn reads back masked")
+		require.Equal(t, psn, attr.RQPSN, "rq_psn reads back masked")
+	}
+	requireWorks(t, a, qa, b, qb)
+}
