@@ -42,3 +42,29 @@ func TestModifyKeepsThe24BitsOfAPSN(t *testing.T) {
 	}
 	requireWorks(t, a, qa, b, qb)
 }
+
+// A UD SEND longer than the port's MTU is posted, sends nothing and
+// completes with SUCCESS; the QP stays in RTS and its next message
+// arrives. IBA C10-93.1.1 forbids a packet and an error for it, and
+// rxe_requester fakes a successful UD send; rxe's validate_send_wr does
+// not refuse it at post time. rxed refused one over 4096 bytes at post
+// (ErrMsgTooLong) and failed a shorter one with LOC_LEN_ERR, taking the
+// QP to ERR.
+func TestUDSendLongerThanTheMTUCompletesUnsent(t *testing.T) {
+	a, qa, b, qb := udPair(t, "10.11.9.1", "10.11.9.2")
+	ah, err := a.pd.CreateAH(ib.AHAttr{DGID: b.addr, DestPort: b.dev.UDPPort(), PortNum: 1})
+	require.NoError(t, err)
+	send := func(id uint64, n int) ib.SendWR {
+		wr := ib.SendWR{ID: id, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{a.sge(0, n)}}
+		ib.UDSend(&wr, ah, qb.Num(), 0x1111)
+		return wr
+	}
+	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 50, SGL: []ib.SGE{b.sge(0, 40+64)}}))
+	require.NoError(t, qa.PostSend(send(1, 4097), send(2, 64)))
+	requireWC(t, a, 1, ib.WCSuccess)
+	requireWC(t, a, 2, ib.WCSuccess)
+	wc := requireWC(t, b, 50, ib.WCSuccess)
+	require.Equal(t, uint32(40+64), wc.ByteLen, "only the second message arrived")
+	require.Equal(t, ib.QPSRTS, qa.State())
+	require.Equal(t, 0, b.cq.Len())
+}

@@ -179,6 +179,10 @@ func (q *QP) windowFull() bool {
 // packet that could not be built or sent fails w (in order, once the
 // completer reaches it) and stops the requester; false then.
 func (q *QP) sendNext(env Env, w *wqe, now time.Time) bool {
+	if q.udTooLong(w) {
+		q.completeUnsent(w) // ud_toolong.go
+		return true
+	}
 	psn, resent := q.req.psn, q.req.psn.Diff(q.req.sentEnd) < 0
 	finished, st := q.sendRequest(env, w)
 	q.markStarted()
@@ -311,8 +315,8 @@ func (q *QP) sendRequest(env Env, w *wqe) (finished bool, st WCStatus) {
 // w's next packet and the headers it carries, the payload it takes (at
 // most one MTU), and the PSNs it uses. A READ asks in one packet for all
 // that remains; an atomic, FLUSH or ATOMIC_WRITE is one packet; a SEND
-// or WRITE is cut into MTU-sized packets, of which a UD message may have
-// only one (LOC_LEN_ERR otherwise).
+// or WRITE is cut into MTU-sized packets, of which a UD message has only
+// one (sendNext completes a longer one unsent, ud_toolong.go).
 func (q *QP) requestHeaders(w *wqe) (request, WCStatus) {
 	wr := &w.wr
 	mtu := q.mtu
@@ -345,10 +349,7 @@ func (q *QP) requestHeaders(w *wqe) (request, WCStatus) {
 		h.Opcode = wire.RCAtomicWrite
 		h.VA, h.RKey, h.DMALen = wr.RemoteAddr, wr.RKey, 8
 		r.payload, r.from = 8, 0
-	default: // SEND and WRITE variants
-		if q.typ.Datagram() && w.length > mtu {
-			return request{}, WCLocLenErr // a UD message is one packet
-		}
+	default: // SEND and WRITE variants (a UD one fits a packet: sendNext)
 		first := w.sent == 0
 		r.payload = min(remaining, mtu)
 		r.last = remaining <= mtu

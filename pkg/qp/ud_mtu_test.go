@@ -40,19 +40,40 @@ func TestUDUsesPortMTU(t *testing.T) {
 	require.Equal(t, WCSuccess, swc[0].Status)
 }
 
-// A UD message longer than the port MTU fails locally with LOC_LEN_ERR;
-// nothing is sent.
+// A UD message longer than the port MTU is not sent and completes with
+// SUCCESS, and the QP carries on: IBA C10-93.1.1 forbids both a packet
+// and an error for it, and rxe_requester "fakes a successful UD send"
+// (one PSN, no packet). rxed completed it with LOC_LEN_ERR, which moved
+// the UD QP to ERR and flushed everything posted after it.
 //
 // Regression test: was TestRegressUDLongerThanMTUFailsLocally in regress_udmtu_test.go
-// (added in commit 77b8bdc).
-func TestUDLongerThanMTUFailsLocally(t *testing.T) {
+// (added in commit 77b8bdc), which wanted LOC_LEN_ERR.
+func TestUDLongerThanMTUCompletesUnsent(t *testing.T) {
 	l := newLinkPortMTU(t, MTU1024)
+	first := l.a.q.Attr().SQPSN
 	l.udSend(1, 1025)
-	require.Empty(t, l.a.env.take())
+	require.Empty(t, l.a.env.take(), "no packet for it")
 	wc := poll(t, l.a.scq)
-	require.NotEmpty(t, wc)
+	require.Len(t, wc, 1)
 	require.Equal(t, uint64(1), wc[0].ID)
-	require.Equal(t, WCLocLenErr, wc[0].Status)
+	require.Equal(t, WCSuccess, wc[0].Status)
+	require.Equal(t, RTS, l.a.q.State())
+
+	// The next message goes out, one PSN on, and arrives.
+	require.NoError(t, l.b.q.PostRecv(&RecvWR{ID: 7, SGL: []SGE{l.b.sge(0, 40+1024)}}))
+	l.udSend(2, 1024)
+	pk := l.a.env.take()
+	require.Len(t, pk, 1)
+	require.Equal(t, []PSN{first.Next()}, psns(pk), "the unsent message took one PSN")
+	l.deliver(l.b, l.a, pk...)
+	rwc := poll(t, l.b.rcq)
+	require.Len(t, rwc, 1)
+	require.Equal(t, WCSuccess, rwc[0].Status)
+	require.Equal(t, uint32(40+1024), rwc[0].ByteLen)
+	swc := poll(t, l.a.scq)
+	require.Len(t, swc, 1)
+	require.Equal(t, uint64(2), swc[0].ID)
+	require.Equal(t, WCSuccess, swc[0].Status)
 }
 
 // A lowered port MTU still carries messages up to it in one packet.
