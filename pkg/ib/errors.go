@@ -32,7 +32,8 @@ var (
 	ErrMsgTooLong = qp.ErrMsgTooLong
 	// ErrAtomicAlign: an atomic's remote address is not 8-byte aligned.
 	ErrAtomicAlign = qp.ErrAtomicAlign
-	// ErrAtomicSGE: an atomic needs exactly one 8-byte local SGE.
+	// ErrAtomicSGE: an atomic's local SGEs hold fewer than the 8 bytes
+	// of its result (rxe's validate_send_wr).
 	ErrAtomicSGE = qp.ErrAtomicSGE
 	// ErrNoUDDest: a UD send without an address handle.
 	ErrNoUDDest = qp.ErrNoUDDest

@@ -1,6 +1,8 @@
 package ib_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"testing"
 
 	"github.com/rxed/rxed/pkg/ib"
@@ -67,4 +69,37 @@ func TestUDSendLongerThanTheMTUCompletesUnsent(t *testing.T) {
 	require.Equal(t, uint32(40+64), wc.ByteLen, "only the second message arrived")
 	require.Equal(t, ib.QPSRTS, qa.State())
 	require.Equal(t, 0, b.cq.Len())
+}
+
+// An atomic's local SGEs need only hold the 8 bytes of its result, in as
+// many SGEs as the QP allows (rxe's validate_send_wr: length < 8 is
+// EINVAL, nothing more); the original value is scattered over them as
+// rxe's completer copies it (copy_data over the WQE's SGEs). rxed
+// refused anything but one SGE of exactly 8 bytes with ErrAtomicSGE.
+func TestAtomicResultScattersOverItsSGEs(t *testing.T) {
+	a, qa, b, qb := testPair(t)
+	connectBoth(a, qa, b, qb)
+	target := b.buf[1024:1032]
+	binary.NativeEndian.PutUint64(target, 0x1122334455667788)
+	fetchAdd := func(id uint64, sgl ...ib.SGE) {
+		require.NoError(t, qa.PostSend(ib.SendWR{ID: id, Opcode: ib.WRAtomicFetchAndAdd, Flags: ib.SendSignaled,
+			SGL: sgl, RemoteAddr: b.mr.IOVA() + 1024, RKey: b.mr.RKey(), CompareAdd: 1}))
+		requireWC(t, a, id, ib.WCSuccess)
+	}
+	// Two 4-byte SGEs apart: the value's first half in one, its second in the other.
+	fetchAdd(1, a.sge(100, 4), a.sge(200, 4))
+	var got [8]byte
+	copy(got[:4], a.buf[100:104])
+	copy(got[4:], a.buf[200:204])
+	require.Equal(t, uint64(0x1122334455667788), binary.NativeEndian.Uint64(got[:]))
+	// One 16-byte SGE: the value in its first 8 bytes, the rest untouched.
+	copy(a.buf[300:316], bytes.Repeat([]byte{0xEE}, 16))
+	fetchAdd(2, a.sge(300, 16))
+	require.Equal(t, uint64(0x1122334455667789), binary.NativeEndian.Uint64(a.buf[300:308]))
+	require.Equal(t, bytes.Repeat([]byte{0xEE}, 8), a.buf[308:316])
+	require.Equal(t, uint64(0x112233445566778A), binary.NativeEndian.Uint64(target))
+	// Fewer than 8 bytes is still refused, before anything is queued.
+	requirePostError(t, qa.PostSend(ib.SendWR{Opcode: ib.WRAtomicFetchAndAdd, SGL: []ib.SGE{a.sge(0, 4), a.sge(8, 3)},
+		RemoteAddr: b.mr.IOVA() + 1024, RKey: b.mr.RKey()}), 0, ib.ErrAtomicSGE)
+	requireWorks(t, a, qa, b, qb)
 }

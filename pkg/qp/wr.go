@@ -288,7 +288,7 @@ var (
 	ErrMsgTooLong    = errors.New("qp: message too long")
 	ErrBadFlags      = errors.New("qp: unsupported send flags")
 	ErrAtomicAlign   = errors.New("qp: atomic remote address not 8-byte aligned")
-	ErrAtomicSGE     = errors.New("qp: atomic needs exactly one 8-byte local SGE")
+	ErrAtomicSGE     = errors.New("qp: atomic needs at least 8 bytes of local SGEs")
 	ErrNoUDDest      = errors.New("qp: UD send without a destination address")
 )
 
@@ -318,8 +318,15 @@ func CheckSendWR(t Type, c Cap, wr *SendWR) error {
 		if wr.RemoteAddr&7 != 0 {
 			return fmt.Errorf("%w: %#x", ErrAtomicAlign, wr.RemoteAddr)
 		}
-		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
-			return ErrAtomicSGE
+		// rxe's validate_send_wr wants at least the 8 bytes of the
+		// original value, in as many SGEs as the QP allows: the result
+		// is scattered over them.
+		var n uint64
+		for _, s := range wr.SGL {
+			n += uint64(s.Length)
+		}
+		if n < 8 {
+			return fmt.Errorf("%w: %d bytes", ErrAtomicSGE, n)
 		}
 		return nil
 	}

@@ -86,6 +86,11 @@ func TestCheckSendWR(t *testing.T) {
 		{"RC atomic unaligned", RC, SendWR{Opcode: WRAtomicCmpAndSwp, RemoteAddr: 0x1004, SGL: sge(8)}, ErrAtomicAlign},
 		{"RC atomic 4-byte SGE", RC, SendWR{Opcode: WRAtomicCmpAndSwp, RemoteAddr: 0x1000, SGL: sge(4)}, ErrAtomicSGE},
 		{"RC atomic no SGE", RC, SendWR{Opcode: WRAtomicCmpAndSwp, RemoteAddr: 0x1000}, ErrAtomicSGE},
+		// rxe's validate_send_wr: at least 8 bytes, in any number of SGEs.
+		{"RC atomic 4+4-byte SGEs", RC, SendWR{Opcode: WRAtomicCmpAndSwp, RemoteAddr: 0x1000, SGL: []SGE{{Length: 4}, {Length: 4}}}, nil},
+		{"RC atomic 16-byte SGE", RC, SendWR{Opcode: WRAtomicFetchAndAdd, RemoteAddr: 0x1000, SGL: sge(16)}, nil},
+		{"RC atomic 3+4-byte SGEs", RC, SendWR{Opcode: WRAtomicFetchAndAdd, RemoteAddr: 0x1000, SGL: []SGE{{Length: 3}, {Length: 4}}}, ErrAtomicSGE},
+		{"RC atomic 3 SGEs", RC, SendWR{Opcode: WRAtomicFetchAndAdd, RemoteAddr: 0x1000, SGL: []SGE{{Length: 8}, {}, {}}}, ErrTooManySGE},
 		{"RC local inv", RC, SendWR{Opcode: WRLocalInv, InvalidateRKey: 0x1234}, nil},
 		{"RC reg mr", RC, SendWR{Opcode: WRRegMR}, nil},
 		{"UC read", UC, SendWR{Opcode: WRRDMARead, SGL: sge(8)}, ErrBadOpcode},
