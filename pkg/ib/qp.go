@@ -281,9 +281,11 @@ func (q *QP) Destroy() error {
 // SRQInitAttr is struct ibv_srq_init_attr.
 type SRQInitAttr struct {
 	MaxWR  int // max_wr: requests the SRQ holds (1..MaxSRQWR)
-	MaxSGE int // max_sge: SGEs per request (1..MaxSRQSGE)
+	MaxSGE int // max_sge: SGEs per request (up to MaxSRQSGE; 0 gets 1, as in rxe)
 	// Limit arms the limit event (IBV_EVENT_SRQ_LIMIT_REACHED) when fewer
-	// than Limit requests remain; 0 leaves it disarmed.
+	// than Limit requests remain; 0 leaves it disarmed. As in rxe it is
+	// not held against MaxWR: a larger one fires with the first receive
+	// taken.
 	Limit int
 }
 

@@ -103,3 +103,22 @@ func TestAtomicResultScattersOverItsSGEs(t *testing.T) {
 		RemoteAddr: b.mr.IOVA() + 1024, RKey: b.mr.RKey()}), 0, ib.ErrAtomicSGE)
 	requireWorks(t, a, qa, b, qb)
 }
+
+// ibv_create_srq as rxe checks it (rxe_srq_chk_init): max_sge 0 is raised
+// to one SGE, srq_limit is not held against max_wr (libibverbs: it is
+// irrelevant to ibv_create_srq; rxe_srq_from_init arms it as given),
+// max_wr 0 and max_sge above the device's are EINVAL. rxed refused the
+// first two.
+func TestCreateSRQAsRxeChecksIt(t *testing.T) {
+	a, _, _, _ := testPair(t)
+	srq, err := a.pd.CreateSRQ(ib.SRQInitAttr{MaxWR: 4, MaxSGE: 0, Limit: 5})
+	require.NoError(t, err)
+	require.Equal(t, 5, srq.Limit())
+	require.NoError(t, srq.PostRecv(ib.RecvWR{ID: 1, SGL: []ib.SGE{a.sge(0, 8)}}), "max_sge 0 takes one SGE")
+	requirePostError(t, srq.PostRecv(ib.RecvWR{ID: 2, SGL: []ib.SGE{a.sge(0, 8), a.sge(8, 8)}}), 0, ib.ErrTooManySGE)
+	require.NoError(t, srq.Destroy())
+	for _, bad := range []ib.SRQInitAttr{{MaxWR: 0, MaxSGE: 1}, {MaxWR: ib.MaxSRQWR + 1, MaxSGE: 1}, {MaxWR: 4, MaxSGE: ib.MaxSRQSGE + 1}} {
+		_, err := a.pd.CreateSRQ(bad)
+		require.Error(t, err, "%+v", bad)
+	}
+}

@@ -210,17 +210,22 @@ type SRQ struct {
 }
 
 // NewSRQ returns an SRQ of maxWR requests (1..MaxSRQWR) with up to maxSGE
-// entries each (1..MaxSRQSGE), armed with limit if it is not 0, like
-// ibv_create_srq with srq_limit.
+// entries each (0..MaxSRQSGE; 0 gets 1), armed with limit if it is not 0,
+// like ibv_create_srq with srq_limit. As rxe_srq_chk_init it raises a
+// max_sge below RXE_MIN_SRQ_SGE (1) instead of refusing it, and it does
+// not hold srq_limit against max_wr (libibverbs calls it irrelevant to
+// ibv_create_srq; rxe_srq_from_init arms it as given): a limit above
+// maxWR fires with the first receive taken.
 func NewSRQ(maxWR, maxSGE int, limit int) (*SRQ, error) {
 	if maxWR < 1 || maxWR > MaxSRQWR {
 		return nil, fmt.Errorf("%w: max_wr %d (want 1..%d)", ErrQueueSize, maxWR, MaxSRQWR)
 	}
-	if maxSGE < 1 || maxSGE > MaxSRQSGE {
-		return nil, fmt.Errorf("%w: max_sge %d (want 1..%d)", ErrQueueSize, maxSGE, MaxSRQSGE)
+	if maxSGE < 0 || maxSGE > MaxSRQSGE {
+		return nil, fmt.Errorf("%w: max_sge %d (want 0..%d)", ErrQueueSize, maxSGE, MaxSRQSGE)
 	}
-	if limit < 0 || limit > maxWR {
-		return nil, fmt.Errorf("%w: %d (want 0..%d)", ErrSRQLimit, limit, maxWR)
+	maxSGE = max(maxSGE, 1) // RXE_MIN_SRQ_SGE
+	if limit < 0 {
+		return nil, fmt.Errorf("%w: %d is negative", ErrSRQLimit, limit)
 	}
 	s := &SRQ{newRecvQueue(maxWR, maxSGE)}
 	s.limit = limit

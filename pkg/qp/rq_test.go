@@ -158,7 +158,7 @@ func TestRecvQueueNoAllocs(t *testing.T) {
 }
 
 func TestNewSRQ(t *testing.T) {
-	for _, c := range [][3]int{{0, 1, 0}, {MaxSRQWR + 1, 1, 0}, {4, 0, 0}, {4, MaxSRQSGE + 1, 0}, {4, 1, 5}, {4, 1, -1}} {
+	for _, c := range [][3]int{{0, 1, 0}, {MaxSRQWR + 1, 1, 0}, {4, -1, 0}, {4, MaxSRQSGE + 1, 0}, {4, 1, -1}} {
 		_, err := NewSRQ(c[0], c[1], c[2])
 		require.Error(t, err, "%v", c)
 	}
@@ -166,6 +166,22 @@ func TestNewSRQ(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, s.Limit())
 	require.Equal(t, 8, s.Cap())
+}
+
+// An SRQ created with max_sge 0 takes one SGE per receive, and one
+// created with a limit above max_wr fires it with the first receive
+// taken: rxe_srq_chk_init raises max_sge to RXE_MIN_SRQ_SGE and checks no
+// srq_limit, which rxe_srq_from_init arms as given. rxed refused both.
+func TestNewSRQAsRxeChecksIt(t *testing.T) {
+	s, err := NewSRQ(4, 0, 5)
+	require.NoError(t, err)
+	require.Equal(t, 5, s.Limit())
+	require.NoError(t, s.Post(&RecvWR{ID: 1, SGL: []SGE{{Length: 8}}}))
+	require.ErrorIs(t, s.Post(&RecvWR{ID: 2, SGL: []SGE{{Length: 8}, {Length: 8}}}), ErrTooManySGE)
+	require.NoError(t, s.Post(&RecvWR{ID: 3}))
+	require.True(t, s.Pop(nil))
+	require.Equal(t, uint64(1), s.LimitFired())
+	require.Equal(t, 0, s.Limit(), "fired once and disarmed")
 }
 
 func TestSRQLimitEvent(t *testing.T) {
