@@ -42,10 +42,27 @@ var (
 	// ErrCQOverflow: the CQ was full when a completion came, which was
 	// lost (CQ.PollCQ and CQ.WaitPoll return it once the CQ is empty).
 	ErrCQOverflow = qp.ErrCQOverflow
+	// ErrCapRange: CreateQP asked for more than the device allows
+	// (max_send_wr, max_recv_wr, max_send_sge, max_recv_sge or
+	// max_inline_data above QueryDevice's; rxe_qp_chk_cap's EINVAL).
+	ErrCapRange = qp.ErrCapRange
+	// ErrBadQPType: CreateQP of a type other than RC, UC, UD and GSI
+	// (rxe_qp_chk_init's EOPNOTSUPP).
+	ErrBadQPType = qp.ErrBadQPType
+	// ErrSRQSize: CreateSRQ's max_wr outside 1..MaxSRQWR or max_sge above
+	// MaxSRQSGE (rxe_srq_chk_init's EINVAL).
+	ErrSRQSize = qp.ErrQueueSize
+	// ErrSRQLimit: an SRQ limit below 0, or above max_wr when armed
+	// (rxe_srq_chk_attr's EINVAL).
+	ErrSRQLimit = qp.ErrSRQLimit
+	// ErrInvalidArgument: an argument no object can take, such as a
+	// memory window type other than 1 and 2.
+	ErrInvalidArgument = mr.ErrInvalidArgument
 	// ErrInvalidTransition: a rejected ibv_modify_qp whose state change
 	// is not allowed. Every rejected modify is a *ModifyError naming the
 	// offending attribute and matching one of ErrInvalidTransition,
-	// ErrMissingAttr, ErrAttrNotAllowed or ErrAttrValue.
+	// ErrMissingAttr, ErrAttrNotAllowed, ErrAttrValue,
+	// ErrCurStateMismatch or ErrSQDraining.
 	ErrInvalidTransition = qp.ErrInvalidTransition
 	// ErrMissingAttr: a required attribute of the transition is not in
 	// the mask.
@@ -55,6 +72,9 @@ var (
 	ErrAttrNotAllowed = qp.ErrAttrNotAllowed
 	// ErrAttrValue: an attribute value is out of range.
 	ErrAttrValue = qp.ErrAttrValue
+	// ErrCurStateMismatch: IBV_QP_CUR_STATE names another state than the
+	// QP's.
+	ErrCurStateMismatch = qp.ErrCurStateMismatch
 	// ErrEmptyBuffer: a memory region must cover at least one byte.
 	ErrEmptyBuffer = mr.ErrEmptyBuffer
 	// ErrAccessCombo: REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE.

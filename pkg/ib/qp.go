@@ -99,6 +99,10 @@ type QP struct {
 	events    qpEvents // OnEvent's handlers (qpevents.go)
 }
 
+// ErrMissingCQ: CreateQP without a send or a receive CQ (rxe_qp_chk_init's
+// EINVAL).
+var ErrMissingCQ = errors.New("ib: QP without a send or a receive CQ")
+
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). Its
 // number is random (see pkg/roce's qpn.go), except for Type GSI: the
 // device's QP1, of which there is at most one at a time (gsi.go). A
@@ -108,12 +112,12 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		return nil, err
 	}
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
-		return nil, errors.New("ib: CreateQP: send and receive CQs are required")
+		return nil, errorf(ErrMissingCQ, "ib: CreateQP: send and receive CQs are required")
 	}
 	switch attr.Type {
 	case RC, UC, UD, GSI:
 	default:
-		return nil, fmt.Errorf("ib: CreateQP: unsupported QP type %v", attr.Type)
+		return nil, errorf(ErrBadQPType, "ib: CreateQP: unsupported QP type %v", attr.Type)
 	}
 	if err := qp.DefaultLimits.CheckCap(attr.Cap, attr.SRQ != nil); err != nil {
 		return nil, wrap("CreateQP", err)
@@ -320,21 +324,40 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 	return x, nil
 }
 
-// PostRecv posts receive work requests (ibv_post_srq_recv).
+// PostRecv posts receive work requests (ibv_post_srq_recv). It fails with
+// ErrDestroyed after Destroy.
 func (s *SRQ) PostRecv(wrs ...RecvWR) error {
 	if err := s.pd.d.checkOpen(); err != nil {
 		return &PostError{Err: err}
 	}
 	for i := range wrs {
 		if err := s.srq.Post(&wrs[i]); err != nil {
-			return &PostError{Index: i, Err: err}
+			return &PostError{Index: i, Err: srqErr(err)}
 		}
 	}
 	return nil
 }
 
-// ArmLimit sets srq_limit (ibv_modify_srq with IBV_SRQ_LIMIT).
-func (s *SRQ) ArmLimit(limit int) error { return s.srq.ArmLimit(limit) }
+// ArmLimit sets srq_limit (ibv_modify_srq with IBV_SRQ_LIMIT): when a QP
+// takes a receive and fewer than limit remain, EventSRQLimitReached is
+// raised once and the limit reads 0 again; 0 disarms. A limit above
+// max_wr fails with ErrSRQLimit (rxe_srq_chk_attr), one after Destroy
+// with ErrDestroyed, changing nothing.
+func (s *SRQ) ArmLimit(limit int) error {
+	if err := s.srq.ArmLimit(limit); err != nil {
+		return wrap("SRQ.ArmLimit", srqErr(err))
+	}
+	return nil
+}
+
+// srqErr gives qp's "receive queue destroyed" of a destroyed SRQ this
+// package's ErrDestroyed.
+func srqErr(err error) error {
+	if errors.Is(err, qp.ErrQueueClosed) {
+		return errorf(ErrDestroyed, "ib: SRQ destroyed")
+	}
+	return err
+}
 
 // Limit returns the armed limit (ibv_query_srq).
 func (s *SRQ) Limit() int { return s.srq.Limit() }

@@ -3,6 +3,7 @@ package ib_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/rxed/rxed/pkg/ib"
@@ -120,5 +121,59 @@ func TestCreateSRQAsRxeChecksIt(t *testing.T) {
 	for _, bad := range []ib.SRQInitAttr{{MaxWR: 0, MaxSGE: 1}, {MaxWR: ib.MaxSRQWR + 1, MaxSGE: 1}, {MaxWR: 4, MaxSGE: ib.MaxSRQSGE + 1}} {
 		_, err := a.pd.CreateSRQ(bad)
 		require.Error(t, err, "%+v", bad)
+	}
+}
+
+// Every refusal of a creating or modifying verb matches a sentinel of
+// this package, so a program needs only pkg/ib to tell them apart (where
+// rxe answers EINVAL or EOPNOTSUPP), and its message names this package
+// once. CreateQP's missing CQ and unknown type matched nothing; its caps
+// (rxe_qp_chk_cap), CreateSRQ's sizes and limits (rxe_srq_chk_init,
+// rxe_srq_chk_attr), AllocMW's type and a modify's IBV_QP_CUR_STATE
+// matched only pkg/qp's or pkg/mr's; SRQ.ArmLimit's message was pkg/qp's,
+// and ArmLimit and PostRecv on a destroyed SRQ failed with pkg/qp's
+// "receive queue destroyed" instead of ErrDestroyed.
+func TestVerbRefusalsMatchIbSentinels(t *testing.T) {
+	a, qa, _, _ := testPair(t)
+	type refusal struct {
+		name string
+		err  error
+		is   error
+	}
+	var cases []refusal
+	add := func(name string, err, is error) { cases = append(cases, refusal{name, err, is}) }
+	createQP := func(attr ib.QPInitAttr) error {
+		q, err := a.pd.CreateQP(attr)
+		if err == nil {
+			q.Destroy()
+		}
+		return err
+	}
+	add("CreateQP without a receive CQ", createQP(ib.QPInitAttr{Type: ib.RC, SendCQ: a.cq}), ib.ErrMissingCQ)
+	add("CreateQP without a send CQ", createQP(ib.QPInitAttr{Type: ib.RC, RecvCQ: a.cq}), ib.ErrMissingCQ)
+	add("CreateQP of an unknown type", createQP(ib.QPInitAttr{Type: ib.QPType(9), SendCQ: a.cq, RecvCQ: a.cq}), ib.ErrBadQPType)
+	for _, c := range []ib.QPCap{{MaxSendWR: 0x4001}, {MaxRecvWR: 0x4001}, {MaxSendSGE: 33}, {MaxRecvSGE: 33}, {MaxInlineData: 401}} {
+		add(fmt.Sprintf("CreateQP cap %+v", c), createQP(ib.QPInitAttr{Type: ib.RC, SendCQ: a.cq, RecvCQ: a.cq, Cap: c}), ib.ErrCapRange)
+	}
+	_, err := a.pd.CreateSRQ(ib.SRQInitAttr{MaxWR: 0, MaxSGE: 1})
+	add("CreateSRQ max_wr 0", err, ib.ErrSRQSize)
+	_, err = a.pd.CreateSRQ(ib.SRQInitAttr{MaxWR: 4, MaxSGE: ib.MaxSRQSGE + 1})
+	add("CreateSRQ max_sge", err, ib.ErrSRQSize)
+	_, err = a.pd.CreateSRQ(ib.SRQInitAttr{MaxWR: 4, MaxSGE: 1, Limit: -1})
+	add("CreateSRQ negative limit", err, ib.ErrSRQLimit)
+	srq, err := a.pd.CreateSRQ(ib.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	require.NoError(t, err)
+	add("ArmLimit above max_wr", srq.ArmLimit(5), ib.ErrSRQLimit)
+	require.NoError(t, srq.Destroy())
+	add("ArmLimit on a destroyed SRQ", srq.ArmLimit(1), ib.ErrDestroyed)
+	add("PostRecv on a destroyed SRQ", srq.PostRecv(ib.RecvWR{ID: 1}), ib.ErrDestroyed)
+	_, err = a.pd.AllocMW(ib.MWType(3))
+	add("AllocMW of an unknown type", err, ib.ErrInvalidArgument)
+	add("Modify with a wrong IBV_QP_CUR_STATE", qa.Modify(&ib.QPAttr{State: ib.QPSErr, CurState: ib.QPSRTS}, ib.AttrState|ib.AttrCurState),
+		ib.ErrCurStateMismatch)
+	for _, c := range cases {
+		require.ErrorIs(t, c.err, c.is, c.name)
+		require.Regexp(t, `^ib: `, c.err.Error(), c.name)
+		require.NotRegexp(t, doubledPrefix, c.err.Error(), c.name)
 	}
 }
