@@ -177,3 +177,26 @@ func TestVerbRefusalsMatchIbSentinels(t *testing.T) {
 		require.NotRegexp(t, doubledPrefix, c.err.Error(), c.name)
 	}
 }
+
+// A QP created with max_send_wr and max_recv_wr 0 holds no work request:
+// rxe_queue_init gives it queues of one slot, which its full test keeps
+// free, so every ibv_post_send and ibv_post_recv fails (ENOMEM) and
+// ibv_query_qp reports 0. rxed took one send and one receive (and
+// reported max_send_wr 1).
+func TestQPWithZeroQueuesHoldsNoWorkRequest(t *testing.T) {
+	a, _, b, qb := testPair(t)
+	q, err := a.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: a.cq, RecvCQ: a.cq})
+	require.NoError(t, err)
+	connectBoth(a, q, b, qb)
+	requirePostError(t, q.PostSend(ib.SendWR{ID: 1, Opcode: ib.WRSend, Flags: ib.SendInline}), 0, ib.ErrSendFull)
+	requirePostError(t, q.PostRecv(ib.RecvWR{ID: 2}), 0, ib.ErrRecvFull)
+	attr, init, err := q.Query()
+	require.NoError(t, err)
+	require.Equal(t, ib.QPCap{}, attr.Cap)
+	require.Equal(t, ib.QPCap{}, init.Cap)
+	// ERR and RESET have nothing to flush; nothing completes.
+	require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSErr}, ib.AttrState))
+	require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSReset}, ib.AttrState))
+	require.Equal(t, 0, a.cq.Len())
+	require.NoError(t, q.Destroy())
+}

@@ -192,9 +192,6 @@ func New(c Config) (*QP, error) {
 	if c.SendCQ == nil || c.RecvCQ == nil {
 		return nil, errors.New("qp: send and receive CQs required")
 	}
-	if c.Cap.MaxSendWR == 0 {
-		c.Cap.MaxSendWR = 1
-	}
 	q := &QP{
 		num: c.Num, typ: c.Type, cap: c.Cap, sigAll: c.SigAll,
 		pd: c.PD, mem: c.Mem, scq: c.SendCQ, rcq: c.RecvCQ, srq: c.SRQ,
@@ -204,12 +201,10 @@ func New(c Config) (*QP, error) {
 	if q.ctr == nil {
 		q.ctr = new(Counters)
 	}
+	// A queue of 0 WRs holds none, as rxe's (rxe_queue_init keeps one
+	// slot of 2^k free): every post to it fails as full.
 	if q.srq == nil {
-		n := int(c.Cap.MaxRecvWR)
-		if n < 1 {
-			n = 1
-		}
-		q.rq = newRecvQueue(n, int(c.Cap.MaxRecvSGE))
+		q.rq = newRecvQueue(int(c.Cap.MaxRecvWR), int(c.Cap.MaxRecvSGE))
 	}
 	q.sq.init(int(c.Cap.MaxSendWR), int(c.Cap.MaxSendSGE), int(c.Cap.MaxInlineData))
 	q.attr.PathMTU = MTU1024

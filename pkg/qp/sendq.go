@@ -48,8 +48,12 @@ func (w *wqe) isReadOrAtomic() bool {
 // empties the ring and changes the state in one, so no WR slips into a
 // queue that is being (or has been) reset.
 type sendQueue struct {
-	mu     sync.Mutex
-	ring   []wqe
+	mu   sync.Mutex
+	ring []wqe
+	// depth is max_send_wr: how many WQEs may be outstanding. It may be 0
+	// (a QP that never sends, whose posts all fail as rxe's do), while
+	// ring keeps one slot so that at needs no check.
+	depth  uint64
 	head   uint64        // oldest WQE not yet completed (owner only writes)
 	tail   atomic.Uint64 // next slot to fill (producers store it under mu)
 	closed bool          // the QP was destroyed: refuse posts
@@ -68,6 +72,8 @@ const (
 // out of two shared backing arrays, so the first lap round the ring does
 // not allocate in push (steady state never did; warm-up did, once per slot).
 func (s *sendQueue) init(n, maxSGE, maxInline int) {
+	s.depth = uint64(n)
+	n = max(n, 1)
 	s.ring = make([]wqe, n)
 	nsge := min(max(maxSGE, 1), preallocSGEs)
 	ninl := min(max(maxInline, 0), preallocInline)
@@ -91,7 +97,7 @@ func (s *sendQueue) at(i uint64) *wqe { return &s.ring[i%uint64(len(s.ring))] }
 // pushLocked appends a copy of wr; s.mu must be held.
 func (s *sendQueue) pushLocked(wr *SendWR) error {
 	tail := s.tail.Load()
-	if tail-s.head == uint64(len(s.ring)) {
+	if tail-s.head == s.depth {
 		return ErrSendFull
 	}
 	w := s.at(tail)
