@@ -240,7 +240,7 @@ func sendOpcode(t Type, op WROpcode, first, last bool) wire.Opcode {
 		case imm:
 			return base + wire.RCSendOnlyImm
 		case inv:
-			return wire.RCSendOnlyInv // RC only; UC has no invalidate opcode
+			return wire.RCSendOnlyInv // RC only (requestHeaders)
 		default:
 			return base + wire.RCSendOnly
 		}
@@ -349,6 +349,10 @@ func (q *QP) requestHeaders(w *wqe) (request, WCStatus) {
 		h.Opcode = wire.RCAtomicWrite
 		h.VA, h.RKey, h.DMALen = wr.RemoteAddr, wr.RKey, 8
 		r.payload, r.from = 8, 0
+	case op == WRSendWithInv && q.typ != RC:
+		// UC and UD have no SEND_WITH_INV packet: rxe's next_opcode_uc
+		// and next_opcode_ud find none and the WQE fails.
+		return request{}, WCLocQPOpErr
 	default: // SEND and WRITE variants (a UD one fits a packet: sendNext)
 		first := w.sent == 0
 		r.payload = min(remaining, mtu)

@@ -47,3 +47,27 @@ func TestSendWithInvalidateOfABadRKeyIsAcked(t *testing.T) {
 	require.Equal(t, WCSuccess, swc[0].Status, swc[0].Status.String())
 	require.Equal(t, RTS, l.a.q.State())
 }
+
+// TestSendWithInvalidateOnUCAndUDFailsUnsent: SEND_WITH_INV is posted on
+// UC and UD (rxe_wr_opcode_info lists both), but neither has a packet for
+// it: rxe's next_opcode_uc and next_opcode_ud find none, the WQE fails
+// with LOC_QP_OP_ERR and the QP moves to ERR, with nothing sent.
+//
+// Bug (found by the verbs audit, session VB): rxed refused it at post on
+// UD, and on UC sent RC_SEND_ONLY_INV (an RC opcode, which the UC peer
+// drops as the wrong transport) and completed the WR with SUCCESS.
+func TestSendWithInvalidateOnUCAndUDFailsUnsent(t *testing.T) {
+	for _, typ := range []Type{UC, UD} {
+		t.Run(typ.String(), func(t *testing.T) {
+			l := newLink(t, typ, 0, 0)
+			l.post(SendWR{ID: 1, Opcode: WRSendWithInv, Flags: Signaled, InvalidateRKey: 0x1234,
+				SGL: []SGE{l.a.sge(0, 16)}, RemoteQPN: l.b.q.Num(), AV: AddrVector{DGID: l.b.addr.Addr()}})
+			require.Empty(t, l.a.env.take(), "no packet")
+			wc := poll(t, l.a.scq)
+			require.Len(t, wc, 1)
+			require.Equal(t, uint64(1), wc[0].ID)
+			require.Equal(t, WCLocQPOpErr, wc[0].Status)
+			require.Equal(t, Err, l.a.q.State())
+		})
+	}
+}

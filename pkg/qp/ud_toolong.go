@@ -7,9 +7,11 @@ package qp
 // SUCCESS, and the QP carries on with the next one. Failing it instead
 // (LOC_LEN_ERR) would move the QP to ERR, which rxe never does for it.
 
-// udTooLong reports that w is a UD or GSI message over the port's MTU.
+// udTooLong reports that w is a UD or GSI message over the port's MTU (a
+// SEND_WITH_INV fails first: rxe picks the opcode before it looks at the
+// length).
 func (q *QP) udTooLong(w *wqe) bool {
-	return q.typ.Datagram() && w.length > q.mtu
+	return q.typ.Datagram() && w.length > q.mtu && w.wr.Opcode != WRSendWithInv
 }
 
 // completeUnsent is rxe_requester's C10-93.1.1 step for such a message:

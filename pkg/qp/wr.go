@@ -65,8 +65,11 @@ func (op WROpcode) String() string {
 	return "WROpcode(" + strconv.FormatUint(uint64(op), 10) + ")"
 }
 
-// wrTypes says which QP types accept an opcode, as rxe_wr_opcode_info does.
-// GSI behaves as UD.
+// wrTypes says which QP types accept an opcode at post time, as
+// rxe_wr_opcode_info does. GSI behaves as UD, except that rxe's table has
+// SEND_WITH_INV for UD and not for GSI. Accepted is not sendable: UC and
+// UD have no SEND_WITH_INV packet, and rxe's next_opcode fails such a
+// WQE with LOC_QP_OP_ERR (requester.go's requestHeaders does the same).
 var wrTypes = map[WROpcode][]Type{
 	WRRDMAWrite:         {RC, UC},
 	WRRDMAWriteWithImm:  {RC, UC},
@@ -77,7 +80,7 @@ var wrTypes = map[WROpcode][]Type{
 	WRAtomicFetchAndAdd: {RC},
 	WRLocalInv:          {RC},
 	WRBindMW:            {RC, UC},
-	WRSendWithInv:       {RC, UC},
+	WRSendWithInv:       {RC, UC, UD},
 	WRFlush:             {RC},
 	WRAtomicWrite:       {RC},
 	WRRegMR:             {RC},

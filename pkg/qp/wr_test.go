@@ -44,7 +44,7 @@ func TestWROpcodeValidFor(t *testing.T) {
 		{WRAtomicFetchAndAdd, true, false, false, false},
 		{WRLocalInv, true, false, false, false},
 		{WRBindMW, true, true, false, false},
-		{WRSendWithInv, true, true, false, false},
+		{WRSendWithInv, true, true, true, false}, // rxe_wr_opcode_info; fails unsent on UC and UD
 		{WRRegMR, true, false, false, false},
 		{WRFlush, true, false, false, false},
 		{WRAtomicWrite, true, false, false, false},
