@@ -200,3 +200,51 @@ func TestQPWithZeroQueuesHoldsNoWorkRequest(t *testing.T) {
 	require.Equal(t, 0, a.cq.Len())
 	require.NoError(t, q.Destroy())
 }
+
+// ibv_bind_mw refuses what libibverbs (a window of another type than 1)
+// and rdma-core's rxe_bind_mw (an address or length without a region, a
+// zero-based window, a region of another PD) check before posting: the
+// call fails with EINVAL or EPERM, nothing is posted and the QP stays in
+// RTS. rxed posted them all (the type and nil checks aside, which matched
+// no sentinel): the bind failed at execution with MW_BIND_ERR and took
+// the QP to ERR.
+func TestBindMWRefusesWhatRxeBindMWRefuses(t *testing.T) {
+	a, qa, b, qb := testPair(t)
+	connectBoth(a, qa, b, qb)
+	region, err := a.pd.RegMR(a.buf[:4096], ib.AccessLocalWrite|ib.AccessMWBind)
+	require.NoError(t, err)
+	otherPD, err := a.dev.AllocPD()
+	require.NoError(t, err)
+	foreign, err := otherPD.RegMR(a.buf[4096:8192], ib.AccessLocalWrite|ib.AccessMWBind)
+	require.NoError(t, err)
+	mw1, err := a.pd.AllocMW(ib.MWType1)
+	require.NoError(t, err)
+	mw2, err := a.pd.AllocMW(ib.MWType2)
+	require.NoError(t, err)
+	cases := []struct {
+		name string
+		mw   *ib.MW
+		bind ib.MWBind
+		is   error
+	}{
+		{"nil window", nil, ib.MWBind{}, ib.ErrInvalidArgument},
+		{"type 2 window", mw2, ib.MWBind{MR: region, Addr: region.IOVA(), Length: 64}, ib.ErrInvalidArgument},
+		{"length without a region", mw1, ib.MWBind{Length: 64}, ib.ErrInvalidArgument},
+		{"address without a region", mw1, ib.MWBind{Addr: region.IOVA()}, ib.ErrInvalidArgument},
+		{"zero based", mw1, ib.MWBind{MR: region, Length: 64, Access: ib.AccessRemoteRead | ib.AccessZeroBased}, ib.ErrInvalidArgument},
+		{"region of another PD", mw1, ib.MWBind{MR: foreign, Addr: foreign.IOVA(), Length: 64}, ib.ErrPDMismatch},
+	}
+	for _, c := range cases {
+		key := mw1.RKey()
+		_, err := qa.BindMW(c.mw, c.bind)
+		require.ErrorIs(t, err, c.is, c.name)
+		require.Regexp(t, `^ib: BindMW: `, err.Error(), c.name)
+		require.Equal(t, ib.QPSRTS, qa.State(), c.name)
+		require.Equal(t, key, mw1.RKey(), c.name)
+		require.False(t, mw1.Bound(), c.name)
+	}
+	require.Equal(t, 0, a.cq.Len(), "nothing was posted")
+	requireWorks(t, a, qa, b, qb)
+	require.NoError(t, foreign.Dereg())
+	require.NoError(t, otherPD.Dealloc())
+}
