@@ -75,10 +75,19 @@ func TestUDSendGRHAndQKey(t *testing.T) {
 	require.NoError(t, a.PostSend(wr))
 	waitOK(t, na.scq, 7, ib.WCSend)
 	waitOK(t, nb.rcq, 2, ib.WCRecv)
-	// Larger than one MTU is refused at post time.
-	big := ib.SendWR{ID: 8, Opcode: ib.WRSend, SGL: []ib.SGE{sge(na, 0, 5000)}}
+	// Larger than the MTU: no packet and no error (IBA C10-93.1.1; rxe's
+	// requester fakes a successful UD send), and the QP carries on.
+	require.NoError(t, b.PostRecv(ib.RecvWR{ID: 3, SGL: []ib.SGE{sge(nb, 0, 8192)}}))
+	big := ib.SendWR{ID: 8, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{sge(na, 0, 5000)}}
 	ib.UDSend(&big, ah, b.Num(), 0x11111111)
-	require.Error(t, a.PostSend(big))
+	require.NoError(t, a.PostSend(big))
+	waitOK(t, na.scq, 8, ib.WCSend)
+	noCompletion(t, nb.rcq)
+	wr.ID = 9
+	ib.UDSend(&wr, ah, b.Num(), 0x11111111)
+	require.NoError(t, a.PostSend(wr))
+	waitOK(t, na.scq, 9, ib.WCSend)
+	waitOK(t, nb.rcq, 3, ib.WCRecv)
 }
 
 // TestSRQSharedByQPs: two QPs on one node consume receives from one SRQ;
