@@ -41,6 +41,13 @@ func exit(code int) {
 // SIGTERM, saying so on stderr. stop (deferred by the caller, before the
 // engine's own close) ends the watch.
 func (en *engine) closeOnInterrupt(stderr io.Writer, name string) (stop func()) {
+	return watchInterrupt(stderr, name, en.close)
+}
+
+// watchInterrupt is closeOnInterrupt with the close it runs given: the
+// tests hand it one that hangs, as a close waiting on a peer that never
+// answers does, to see a second signal end the process.
+func watchInterrupt(stderr io.Writer, name string, closeFn func() error) (stop func()) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	quit := make(chan struct{})
@@ -52,7 +59,7 @@ func (en *engine) closeOnInterrupt(stderr io.Writer, name string) (stop func()) 
 			// should the close itself hang (a peer that never answers).
 			signal.Stop(sigs)
 			exitMu.Lock()
-			_ = en.close()
+			_ = closeFn()
 			fmt.Fprintf(stderr, "rxed %s: interrupted (%v): closed the device and its connections\n", name, sig)
 			exitFunc(128 + int(sig.(syscall.Signal)))
 		case <-quit:
