@@ -205,7 +205,7 @@ func (d *Daemon) cmAcceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		peer, remote := cmPeer(req)
+		peer, remote := cmPeer(req, req.Remote)
 		if d.cm.waiters.deliver(peer, req) {
 			continue
 		}
@@ -235,8 +235,17 @@ func (d *Daemon) cmAcceptLoop() {
 // the REQ's GRH source (RemoteQP's GID), where our REP and the session's
 // traffic go: a client that names another in rdma_cm's header (its own
 // to write) gets nothing back at it. pkg/rdmacm already refuses such a
-// header (rej_src_mismatch); this holds without that check too.
-func cmPeer(req *rdmacm.Request) (netip.Addr, netip.AddrPort) {
+// header (rej_src_mismatch); this holds without that check too. header
+// is the rdma_cm header's source (Request.Remote), whose port alone is
+// used. req is an interface so that a test can hand it a request whose
+// GRH and header disagree, which pkg/rdmacm never delivers.
+func cmPeer(req cmSource, header netip.AddrPort) (netip.Addr, netip.AddrPort) {
 	gid, _ := req.RemoteQP()
-	return gid, netip.AddrPortFrom(gid, req.Remote.Port())
+	return gid, netip.AddrPortFrom(gid, header.Port())
+}
+
+// cmSource is what cmPeer reads of an *rdmacm.Request: where it came
+// from.
+type cmSource interface {
+	RemoteQP() (gid netip.Addr, qpn uint32)
 }

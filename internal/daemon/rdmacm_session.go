@@ -34,7 +34,7 @@ type cmTestQP struct {
 // connections until its second hand shake, the keys and barriers, then
 // it idles until the client's report (rdmacm_ctrl.go's sequence).
 func (d *Daemon) rdmaCMSession(ctx context.Context, req *rdmacm.Request, s *session) (err error) {
-	_, remote := cmPeer(req)
+	_, remote := cmPeer(req, req.Remote)
 	log := d.log.With("peer", remote.String(), "exchange", "rdma_cm")
 	hctx, hcancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
 	defer hcancel()
