@@ -315,6 +315,13 @@ func (c *CMControl) handle(n int, what string) error {
 			return c.errorf(oob.ErrClosed, what, "the peer stopped answering: the keepalive on the idle connection "+
 				"(a zero-length RDMA WRITE) ended in %v, so its process was killed or its host is gone", wc.Status)
 		}
+		if wc.Status == ib.WCRetryExcErr {
+			// Our SEND went unacknowledged through the QP's retries: the
+			// peer's QP is gone without a DREQ, as the keepalive's
+			// failure says; rping and perftest print only "status 12".
+			return c.errorf(oob.ErrClosed, what, "the peer stopped answering: our SEND on the control connection "+
+				"ended in %v (no ACK through the QP's retries), so its process was killed or its host is gone", wc.Status)
+		}
 		if wc.Status != ib.WCSuccess {
 			return c.errorf(oob.ErrClosed, what, "control QP completion %v", wc.Status)
 		}

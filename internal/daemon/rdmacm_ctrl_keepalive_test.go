@@ -183,3 +183,30 @@ func TestCMControlKeepAliveEndsTheIdleWait(t *testing.T) {
 	require.LessOrEqual(t, elapsed, keepAlive+8*(4096<<14)*time.Nanosecond+time.Second, "the server noticed after %v", elapsed)
 	t.Logf("the server noticed %v after its client vanished: %v", elapsed, ferr)
 }
+
+// TestCMControlSendRetryExceededSaysThePeerIsGone: a control-connection
+// SEND (a key message, a barrier, the report) to a peer that vanished
+// without a DREQ ends in RETRY_EXC_ERR, and the error says the peer
+// stopped answering, as the keepalive's does. Bug reference: only the
+// keepalive's failure named the cause; a SEND's said "control QP
+// completion RETRY_EXC_ERR", no hint to a perf -R user that the client
+// or server had gone (rping and perftest users read status 12 so).
+func TestCMControlSendRetryExceededSaysThePeerIsGone(t *testing.T) {
+	fc := roce.NewFakeClock(time.Unix(4_000_000, 0))
+	p := newCtrlPair(t, fc, CMControlConfig{Clock: fc}, CMControlConfig{})
+	p.link.silent.Store(true) // the client takes our SEND but never ACKs it
+
+	finished := make(chan struct{})
+	var err error
+	go func() {
+		defer close(finished)
+		err = p.srv.send(context.Background(), make([]byte, CMKeyLen), "key message")
+	}()
+	// Every deadline is the SEND's retransmission (the engine's timers
+	// alone, no keepalive): the QP's retries run out.
+	stepClock(t, fc, finished, nil, func(time.Time) bool { return true })
+	require.EqualError(t, err, "rdma_cm control connection with "+p.srv.peer+": key message: the peer stopped answering: "+
+		"our SEND on the control connection ended in RETRY_EXC_ERR (no ACK through the QP's retries), "+
+		"so its process was killed or its host is gone: connection closed")
+	require.ErrorIs(t, err, oob.ErrClosed)
+}
