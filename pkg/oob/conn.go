@@ -3,6 +3,7 @@ package oob
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -29,6 +30,20 @@ type Options struct {
 	Timeout time.Duration
 	// Logger receives a debug record per message; nil is silent.
 	Logger *slog.Logger
+	// KeepAlive is how long the TCP connection may carry nothing before
+	// the kernel probes the peer (TCP keepalive, then a probe a second):
+	// after KeepAliveProbes unanswered probes the connection fails and
+	// the waiting step with it, ErrClosed saying the peer stopped
+	// answering. It bounds the waits Timeout does not (an idle server's
+	// read through its client's run, keepalive.go): a peer whose host
+	// vanished ends them within KeepAlive plus KeepAliveProbes seconds.
+	// Zero means Timeout (DefaultTimeout when that is not positive);
+	// negative leaves the connection's keepalive as Go set it (15 s, then
+	// 9 probes 15 s apart).
+	KeepAlive time.Duration
+	// KeepAliveProbes is how many unanswered probes end the connection;
+	// zero means DefaultKeepAliveProbes (5).
+	KeepAliveProbes int
 }
 
 func (o *Options) timeout() time.Duration {
@@ -55,10 +70,14 @@ type stream struct {
 	closeOnce sync.Once
 	closeErr  error
 	bytesIn   atomic.Int64 // bytes read from the peer
+	// keepAlive is how long a silent peer can hold a step (setKeepAlive;
+	// 0: not ours to say), for the error that ends one.
+	keepAlive time.Duration
 }
 
 func newStream(c net.Conn, o *Options) *stream {
-	return &stream{c: c, peer: c.RemoteAddr().String(), timeout: o.timeout(), log: o.logger()}
+	return &stream{c: c, peer: c.RemoteAddr().String(), timeout: o.timeout(), log: o.logger(),
+		keepAlive: setKeepAlive(c, o)}
 }
 
 // step arms the deadline for one step and makes ctx cancellation interrupt
@@ -137,6 +156,19 @@ func (s *stream) classify(ctx context.Context, err error, n, want int, what, op 
 			return errorf(s.peer, ErrTimeout, "sent no complete %s in time (got %d of %d bytes)", what, n, want)
 		}
 		return errorf(s.peer, ErrTimeout, "did not accept the %s in time (wrote %d of %d bytes)", what, n, want)
+	case errors.Is(err, syscall.ETIMEDOUT):
+		// The kernel gave the connection up: keepalive probes or data
+		// unacknowledged for keepAlive (setKeepAlive). A process that
+		// died on a live host closes its end itself; this is a host gone
+		// or cut off.
+		gone := "its host is gone or cut off"
+		if s.keepAlive > 0 {
+			gone = fmt.Sprintf("nothing from it for %v, TCP keepalive probes unanswered: %s", s.keepAlive, gone)
+		}
+		if op == "read" {
+			return errorf(s.peer, ErrClosed, "stopped answering while we waited for the %s (got %d of %d bytes): %s", what, n, want, gone)
+		}
+		return errorf(s.peer, ErrClosed, "stopped answering while we wrote the %s: %s", what, gone)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed):
 		if op == "read" {

@@ -10,7 +10,8 @@ import (
 // the step.
 var (
 	// ErrClosed: the peer closed the connection before the message was
-	// complete (or reset it).
+	// complete (or reset it), or stopped answering TCP keepalive
+	// probes (Options.KeepAlive).
 	ErrClosed = errors.New("connection closed")
 	// ErrTimeout: the step's deadline passed while waiting for the peer.
 	ErrTimeout = errors.New("timed out")
