@@ -66,34 +66,40 @@ func (op WROpcode) String() string {
 }
 
 // wrTypes says which QP types accept an opcode at post time, as
-// rxe_wr_opcode_info does. GSI behaves as UD, except that rxe's table has
-// SEND_WITH_INV for UD and not for GSI. Accepted is not sendable: UC and
-// UD have no SEND_WITH_INV packet, and rxe's next_opcode fails such a
-// WQE with LOC_QP_OP_ERR (requester.go's requestHeaders does the same).
-var wrTypes = map[WROpcode][]Type{
-	WRRDMAWrite:         {RC, UC},
-	WRRDMAWriteWithImm:  {RC, UC},
-	WRSend:              {RC, UC, UD, GSI},
-	WRSendWithImm:       {RC, UC, UD, GSI},
-	WRRDMARead:          {RC},
-	WRAtomicCmpAndSwp:   {RC},
-	WRAtomicFetchAndAdd: {RC},
-	WRLocalInv:          {RC},
-	WRBindMW:            {RC, UC},
-	WRSendWithInv:       {RC, UC, UD},
-	WRFlush:             {RC},
-	WRAtomicWrite:       {RC},
-	WRRegMR:             {RC},
+// rxe_wr_opcode_info does: bit t for Type t. GSI behaves as UD, except
+// that rxe's table has SEND_WITH_INV for UD and not for GSI. Accepted is
+// not sendable: UC and UD have no SEND_WITH_INV packet, and rxe's
+// next_opcode fails such a WQE with LOC_QP_OP_ERR (requester.go's
+// requestHeaders does the same). An array, not a map: every post looks
+// its opcode up here.
+var wrTypes = [WRRegMR + 1]uint8{
+	WRRDMAWrite:         types(RC, UC),
+	WRRDMAWriteWithImm:  types(RC, UC),
+	WRSend:              types(RC, UC, UD, GSI),
+	WRSendWithImm:       types(RC, UC, UD, GSI),
+	WRRDMARead:          types(RC),
+	WRAtomicCmpAndSwp:   types(RC),
+	WRAtomicFetchAndAdd: types(RC),
+	WRLocalInv:          types(RC),
+	WRBindMW:            types(RC, UC),
+	WRSendWithInv:       types(RC, UC, UD),
+	WRFlush:             types(RC),
+	WRAtomicWrite:       types(RC),
+	WRRegMR:             types(RC),
+}
+
+// types is the set of ts as wrTypes holds it.
+func types(ts ...Type) uint8 {
+	var m uint8
+	for _, t := range ts {
+		m |= 1 << t
+	}
+	return m
 }
 
 // ValidFor reports whether a QP of type t accepts op.
 func (op WROpcode) ValidFor(t Type) bool {
-	for _, ok := range wrTypes[op] {
-		if ok == t {
-			return true
-		}
-	}
-	return false
+	return int(op) < len(wrTypes) && t.Valid() && wrTypes[op]&(1<<t) != 0
 }
 
 // IsLocal reports whether op is carried out locally without a packet

@@ -56,6 +56,9 @@ func TestWROpcodeValidFor(t *testing.T) {
 		require.Equal(t, c.uc, c.op.ValidFor(UC), "%v UC", c.op)
 		require.Equal(t, c.ud, c.op.ValidFor(UD), "%v UD", c.op)
 		require.Equal(t, c.gs, c.op.ValidFor(GSI), "%v GSI", c.op)
+		for _, bad := range []Type{0, 5, 8, 63, -1} {
+			require.False(t, c.op.ValidFor(bad), "%v on type %d", c.op, bad)
+		}
 	}
 }
 
