@@ -58,10 +58,11 @@ func (d *Device) CreateCQOnChannel(cqe int, ch *CompChannel) (*CQ, error) {
 }
 
 // deliver queues cq's notification; it runs in the goroutine that pushed
-// the completion and does not block.
+// the completion and does not block. A CQ already released (destroyed)
+// gets no event: release, under the same lock, dropped its others.
 func (ch *CompChannel) deliver(cq *CQ) {
 	ch.mu.Lock()
-	if !ch.closed {
+	if !ch.closed && !cq.released.Load() {
 		ch.pending = append(ch.pending, cq)
 	}
 	ch.mu.Unlock()
@@ -72,10 +73,17 @@ func (ch *CompChannel) deliver(cq *CQ) {
 }
 
 // GetCQEvent waits for the next notification of any CQ on the channel
-// and returns that CQ (ibv_get_cq_event), in the order they fired. It
-// returns ctx's error when ctx is done first, ErrChannelClosed once the
-// channel is destroyed and ErrDeviceClosed once its device is closed
-// (after the notifications already fired).
+// and returns that CQ (ibv_get_cq_event), in the order they fired: one
+// event per fired arm, never merged. The events of a CQ destroyed before
+// they were read are dropped, as the kernel drops them. It returns ctx's
+// error when ctx is done first, ErrChannelClosed once the channel is
+// destroyed and ErrDeviceClosed once its device is closed (after the
+// notifications already fired).
+//
+// There is no ibv_ack_cq_events: the event holds no reference that a
+// destroy must wait for (the CQ returned stays valid memory for as long
+// as the caller keeps it), so CQ.Destroy neither blocks on unacknowledged
+// events, as ibv_destroy_cq does, nor fails because of them.
 func (ch *CompChannel) GetCQEvent(ctx context.Context) (*CQ, error) {
 	for {
 		ch.mu.Lock()
@@ -121,9 +129,21 @@ func (ch *CompChannel) Destroy() error {
 	return nil
 }
 
-// release is called when a CQ on the channel is destroyed.
-func (ch *CompChannel) release() {
+// release is called when cq, a CQ on the channel, is destroyed (after
+// cq.released is set). Its events nobody has read yet are dropped, as
+// ib_uverbs_release_ucq frees a destroyed CQ's entries of the channel's
+// event list: GetCQEvent never returns a destroyed CQ, whose ReqNotify
+// would fail in a loop that re-arms what it is handed.
+func (ch *CompChannel) release(cq *CQ) {
 	ch.mu.Lock()
 	ch.users--
+	kept := ch.pending[:0]
+	for _, c := range ch.pending {
+		if c != cq {
+			kept = append(kept, c)
+		}
+	}
+	clear(ch.pending[len(kept):])
+	ch.pending = kept
 	ch.mu.Unlock()
 }

@@ -69,9 +69,12 @@ func (d *Device) newCQ(cqe int, ch *CompChannel) (*CQ, error) {
 
 // Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy,
 // changing nothing, while QPs use the CQ. Waiters wake with ErrDestroyed,
-// Notify's channel is closed, and no notification handler call starts
-// after it returns. Completions still queued can be polled. Destroying a
-// CQ twice is harmless.
+// Notify's channel is closed, no notification handler call starts after
+// it returns, and the CQ's events not yet read from its completion
+// channel are dropped (GetCQEvent never returns a destroyed CQ). It does
+// not wait for events to be acknowledged: there is no ibv_ack_cq_events.
+// Completions still queued can be polled. Destroying a CQ twice is
+// harmless.
 func (cq *CQ) Destroy() error {
 	first, err := cq.users.retire()
 	if err != nil || !first {
@@ -83,7 +86,7 @@ func (cq *CQ) Destroy() error {
 	cq.wake()
 	cq.stopNotify()
 	if cq.channel != nil && !cq.released.Swap(true) {
-		cq.channel.release()
+		cq.channel.release(cq)
 	}
 	return nil
 }
