@@ -34,10 +34,16 @@ func (q *QP) completeWQE(w *wqe, force bool) {
 	signal := force || q.sigAll || w.wr.Flags&Signaled != 0 || w.status != WCSuccess
 	var wc WC
 	if signal {
-		op, _ := w.wr.Opcode.WCOpcode()
-		wc = WC{ID: w.wr.ID, Status: w.status, Opcode: op, ByteLen: uint32(w.length), QPNum: q.num}
-		if w.wr.Opcode.HasImm() {
-			wc.Flags |= WCWithImm
+		wc = WC{ID: w.wr.ID, Status: w.status, QPNum: q.num}
+		// A failed or flushed WR's completion carries no opcode, length
+		// or flags: rxe's make_send_cqe fills them only on success (since
+		// Linux 5.16), and ibv_poll_cq(3) calls them invalid otherwise.
+		if w.status == WCSuccess {
+			wc.Opcode, _ = w.wr.Opcode.WCOpcode()
+			wc.ByteLen = uint32(w.length)
+			if w.wr.Opcode.HasImm() {
+				wc.Flags |= WCWithImm
+			}
 		}
 	}
 	// Free the slot before the completion becomes visible (as a polled

@@ -30,7 +30,7 @@ func TestFlushPartiallyFilledRecv(t *testing.T) {
 	for i, wc := range wcs {
 		require.Equal(t, uint64(10+i), wc.ID, "flushed in posting order")
 		require.Equal(t, WCWRFlushErr, wc.Status)
-		require.Equal(t, WCRecv, wc.Opcode)
+		require.Equal(t, WCOpcode(0), wc.Opcode, "rxe fills no opcode in a failed completion")
 		require.Equal(t, l.b.q.Num(), wc.QPNum)
 	}
 }

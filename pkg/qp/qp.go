@@ -462,7 +462,9 @@ func (q *QP) enterError() {
 }
 
 // flush completes every outstanding send WR and (without an SRQ) every
-// posted receive WR with WR_FLUSH_ERR, as rxe does for a QP in ERR.
+// posted receive WR with WR_FLUSH_ERR, as rxe does for a QP in ERR. The
+// completions carry wr_id, status and qp_num only (opcode 0, byte_len 0),
+// as rxe's make_send_cqe and rxe_resp.c's do_complete fill a failed one.
 func (q *QP) flush() {
 	q.retransmitAt, q.rnrAt, q.rec.rtoAt = time.Time{}, time.Time{}, time.Time{}
 	tail := q.sq.published()
@@ -478,12 +480,12 @@ func (q *QP) flush() {
 	// taken off its queue: it is the oldest outstanding one, so it is
 	// flushed first (rxe keeps it at the queue head until it completes).
 	if q.resp.recvValid {
-		q.rcq.Push(WC{ID: q.resp.recv.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.num})
+		q.rcq.Push(WC{ID: q.resp.recv.ID, Status: WCWRFlushErr, QPNum: q.num})
 		q.resp.recvValid = false
 	}
 	if q.rq != nil {
 		for q.rq.Pop(&q.rxWR) {
-			q.rcq.Push(WC{ID: q.rxWR.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.num})
+			q.rcq.Push(WC{ID: q.rxWR.ID, Status: WCWRFlushErr, QPNum: q.num})
 		}
 	}
 }

@@ -166,9 +166,9 @@ const (
 type WC struct {
 	ID              uint64   // wr_id of the completed WR
 	Status          WCStatus // SUCCESS or the error
-	Opcode          WCOpcode // valid only when Status is SUCCESS (as in libibverbs)
+	Opcode          WCOpcode // valid only when Status is SUCCESS (as in libibverbs); 0 otherwise, as rxe fills it
 	VendorErr       uint32   // vendor_err
-	ByteLen         uint32   // bytes received (receive completions)
+	ByteLen         uint32   // bytes received (receive completions); 0 when Status is not SUCCESS
 	Imm             uint32   // immediate data, host order (Flags has WCWithImm)
 	InvalidatedRKey uint32   // rkey invalidated by SEND_WITH_INV (Flags has WCWithInv)
 	QPNum           uint32   // local QP the WR belonged to
