@@ -8,12 +8,28 @@ import (
 type EventType int
 
 // Asynchronous event types, with the ibv_event_type values.
+//
+// They differ from rdma_rxe's (Linux 6.1), whose only events are
+// CQ_ERR (rxe_cq_post, on every completion a full CQ loses), SRQ_LIMIT_REACHED
+// (get_srq_wqe, once per arm), SQ_DRAINED (rxe_comp.c) and the port's:
+//
+//   - EventQPFatal is rxed's: rxe_qp_error dispatches nothing, neither
+//     QP_FATAL nor QP_REQ_ERR nor QP_ACCESS_ERR, when a remote error, a
+//     retry or RNR retry exhaustion or a responder error takes a QP to ERR.
+//     rxed raises it once per such move, after the failed WR's completion
+//     and every flush completion are in the CQs; never for a move to ERR
+//     by Modify.
+//   - EventCommEst is rxed's too (rdma_rxe raises none; HCAs do).
+//   - EventPortActive comes once, as the device opens; rxe dispatches it
+//     when the port comes up, to the contexts open then.
+//   - No IBV_EVENT_QP_LAST_WQE_REACHED, as rxe 6.1 raises none for a QP
+//     on an SRQ that enters ERR.
 const (
 	EventCQErr           EventType = 0  // IBV_EVENT_CQ_ERR: a CQ overflowed
-	EventQPFatal         EventType = 1  // IBV_EVENT_QP_FATAL: a QP entered ERR by itself
+	EventQPFatal         EventType = 1  // IBV_EVENT_QP_FATAL: a QP entered ERR by itself (rxed's own: see above)
 	EventCommEst         EventType = 3  // IBV_EVENT_COMM_EST: a connected QP took its first request since RTR
 	EventSQDrained       EventType = 5  // IBV_EVENT_SQ_DRAINED: a QP moved to SQD with AttrEnSQDAsyncNotify has drained
-	EventPortActive      EventType = 9  // IBV_EVENT_PORT_ACTIVE
+	EventPortActive      EventType = 9  // IBV_EVENT_PORT_ACTIVE: once, as the device opens
 	EventSRQLimitReached EventType = 15 // IBV_EVENT_SRQ_LIMIT_REACHED
 )
 
@@ -46,7 +62,11 @@ type AsyncEvent struct {
 }
 
 // Events returns the asynchronous event channel (ibv_get_async_event). It
-// is buffered; events are dropped when nobody reads and it is full.
+// is buffered (64 events); events are dropped when nobody reads and it is
+// full, where the kernel queues every event until it is read. There is no
+// ibv_ack_async_event: no destroy waits for events to be acknowledged, and
+// an event of a QP, CQ or SRQ destroyed before it was read is still
+// delivered (the kernel drops those: ib_uverbs_release_uevent).
 func (d *Device) Events() <-chan AsyncEvent { return d.events }
 
 func (d *Device) post(ev AsyncEvent) {
