@@ -123,9 +123,12 @@ var (
 )
 
 // QP is one queue pair: its attributes, send queue and the requester,
-// completer and responder state. PostSend and PostRecv may be called from
-// any goroutine; every other method must be called from the single
-// goroutine that owns the QP (the engine's worker).
+// completer and responder state. PostSend, PostRecv, Close and Closed
+// (under the posting locks), State (atomic), RecvQueueLen and
+// SendQueueLen (under the queues' locks) and the getters of what never
+// changes (Num, Type, Cap, PD, Counters) may be called from any
+// goroutine; every other method must be called from the single goroutine
+// that owns the QP (the engine's shard owner, docs/DESIGN.md).
 type QP struct {
 	num    uint32
 	typ    Type

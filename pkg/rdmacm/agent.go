@@ -22,8 +22,9 @@ import (
 // the device closes (ib.Device.OnClose), as the kernel's CM serves every
 // device: a REQ for a port nobody listens on must still get its REJ.
 //
-// Locking: registryMu guards the registry; a.mu guards a.listeners. Lock
-// order: registryMu, then a.mu. The cm.Manager has its own lock and calls
+// Locking: registryMu guards the registry; a.mu guards a.listeners and
+// a.live. Lock order: registryMu, then a.mu; a Conn's mu is never taken
+// under a.mu (close copies live out first). The cm.Manager has its own lock and calls
 // our handlers with it released. registryMu is never held across
 // ib.Device.OnClose, which may run the agent's close (it takes registryMu)
 // at once.

@@ -3,14 +3,18 @@
 //
 // One receive goroutine reads batches from the Conn, rejects runts and
 // hands each packet, still in the transport's receive memory (a
-// transport.Lease keeps it from reuse; no copy), to the worker goroutine
-// that owns the destination QP (QPs are sharded over workers by QPN, so a QP's state is
-// only ever touched by one goroutine and needs no lock). The worker runs
+// transport.Lease keeps it from reuse; no copy), to the shard of the
+// destination QP (QPs are sharded over workers by QPN): it handles a
+// short batch's packet itself when the shard is idle, else queues it to
+// the shard's worker goroutine. A QP's state is touched only by its
+// shard's owner, one goroutine at a time (docs/DESIGN.md, "Ownership
+// and locking"), and needs no lock of its own. The owner runs
 // the remaining receive checks in rdma_rxe's order (header, QP, type and
 // state, address, keys, ICRC), counts every drop by reason, and runs the
-// responder or completer. Posted work requests and timer expiries reach
-// the same worker; it builds packets into its own batch buffers and sends
-// them with one Conn.Send per batch. An application that busy-polls
+// responder or completer. Posted work requests (run by the posting
+// goroutine itself when the shard is free) and timer expiries reach the
+// same shard; its owner builds packets into the shard's batch buffers and
+// sends them with one Conn.Send (or SendGather) per batch. An application that busy-polls
 // receives its own packets instead (Engine.Progress, called by ib.CQ.Poll
 // when the CQ is empty): no goroutine wakes up on the way.
 //
@@ -301,8 +305,9 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Close stops the engine and closes its Conn. QPs stop; nothing is
-// flushed.
+// Close stops the engine and closes its Conn. QPs stop; what the shards
+// had batched is sent first (closeFlush: the ACK of the application's
+// last receive), nothing after.
 func (e *Engine) Close() error {
 	var err error
 	e.closeOnce.Do(func() {
@@ -536,8 +541,9 @@ func (e *Engine) PostRecv(q *qp.QP, wrs []qp.RecvWR) (n int, err error) {
 	return n, err
 }
 
-// Kick asks q's worker to run its requester (after posting from outside
-// PostSend, e.g. an SRQ post that may unblock nothing — harmless).
+// kick runs q's requester after a post (PostSend, PostRecv on a QP in
+// ERR): right here when the shard is free, else by its owner or worker
+// (worker.kick).
 func (e *Engine) kick(q *qp.QP) {
 	w := e.workerFor(q.Num())
 	num := q.Num()
