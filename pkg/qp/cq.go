@@ -252,8 +252,9 @@ func (cq *CQ) Notify() <-chan struct{} { return cq.notifyCh }
 // the completion and without CQ locks held, each time a notification
 // fires (the kernel's comp_handler). nil removes it.
 //
-// With pkg/roce that goroutine is an engine worker that owns the QP's
-// shard while it runs fn, so fn must not block, and must not call an
+// With pkg/roce that goroutine owns the QP's shard while it runs fn (the
+// shard's worker, or a goroutine owning it inline: the receive loop, an
+// application polling or posting), so fn must not block, and must not call an
 // engine verb that waits for the worker (Engine.ModifyQP, QueryQP,
 // DestroyQP, CreateQP): the worker would wait for itself and deadlock.
 // It may Poll and ReqNotify this CQ and hand work to another goroutine.

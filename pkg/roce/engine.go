@@ -79,8 +79,9 @@ type Config struct {
 	Mem *mr.Table
 	// OnEvent receives asynchronous events (QP fatal, communication
 	// established, SQ drained); may be
-	// nil. It is called from the QP's worker while it owns the QP's shard
-	// (sometimes from inside ModifyQP), so it must not block and must not
+	// nil. It is called by the goroutine that owns the QP's shard (its
+	// worker, or one owning it inline: the receive loop, an application
+	// in Progress or PostSend; sometimes from inside ModifyQP), so it must not block and must not
 	// call the engine's waiting verbs (CreateQP, ModifyQP, QueryQP,
 	// DestroyQP): hand the event to another goroutine, as pkg/ib does.
 	OnEvent func(Event)
