@@ -3,6 +3,7 @@ package kv
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -80,14 +81,29 @@ func (s *TCPServer) serve(c net.Conn) {
 			return
 		}
 		n := reqBodyLen(msg)
+		var err error
 		if reqHdrLen+n > maxMsg {
-			return // not ours to parse: drop the connection
+			// Longer than any request of this table: refused with the
+			// reason, as the RDMA client refuses it before sending. A
+			// body the server can read past cheaply is discarded, so
+			// the connection goes on; a longer claim (up to 4 GiB) ends
+			// it after the answer. Nothing is allocated for either.
+			s.app.tcp.bad.Add(1)
+			out = appendResponse(out[:0], oversizeStatus(msg), binary.LittleEndian.Uint32(msg[8:]), nil)
+			if n > maxDiscard {
+				_, _ = c.Write(out)
+				return
+			}
+			if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
+				return
+			}
+		} else {
+			if _, err := io.ReadFull(r, msg[reqHdrLen:reqHdrLen+n]); err != nil {
+				return
+			}
+			out = s.app.handle(&s.app.tcp, msg[:reqHdrLen+n], out[:0])
 		}
-		if _, err := io.ReadFull(r, msg[reqHdrLen:reqHdrLen+n]); err != nil {
-			return
-		}
-		out = s.app.handle(&s.app.tcp, msg[:reqHdrLen+n], out[:0])
-		_, err := c.Write(out)
+		_, err = c.Write(out)
 		t1 := s.app.handlerCPU()
 		s.app.tcp.cpuNanos.Add(t1 - t0)
 		t0 = t1
@@ -95,6 +111,21 @@ func (s *TCPServer) serve(c net.Conn) {
 			return
 		}
 	}
+}
+
+// maxDiscard is the longest oversized request body the TCP server reads
+// past to keep the connection (a value up to MaxExtent: a client of a
+// table with smaller extents).
+const maxDiscard = reqHdrLen + MaxKey + MaxExtent
+
+// oversizeStatus is the refusal of a request header whose body is longer
+// than the table's largest request: the key's fault if it is too long,
+// else the value's.
+func oversizeStatus(h []byte) status {
+	if int(h[1]) > MaxKey {
+		return statusBadKey
+	}
+	return statusBadValue
 }
 
 // Close stops the server and closes every connection.
