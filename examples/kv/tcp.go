@@ -190,7 +190,7 @@ func (cl *TCPClient) lost(err error) error {
 }
 
 // call sends one request and reads its response; val receives the value.
-func (cl *TCPClient) call(ctx context.Context, o op, key, val []byte) ([]byte, error) {
+func (cl *TCPClient) call(ctx context.Context, o op, key, val []byte) (v []byte, err error) {
 	cl.id++
 	cl.out = appendRequest(cl.out[:0], o, cl.id, key, val)
 	if dl, ok := ctx.Deadline(); ok {
@@ -198,6 +198,26 @@ func (cl *TCPClient) call(ctx context.Context, o op, key, val []byte) ([]byte, e
 	} else {
 		_ = cl.c.SetDeadline(time.Time{})
 	}
+	// A cancelled ctx ends the call too, not only its deadline: the
+	// socket's deadline moves to the past, which ends a blocked read or
+	// write. The stream is then out of step (a response may still come),
+	// so the connection is dropped, as the RDMA client drops a QP with
+	// work outstanding: the error wraps ErrConnLost and ctx's cause.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = cl.c.SetDeadline(time.Unix(1, 0))
+		close(fired)
+	})
+	defer func() {
+		if stop() {
+			return
+		}
+		<-fired // the deadline is in the past: it must not end the next call
+		if err != nil {
+			_ = cl.c.Close()
+			err = cl.lost(context.Cause(ctx))
+		}
+	}()
 	if _, err := cl.c.Write(cl.out); err != nil {
 		return nil, cl.lost(err)
 	}
@@ -209,7 +229,6 @@ func (cl *TCPClient) call(ctx context.Context, o op, key, val []byte) ([]byte, e
 	if r.id != cl.id {
 		return nil, cl.lost(fmt.Errorf("response to request %d while waiting for %d", r.id, cl.id))
 	}
-	var v []byte
 	if r.valLen > 0 {
 		v = make([]byte, r.valLen)
 		if _, err := io.ReadFull(cl.r, v); err != nil {

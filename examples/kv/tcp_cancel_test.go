@@ -1,0 +1,61 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A TCP client's call returns when its context is cancelled, as the RDMA
+// client's does, even with no deadline and a server that never answers
+// (its host hung: the connection stays up). Bug (workload audit): the
+// call only took the context's deadline, so a cancelled Get waited for
+// the server for ever. The connection is dropped (a response may still
+// come): the error wraps ErrConnLost and the cause, and the client
+// reconnects to go on.
+func TestTCPClientCallReturnsWhenCancelled(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	got := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var h [reqHdrLen + 1]byte
+		if _, err := io.ReadFull(c, h[:]); err == nil {
+			close(got) // the request is here; no answer ever comes
+		}
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	cl, err := DialTCP(ctxT(t), ln.Addr().String())
+	require.NoError(t, err)
+	defer cl.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-got
+		cancel()
+	}()
+	done := make(chan error, 1)
+	go func() {
+		_, err := cl.Get(ctx, []byte("k"))
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a cancelled Get still waits for the server")
+	}
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, ErrConnLost)
+	_, err = cl.Get(context.Background(), []byte("k"))
+	require.True(t, errors.Is(err, ErrConnLost), "the next call fails at once: %v", err)
+}
