@@ -170,9 +170,24 @@ func (l *tcpLink) send(ctx context.Context, step uint32, b []byte, _ bool) error
 	return nil
 }
 
-func (l *tcpLink) recv(ctx context.Context, step uint32, n int) ([]byte, error) {
+func (l *tcpLink) recv(ctx context.Context, step uint32, n int) (b []byte, err error) {
 	dl, _ := ctx.Deadline()
 	_ = l.prev.SetReadDeadline(dl)
+	// A cancelled ctx ends the read as its deadline does (the RDMA ring's
+	// wait takes both), and says so rather than blame the previous rank.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = l.prev.SetReadDeadline(time.Unix(1, 0))
+		close(fired)
+	})
+	defer func() {
+		if !stop() {
+			<-fired
+			if err != nil {
+				err = context.Cause(ctx)
+			}
+		}
+	}()
 	var h [8]byte
 	if _, err := io.ReadFull(l.r, h[:]); err != nil {
 		return nil, l.recvErr(err)
