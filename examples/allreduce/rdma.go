@@ -106,6 +106,8 @@ type rdmaLink struct {
 	// leave: byeIn[i], the neighbour on side i (toNext, toPrev) said it
 	// is done; byeOut[i], ours to it was acknowledged.
 	byeIn, byeOut [2]bool
+	probing       bool          // a probe of the previous rank is outstanding (pollProbing)
+	probeIdle     time.Duration // probeIdle (a test may change it before the ring runs)
 	wcs           []ib.WC
 	waiter        ib.HybridWaiter // Config.Spin; it keeps its adapted budget
 }
@@ -151,7 +153,7 @@ func DialRDMA(ctx context.Context, dev *ib.Device, cfg Config, rc RDMAConfig) (*
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	l := &rdmaLink{cfg: cfg, arrived: map[uint32]bool{}, wcs: make([]ib.WC, 16)}
+	l := &rdmaLink{cfg: cfg, arrived: map[uint32]bool{}, wcs: make([]ib.WC, 16), probeIdle: probeIdle}
 	l.waiter.Spin = cfg.Spin
 	r := &Ring{ring: ring{cfg: cfg, l: l, data: make([]float32, cfg.Count)}}
 	r.closeFn = l.close
@@ -518,8 +520,44 @@ func trimNUL(b []byte) string {
 
 // poll handles completions until cond holds.
 func (l *rdmaLink) poll(ctx context.Context, cond func() bool) error {
+	return l.pollProbing(ctx, cond, false)
+}
+
+// probeIdle is how long a rank waits for its previous rank's chunk before
+// it probes that rank: a zero-length RDMA WRITE, which the previous
+// rank's engine acknowledges (IBA 9.4.4: no memory, no rkey, no
+// completion there) and a dead rank's does not, so the QP runs out of
+// retries (RETRY_EXC_ERR, about 3 s with ackTimeout and 7 retries). A
+// rank whose previous rank died while it had nothing in flight to it
+// would otherwise wait for the step's Timeout (60 s for rxed allreduce),
+// and so would every rank behind it; a sending rank already learns it
+// from its unacknowledged WRITEs. A slow but live rank costs one probe a
+// second.
+const probeIdle = time.Second
+
+// probeID marks a probe's completion (a WRITE's ID is otherwise the
+// number of WRITEs it stands for, at most sendDepth).
+const probeID = 1 << 62
+
+// pollProbing is poll, probing the previous rank every probeIdle without
+// a completion if probe (recv's wait for a chunk).
+func (l *rdmaLink) pollProbing(ctx context.Context, cond func() bool, probe bool) error {
 	for !cond() {
-		n, err := l.waiter.Wait(ctx, l.cq, l.wcs)
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if probe {
+			wctx, cancel = context.WithTimeout(ctx, l.probeIdle)
+		}
+		n, err := l.waiter.Wait(wctx, l.cq, l.wcs)
+		cancel()
+		if err != nil && probe && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			if !l.probing {
+				if err := l.qpPrev.PostSend(ib.SendWR{ID: probeID, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled}); err != nil {
+					return err
+				}
+				l.probing = true
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -568,6 +606,10 @@ func (l *rdmaLink) handle(wc ib.WC) error {
 			l.byeOut[l.side(wc.QPNum)] = true
 		}
 	case ib.WCRDMAWrite:
+		if wc.ID == probeID {
+			l.probing = false
+			return nil
+		}
 		l.inFlight -= int(wc.ID) // the WRITEs this signaled one stands for (send)
 		l.writeWCs++
 	}
@@ -618,7 +660,7 @@ func (l *rdmaLink) send(ctx context.Context, step uint32, b []byte, last bool) e
 }
 
 func (l *rdmaLink) recv(ctx context.Context, step uint32, n int) ([]byte, error) {
-	if err := l.poll(ctx, func() bool { return l.arrived[step] }); err != nil {
+	if err := l.pollProbing(ctx, func() bool { return l.arrived[step] }, true); err != nil {
 		return nil, err
 	}
 	delete(l.arrived, step)
@@ -688,11 +730,17 @@ func (l *rdmaLink) close() error {
 	if l.l != nil {
 		_ = l.l.Close()
 	}
+	// Both DREQs leave at once: one after the other, a dead neighbour's
+	// wait for its DREP (up to the second above) held back the living
+	// one's, which learned a second late that the ring had failed, and
+	// its own next neighbour a second after it.
+	var wg sync.WaitGroup
 	for _, c := range []*rdmacm.Conn{l.cNext, l.cPrev} {
 		if c != nil {
-			_ = c.Disconnect(ctx)
+			wg.Go(func() { _ = c.Disconnect(ctx) })
 		}
 	}
+	wg.Wait()
 	for _, q := range []*ib.QP{l.qpNext, l.qpPrev} {
 		if q != nil {
 			_ = q.Destroy()
