@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -69,37 +70,106 @@ func DialTCP(ctx context.Context, cfg Config, tc TCPConfig) (*Ring, error) {
 	return r, nil
 }
 
+// acceptPrev takes the previous rank's connection: the first whose hello
+// is a ring's. Each connection's hello is read on its own, so one that is
+// not a ring's (a port scanner, a health check, an HTTP client at the
+// wrong port) is closed and passed over, and one that says nothing does
+// not hold the neighbour's back, as the RDMA ring passes over a REQ that
+// is not a ring's. The connections not taken are closed on return.
 func (l *tcpLink) acceptPrev(ctx context.Context, ln net.Listener) error {
-	c, err := ln.Accept()
-	if err != nil {
-		return fmt.Errorf("allreduce: rank %d: no connection from rank %d within %v", l.cfg.Rank, l.cfg.prev(), l.cfg.Timeout)
+	type arrival struct {
+		c   net.Conn
+		h   hello
+		err error // reading or parsing the hello; the listener's end if c is nil
+	}
+	arrivals := make(chan arrival)
+	quit := make(chan struct{})
+	var mu sync.Mutex
+	var open []net.Conn // closed on return, but for the one taken
+	var taken net.Conn
+	returned := false
+	defer func() {
+		close(quit)
+		mu.Lock()
+		returned = true
+		for _, c := range open {
+			if c != taken {
+				c.Close()
+			}
+		}
+		mu.Unlock()
+	}()
+	deliver := func(a arrival) {
+		select {
+		case arrivals <- a:
+		case <-quit:
+			if a.c != nil {
+				a.c.Close()
+			}
+		}
 	}
 	dl, _ := ctx.Deadline()
-	_ = c.SetDeadline(dl)
-	var b [helloLen]byte
-	if _, err := io.ReadFull(c, b[:]); err != nil {
-		c.Close()
-		return fmt.Errorf("allreduce: rank %d: reading rank %d's hello: %w", l.cfg.Rank, l.cfg.prev(), err)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				deliver(arrival{err: err})
+				return
+			}
+			mu.Lock()
+			if returned {
+				mu.Unlock()
+				c.Close()
+				return
+			}
+			open = append(open, c)
+			mu.Unlock()
+			go func() {
+				_ = c.SetDeadline(dl)
+				var b [helloLen]byte
+				if _, err := io.ReadFull(c, b[:]); err != nil {
+					deliver(arrival{c: c, err: err})
+					return
+				}
+				h, err := parseHello(b[:])
+				deliver(arrival{c: c, h: h, err: err})
+			}()
+		}
+	}()
+	for {
+		var a arrival
+		select {
+		case a = <-arrivals:
+		case <-ctx.Done():
+			return fmt.Errorf("allreduce: rank %d: no connection from rank %d within %v", l.cfg.Rank, l.cfg.prev(), l.cfg.Timeout)
+		}
+		if a.c == nil {
+			return fmt.Errorf("allreduce: rank %d: no connection from rank %d within %v", l.cfg.Rank, l.cfg.prev(), l.cfg.Timeout)
+		}
+		if a.err != nil {
+			a.c.Close() // not a ring's hello: not our neighbour
+			continue
+		}
+		c := a.c
+		err := l.cfg.agree(a.h, l.cfg.prev())
+		answer := hello{rank: l.cfg.Rank, ranks: l.cfg.Ranks, count: l.cfg.Count}.append(nil)
+		var reason string
+		if err != nil {
+			reason = err.Error()
+		}
+		answer = binary.LittleEndian.AppendUint16(answer, uint16(len(reason)))
+		answer = append(answer, reason...)
+		_, _ = c.Write(answer)
+		if err != nil {
+			return fmt.Errorf("allreduce: %w", err)
+		}
+		_ = c.SetDeadline(time.Time{})
+		mu.Lock()
+		taken = c
+		mu.Unlock()
+		l.prev, l.r = c, bufio.NewReaderSize(c, 64<<10)
+		return nil
 	}
-	h, err := parseHello(b[:])
-	if err == nil {
-		err = l.cfg.agree(h, l.cfg.prev())
-	}
-	answer := hello{rank: l.cfg.Rank, ranks: l.cfg.Ranks, count: l.cfg.Count}.append(nil)
-	var reason string
-	if err != nil {
-		reason = err.Error()
-	}
-	answer = binary.LittleEndian.AppendUint16(answer, uint16(len(reason)))
-	answer = append(answer, reason...)
-	_, _ = c.Write(answer)
-	if err != nil {
-		c.Close()
-		return fmt.Errorf("allreduce: %w", err)
-	}
-	_ = c.SetDeadline(time.Time{})
-	l.prev, l.r = c, bufio.NewReaderSize(c, 64<<10)
-	return nil
 }
 
 func (l *tcpLink) dialNext(ctx context.Context, addr string) error {
