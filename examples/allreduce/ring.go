@@ -26,9 +26,14 @@ type Config struct {
 	Spin time.Duration
 }
 
+// MaxRanks is the most ranks a ring has: the hello carries a rank and
+// the rank count in 16 bits each (hello.go), so a larger count would
+// wrap and two ranks would take each other for another.
+const MaxRanks = 1<<16 - 1
+
 func (c Config) check() error {
-	if c.Ranks < 2 {
-		return fmt.Errorf("allreduce: %d ranks (at least 2)", c.Ranks)
+	if c.Ranks < 2 || c.Ranks > MaxRanks {
+		return fmt.Errorf("allreduce: %d ranks (2 to %d)", c.Ranks, MaxRanks)
 	}
 	if c.Rank < 0 || c.Rank >= c.Ranks {
 		return fmt.Errorf("allreduce: rank %d of %d", c.Rank, c.Ranks)

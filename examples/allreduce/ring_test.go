@@ -218,3 +218,19 @@ func TestRankDies(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigRefusesMoreRanksThanTheHelloCarries: a rank count or rank
+// that does not fit the hello's 16-bit fields is refused before anything
+// is connected. Bug (the workload audit, session AH): Config.check had
+// no upper bound, and 65,537 ranks went out in the hello as 1.
+func TestConfigRefusesMoreRanksThanTheHelloCarries(t *testing.T) {
+	ok := Config{Ranks: MaxRanks, Rank: MaxRanks - 1, Count: MaxRanks, Timeout: time.Second}
+	require.NoError(t, ok.check())
+	for _, c := range []Config{
+		{Ranks: MaxRanks + 1, Rank: 0, Count: MaxRanks + 1, Timeout: time.Second},
+		{Ranks: 1 << 20, Rank: 5, Count: 1 << 20, Timeout: time.Second},
+		{Ranks: 1, Rank: 0, Count: 4, Timeout: time.Second},
+	} {
+		require.ErrorContains(t, c.check(), "ranks (2 to 65535)", "%+v", c)
+	}
+}
