@@ -150,6 +150,9 @@ type TCPClient struct {
 	out   []byte
 	id    uint32
 	stats ClientStats
+	// closed: c is closed, by Close or by a call its context ended
+	// (Reconnect opens another); Close then has nothing to do.
+	closed bool
 }
 
 // DialTCP connects to the kv server's TCP address.
@@ -163,7 +166,7 @@ func DialTCP(ctx context.Context, addr string) (*TCPClient, error) {
 
 // Reconnect dials the server again.
 func (cl *TCPClient) Reconnect(ctx context.Context) error {
-	if cl.c != nil {
+	if cl.c != nil && !cl.closed {
 		cl.c.Close()
 	}
 	var d net.Dialer
@@ -174,12 +177,20 @@ func (cl *TCPClient) Reconnect(ctx context.Context) error {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	cl.c, cl.r = c, bufio.NewReaderSize(c, 4096)
+	cl.c, cl.r, cl.closed = c, bufio.NewReaderSize(c, 4096), false
 	return nil
 }
 
-// Close closes the connection.
-func (cl *TCPClient) Close() error { return cl.c.Close() }
+// Close closes the connection. It returns nil when the connection is
+// already closed (a call whose context ended dropped it, or an earlier
+// Close), as the RDMA client's Close does.
+func (cl *TCPClient) Close() error {
+	if cl.closed {
+		return nil
+	}
+	cl.closed = true
+	return cl.c.Close()
+}
 
 // Stats returns the client's counters (BytesRead: response bytes).
 func (cl *TCPClient) Stats() ClientStats { return cl.stats }
@@ -215,6 +226,7 @@ func (cl *TCPClient) call(ctx context.Context, o op, key, val []byte) (v []byte,
 		<-fired // the deadline is in the past: it must not end the next call
 		if err != nil {
 			_ = cl.c.Close()
+			cl.closed = true
 			err = cl.lost(context.Cause(ctx))
 		}
 	}()
