@@ -188,14 +188,26 @@ func (l *tcpLink) dialNext(ctx context.Context, addr string) error {
 		}
 		dl, _ := ctx.Deadline()
 		_ = c.SetDeadline(dl)
-		if _, err := c.Write(hello{rank: l.cfg.Rank, ranks: l.cfg.Ranks, count: l.cfg.Count}.append(nil)); err != nil {
+		// A cancelled ctx ends the hello exchange too, not only its
+		// deadline (a next rank that accepted and never answers).
+		stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+		helloErr := func(what string, err error) error {
+			stop()
 			c.Close()
-			return fmt.Errorf("allreduce: rank %d: hello to rank %d: %w", l.cfg.Rank, l.cfg.next(), err)
+			if ctx.Err() != nil {
+				err = context.Cause(ctx)
+			}
+			return fmt.Errorf("allreduce: rank %d: %s rank %d: %w", l.cfg.Rank, what, l.cfg.next(), err)
+		}
+		if _, err := c.Write(hello{rank: l.cfg.Rank, ranks: l.cfg.Ranks, count: l.cfg.Count}.append(nil)); err != nil {
+			return helloErr("hello to", err)
 		}
 		var b [helloLen + 2]byte
 		if _, err := io.ReadFull(c, b[:]); err != nil {
-			c.Close()
-			return fmt.Errorf("allreduce: rank %d: rank %d did not answer: %w", l.cfg.Rank, l.cfg.next(), err)
+			return helloErr("no answer from", err)
+		}
+		if !stop() {
+			return helloErr("no answer from", context.Cause(ctx))
 		}
 		if n := binary.LittleEndian.Uint16(b[helloLen:]); n > 0 {
 			reason := make([]byte, n)
