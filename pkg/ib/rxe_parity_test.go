@@ -248,3 +248,33 @@ func TestBindMWRefusesWhatRxeBindMWRefuses(t *testing.T) {
 	require.NoError(t, foreign.Dereg())
 	require.NoError(t, otherPD.Dealloc())
 }
+
+// A Modify without IBV_QP_STATE on an RTR QP is the move RTR->RTR, which
+// the kernel's qp_state_table (ib_modify_qp_is_ok, from rxe_qp_chk_attr)
+// does not have: EINVAL on rxe, ErrInvalidTransition here, the QP left in
+// RTR. rxed let Modify(nil, 0) through. On RTS, whose table entry exists,
+// nil attributes with a mask read as zero values: the engine's worker
+// dereferenced nil and the process died.
+func TestModifyWithoutStateOnRTRIsInvalid(t *testing.T) {
+	_, qa, b, qb := testPair(t)
+	require.NoError(t, qa.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: remoteAll},
+		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))
+	require.NoError(t, qa.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: qb.Num(), RQPSN: 1,
+		MaxDestRdAtomic: 4, MinRNRTimer: 1, AV: ib.AddrVector{DGID: b.addr, PortNum: 1, DestPort: b.dev.UDPPort()}},
+		ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer))
+	for _, c := range []struct {
+		attr *ib.QPAttr
+		mask ib.QPAttrMask
+	}{{nil, 0}, {&ib.QPAttr{}, 0}, {&ib.QPAttr{MinRNRTimer: 3}, ib.AttrMinRNRTimer}, {&ib.QPAttr{State: ib.QPSRTR}, ib.AttrState}} {
+		require.ErrorIs(t, qa.Modify(c.attr, c.mask), ib.ErrInvalidTransition, "%+v", c)
+		require.Equal(t, ib.QPSRTR, qa.State())
+	}
+	require.NoError(t, qa.Modify(&ib.QPAttr{State: ib.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+		ib.AttrState|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrSQPSN|ib.AttrMaxQPRdAtomic))
+	require.NoError(t, qa.Modify(nil, 0))
+	require.NoError(t, qa.Modify(nil, ib.AttrMinRNRTimer))
+	attr, _, err := qa.Query()
+	require.NoError(t, err)
+	require.Equal(t, ib.QPSRTS, attr.State)
+	require.Zero(t, attr.MinRNRTimer)
+}

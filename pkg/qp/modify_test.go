@@ -389,9 +389,10 @@ func TestCheckModifyBadInput(t *testing.T) {
 	err = CheckModify(RC, State(42), goodAttr(Reset, Init), AttrState)
 	require.ErrorIs(t, err, ErrAttrValue)
 
-	// nil attributes: an empty mask is a no-op, anything else is checked
-	// against zero values (so STATE means RESET).
+	// nil attributes read as zero values (so STATE means RESET); an empty
+	// mask is the move to the same state (TestSameStateModifyFollowsTheKernelTable).
 	require.NoError(t, CheckModify(RC, RTS, nil, 0))
+	require.ErrorIs(t, CheckModify(RC, RTR, nil, 0), ErrInvalidTransition)
 	require.NoError(t, CheckModify(RC, RTS, nil, AttrAccessFlags))
 	require.NoError(t, CheckModify(RC, RTS, nil, AttrState))
 	err = CheckModify(RC, Reset, nil, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags)

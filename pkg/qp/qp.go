@@ -272,6 +272,9 @@ func (q *QP) resetProtocol() {
 // Modify applies a validated attribute change (ibv_modify_qp). It runs on
 // the owner goroutine. Moving to ERR flushes both queues.
 func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
+	if a == nil {
+		a = &Attr{} // as CheckModify reads it: every selected value zero
+	}
 	cur := q.attr.State
 	if err := CheckModify(q.typ, cur, a, mask); err != nil {
 		return err
