@@ -278,3 +278,26 @@ func TestModifyWithoutStateOnRTRIsInvalid(t *testing.T) {
 	require.Equal(t, ib.QPSRTS, attr.State)
 	require.Zero(t, attr.MinRNRTimer)
 }
+
+// ibv_query_qp on rxe reads max_rd_atomic and max_dest_rd_atomic back
+// rounded up to a power of two: rxe_qp_from_attr stores
+// roundup_pow_of_two of each (0 stays 0) and rxe_qp_to_attr copies
+// qp->attr. rxed reported them as given.
+func TestQueryReportsRdAtomicDepthsRoundedUp(t *testing.T) {
+	a, _, b, qb := testPair(t)
+	for _, c := range []struct{ give, want uint8 }{{0, 0}, {1, 1}, {3, 4}, {5, 8}, {16, 16}, {100, 128}, {128, 128}} {
+		q := a.createQP(ib.RC)
+		require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, AccessFlags: remoteAll},
+			ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrAccessFlags))
+		require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSRTR, PathMTU: ib.MTU1024, DestQPN: qb.Num(), RQPSN: 1,
+			MaxDestRdAtomic: c.give, AV: ib.AddrVector{DGID: b.addr, PortNum: 1, DestPort: b.dev.UDPPort()}},
+			ib.AttrState|ib.AttrAV|ib.AttrPathMTU|ib.AttrDestQPN|ib.AttrRQPSN|ib.AttrMaxDestRdAtomic|ib.AttrMinRNRTimer))
+		require.NoError(t, q.Modify(&ib.QPAttr{State: ib.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: c.give},
+			ib.AttrState|ib.AttrTimeout|ib.AttrRetryCnt|ib.AttrRNRRetry|ib.AttrSQPSN|ib.AttrMaxQPRdAtomic))
+		attr, _, err := q.Query()
+		require.NoError(t, err)
+		require.Equal(t, c.want, attr.MaxRdAtomic, "max_rd_atomic %d", c.give)
+		require.Equal(t, c.want, attr.MaxDestRdAtomic, "max_dest_rd_atomic %d", c.give)
+		require.NoError(t, q.Destroy())
+	}
+}

@@ -201,3 +201,13 @@ const (
 	AccessFlushGlobal     = mr.FlushGlobal     // IBV_ACCESS_FLUSH_GLOBAL
 	AccessFlushPersistent = mr.FlushPersistent // IBV_ACCESS_FLUSH_PERSISTENT
 )
+
+// roundUpPow2 is the kernel's roundup_pow_of_two for a read/atomic depth,
+// 0 kept as 0 (rxe_qp_from_attr). CheckModify holds a depth to 128
+// (RXE_MAX_QP_RD_ATOM), so the result fits.
+func roundUpPow2(n uint8) uint8 {
+	if n <= 1 {
+		return n
+	}
+	return uint8(1 << bits.Len8(n-1))
+}

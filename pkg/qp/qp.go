@@ -328,12 +328,15 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	if mask.Has(AttrPort) {
 		q.attr.PortNum = a.PortNum
 	}
+	// rxe_qp_from_attr rounds both depths up to a power of two (0 stays
+	// 0) and works with, and ibv_query_qp reports, the rounded value: a
+	// C program that asks for 3 reads back 4 and may have 4 outstanding.
 	if mask.Has(AttrMaxQPRdAtomic) {
-		q.attr.MaxRdAtomic = a.MaxRdAtomic
+		q.attr.MaxRdAtomic = roundUpPow2(a.MaxRdAtomic)
 	}
 	if mask.Has(AttrMaxDestRdAtomic) {
-		q.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
-		q.resp.resizeResources(int(a.MaxDestRdAtomic))
+		q.attr.MaxDestRdAtomic = roundUpPow2(a.MaxDestRdAtomic)
+		q.resp.resizeResources(int(q.attr.MaxDestRdAtomic))
 	}
 	if mask.Has(AttrMinRNRTimer) {
 		q.attr.MinRNRTimer = a.MinRNRTimer
