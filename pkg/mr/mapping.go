@@ -94,16 +94,6 @@ var openMappings struct {
 	set map[*Mapping]struct{}
 }
 
-func track(m *Mapping) *Mapping {
-	openMappings.Lock()
-	defer openMappings.Unlock()
-	if openMappings.set == nil {
-		openMappings.set = make(map[*Mapping]struct{})
-	}
-	openMappings.set[m] = struct{}{}
-	return m
-}
-
 // mappingOf returns the open mapping buf lies in, or nil.
 func mappingOf(buf []byte) *Mapping {
 	openMappings.Lock()

@@ -103,3 +103,16 @@ func munmap(b []byte) error {
 	}
 	return nil
 }
+
+// track adds a new mapping to openMappings. It lives here because only
+// this platform's constructors make mappings; elsewhere openMappings stays
+// empty.
+func track(m *Mapping) *Mapping {
+	openMappings.Lock()
+	defer openMappings.Unlock()
+	if openMappings.set == nil {
+		openMappings.set = make(map[*Mapping]struct{})
+	}
+	openMappings.set[m] = struct{}{}
+	return m
+}

@@ -78,8 +78,8 @@ func (y *sockSys) setSource(src netip.Addr, is6 bool, ifindex uint32) {
 // noteOverflow folds the kernel's drop counter of this socket (a 32-bit
 // running count, SO_RXQ_OVFL) into the Conn's DropRcvbuf.
 func (s *udpSocket) noteOverflow(count uint32) {
-	if d := count - s.ovfl; d != 0 && d < 1<<31 {
-		s.ovfl = count
+	if d := count - s.sys.ovfl; d != 0 && d < 1<<31 {
+		s.sys.ovfl = count
 		s.conn.stats.dropRcvbuf.Add(uint64(d))
 	}
 }

@@ -155,7 +155,7 @@ func TestNoteOverflow(t *testing.T) {
 		require.Equal(t, step.total, s.conn.stats.dropRcvbuf.Load(), "count %d", step.count)
 	}
 	s = cmsgSocket()
-	s.ovfl = 0xFFFFFFFE
+	s.sys.ovfl = 0xFFFFFFFE
 	s.noteOverflow(1) // wrapped: 0xFFFFFFFF, 0, 1
 	require.Equal(t, uint64(3), s.conn.stats.dropRcvbuf.Load())
 }
@@ -266,7 +266,7 @@ func FuzzParseCmsgs(f *testing.F) {
 		}
 		require.Equal(t, want.local, m.local)
 		require.Equal(t, want.segSize, m.segSize)
-		require.Equal(t, ref.ovfl, s.ovfl)
+		require.Equal(t, ref.sys.ovfl, s.sys.ovfl)
 		require.Equal(t, ref.conn.stats.dropRcvbuf.Load(), s.conn.stats.dropRcvbuf.Load())
 	})
 }

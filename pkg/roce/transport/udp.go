@@ -80,7 +80,6 @@ type udpSocket struct {
 	is6    bool
 	free   *batchPool   // the free batches (recycling never blocks)
 	made   atomic.Int32 // batches allocated
-	ovfl   uint32       // the kernel's drop count last seen (SO_RXQ_OVFL); the reader's
 	slotSz int
 	sys    sockSys // platform state: raw conn, tx structures, offload flags
 }

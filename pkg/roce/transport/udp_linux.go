@@ -36,6 +36,9 @@ type sockSys struct {
 	held     bool // the last hooked attempt returned holding the locks
 	skipped  bool // ... without taking datagrams (hold said no)
 	polled   bool // the last poll took datagrams
+	// ovfl is the kernel's drop count last seen (SO_RXQ_OVFL), only
+	// Linux's: the portable path has no control messages.
+	ovfl uint32
 
 	// Send side, under txMu.
 	txMu    sync.Mutex
