@@ -50,10 +50,12 @@ var (
 	// (rxe_qp_chk_init's EOPNOTSUPP).
 	ErrBadQPType = qp.ErrBadQPType
 	// ErrSRQSize: CreateSRQ's max_wr outside 1..MaxSRQWR or max_sge above
-	// MaxSRQSGE (rxe_srq_chk_init's EINVAL).
+	// MaxSRQSGE (rxe_srq_chk_init's EINVAL); SRQ.Modify's max_wr outside
+	// 1..MaxSRQWR, below the armed limit (rxe_srq_chk_attr's EINVAL) or
+	// below the receives queued (rxe_queue_resize's EINVAL).
 	ErrSRQSize = qp.ErrQueueSize
 	// ErrSRQLimit: an SRQ limit below 0, or above max_wr when armed
-	// (rxe_srq_chk_attr's EINVAL).
+	// (ArmLimit, SRQ.Modify; rxe_srq_chk_attr's EINVAL).
 	ErrSRQLimit = qp.ErrSRQLimit
 	// ErrInvalidArgument: an argument no object can take, such as a
 	// memory window type other than 1 and 2.

@@ -350,6 +350,55 @@ func (s *SRQ) ArmLimit(limit int) error {
 	return nil
 }
 
+// SRQAttr is struct ibv_srq_attr (SRQ.Query, SRQ.Modify).
+type SRQAttr = qp.SRQAttr
+
+// SRQAttrMask is enum ibv_srq_attr_mask.
+type SRQAttrMask = qp.SRQAttrMask
+
+// SRQ attribute bits of SRQ.Modify.
+const (
+	SRQMaxWR = qp.SRQMaxWR // IBV_SRQ_MAX_WR: resize
+	SRQLimit = qp.SRQLimit // IBV_SRQ_LIMIT: arm the limit event (as ArmLimit)
+)
+
+// Modify resizes the SRQ (SRQMaxWR) and/or sets srq_limit (SRQLimit),
+// like ibv_modify_srq on rdma_rxe (rxe_srq_chk_attr, rxe_queue_resize),
+// all or nothing: a refusal changes nothing. A resize keeps the queued
+// receives in order for the QPs; it fails with ErrSRQSize when max_wr is
+// outside 1..MaxSRQWR, below the limit armed before the call or below
+// the receives queued. A limit above the max_wr before the call's
+// resize, or below 0, fails with ErrSRQLimit. Other mask bits are
+// ignored, as rxe ignores them; nil attr reads as zero values. After
+// Destroy it fails with ErrDestroyed.
+//
+// Posts (PostRecv) and the QPs' takes may run meanwhile: the resize is
+// one step between them (pkg/qp SRQ.Modify), so no receive is lost,
+// repeated or reordered; a post that found the old queue full failed
+// with ErrRecvFull.
+func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
+	var a SRQAttr
+	if attr != nil {
+		a = *attr
+	}
+	if err := s.srq.Modify(a, mask); err != nil {
+		return wrap("SRQ.Modify", srqErr(err))
+	}
+	return nil
+}
+
+// Query returns max_wr, max_sge and srq_limit (ibv_query_srq): the sizes
+// exactly as created or resized (rxe reports the 2^k - 1 it rounded
+// them up to), a max_sge of 0 read as the 1 it got, srq_limit 0 when
+// disarmed or fired. After Destroy it fails with ErrDestroyed.
+func (s *SRQ) Query() (SRQAttr, error) {
+	a, err := s.srq.Query()
+	if err != nil {
+		return SRQAttr{}, wrap("SRQ.Query", srqErr(err))
+	}
+	return a, nil
+}
+
 // srqErr gives qp's "receive queue destroyed" of a destroyed SRQ this
 // package's ErrDestroyed.
 func srqErr(err error) error {

@@ -67,8 +67,13 @@ func newRecvQueue(maxWR, maxSGE int) *RecvQueue {
 	return q
 }
 
-// Cap returns max_wr, the number of requests the queue holds.
-func (q *RecvQueue) Cap() int { return len(q.slots) }
+// Cap returns max_wr, the number of requests the queue holds (an SRQ's
+// changes with SRQ.Modify, hence the lock).
+func (q *RecvQueue) Cap() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.slots)
+}
 
 // MaxSGE returns max_sge, the most SGEs one request may have.
 func (q *RecvQueue) MaxSGE() int { return q.maxSGE }
@@ -119,8 +124,9 @@ func (q *RecvQueue) PostList(wrs []RecvWR) (int, error) {
 
 // Peek returns the oldest request without consuming it, or false if the
 // queue is empty. The pointer stays valid, and its contents unchanged,
-// until that request is consumed by Pop or Flush; this lets the responder
-// fill one receive across the packets of a multi-packet SEND.
+// until that request is consumed by Pop or Flush (an SRQ resize moves
+// the request but leaves the old copy as it was); this lets the
+// responder fill one receive across the packets of a multi-packet SEND.
 func (q *RecvQueue) Peek() (*RecvWR, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -239,16 +245,7 @@ func NewSRQ(maxWR, maxSGE int, limit int) (*SRQ, error) {
 // once; the event comes with the next consumption. A limit larger than
 // max_wr is refused and nothing changes.
 func (s *SRQ) ArmLimit(limit int) error {
-	if limit < 0 || limit > len(s.slots) {
-		return fmt.Errorf("%w: %d (want 0..%d)", ErrSRQLimit, limit, len(s.slots))
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrQueueClosed
-	}
-	s.limit = limit
-	return nil
+	return s.Modify(SRQAttr{Limit: limit}, SRQLimit)
 }
 
 // Limit returns the armed srq_limit, 0 when disarmed (ibv_query_srq).
