@@ -356,7 +356,7 @@ type DeviceAttr struct {
 	PhysPortCnt        int    // phys_port_cnt: always 1
 	MaxInlineData      int    // max_inline_data per send WR (RXE_MAX_INLINE_DATA)
 	MaxMsgSize         uint64 // largest message in bytes, as the port reports it
-	DeviceCapFlags     uint64 // device_cap_flags (IBV_DEVICE_* bits)
+	DeviceCapFlags     uint64 // device_cap_flags: rxe's (Device* bits)
 	MaxFastRegPageList int    // max_fast_reg_page_list_len (RXE_MAX_FMR_PAGE_LIST_LEN)
 	// multicast (mcast.go): groups, QPs per group, attachments in all
 	MaxMcastGrp           int // max_mcast_grp (RXE_MAX_MCAST_GRP)
@@ -385,13 +385,39 @@ func (d *Device) QueryDevice() DeviceAttr {
 		MaxMW: 0x1000, MaxSRQ: 0x4000, MaxSRQWR: qp.MaxSRQWR, MaxSRQSGE: qp.MaxSRQSGE,
 		MaxPKeys: 64, LocalCAAckDelay: 15, PhysPortCnt: 1,
 		MaxInlineData: int(qp.DefaultLimits.MaxInlineData), MaxMsgSize: portMaxMsgSz,
-		MaxFastRegPageList: 512,
-		MaxMcastGrp:        MaxMcastGrp, MaxMcastQPAttach: MaxMcastQPAttach, MaxTotalMcastQPAttach: MaxTotalMcastQPAttach,
+		DeviceCapFlags: deviceCapFlags, MaxFastRegPageList: 512,
+		MaxMcastGrp: MaxMcastGrp, MaxMcastQPAttach: MaxMcastQPAttach, MaxTotalMcastQPAttach: MaxTotalMcastQPAttach,
 	}
 }
 
 // portMaxMsgSz is the port's max_msg_sz (RXE_PORT_MAX_MSG_SZ).
 const portMaxMsgSz = 0x800000
+
+// Device capability bits (enum ibv_device_cap_flags, the values the
+// kernel's ib_uverbs_query_device passes to libibverbs).
+const (
+	DeviceBadPKeyCntr      uint64 = 1 << 1  // IBV_DEVICE_BAD_PKEY_CNTR
+	DeviceBadQKeyCntr      uint64 = 1 << 2  // IBV_DEVICE_BAD_QKEY_CNTR
+	DeviceAutoPathMig      uint64 = 1 << 4  // IBV_DEVICE_AUTO_PATH_MIG
+	DeviceChangePhyPort    uint64 = 1 << 5  // IBV_DEVICE_CHANGE_PHY_PORT
+	DeviceUDAVPortEnforce  uint64 = 1 << 6  // IBV_DEVICE_UD_AV_PORT_ENFORCE
+	DevicePortActiveEvent  uint64 = 1 << 10 // IBV_DEVICE_PORT_ACTIVE_EVENT
+	DeviceSysImageGUID     uint64 = 1 << 11 // IBV_DEVICE_SYS_IMAGE_GUID
+	DeviceRCRNRNAKGen      uint64 = 1 << 12 // IBV_DEVICE_RC_RNR_NAK_GEN
+	DeviceSRQResize        uint64 = 1 << 13 // IBV_DEVICE_SRQ_RESIZE: SRQ.Modify with SRQMaxWR
+	DeviceMemWindow        uint64 = 1 << 17 // IBV_DEVICE_MEM_WINDOW
+	DeviceMemMgtExtensions uint64 = 1 << 21 // IBV_DEVICE_MEM_MGT_EXTENSIONS: fast registration, LOCAL_INV
+	DeviceMemWindowType2A  uint64 = 1 << 23 // IBV_DEVICE_MEM_WINDOW_TYPE_2A
+	DeviceMemWindowType2B  uint64 = 1 << 24 // IBV_DEVICE_MEM_WINDOW_TYPE_2B
+)
+
+// deviceCapFlags is rdma_rxe 6.1's RXE_DEVICE_CAP_FLAGS (rxe_param.h;
+// IB_DEVICE_ALLOW_USER_UNREG went to kernel_cap_flags in 6.0), which a
+// C program reads from ibv_query_device on rxe before it resizes an SRQ
+// or binds a window.
+const deviceCapFlags = DeviceBadPKeyCntr | DeviceBadQKeyCntr | DeviceAutoPathMig | DeviceChangePhyPort |
+	DeviceUDAVPortEnforce | DevicePortActiveEvent | DeviceSysImageGUID | DeviceRCRNRNAKGen |
+	DeviceSRQResize | DeviceMemMgtExtensions | DeviceMemWindow | DeviceMemWindowType2A | DeviceMemWindowType2B
 
 // PortState is enum ibv_port_state.
 type PortState int

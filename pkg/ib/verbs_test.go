@@ -120,6 +120,10 @@ func TestQueryDeviceAndPortLimits(t *testing.T) {
 		{"max_pkeys", uint64(a.MaxPKeys), 64}, {"local_ca_ack_delay", uint64(a.LocalCAAckDelay), 15},
 		{"phys_port_cnt", uint64(a.PhysPortCnt), 1}, {"max_inline_data", uint64(a.MaxInlineData), 400},
 		{"max_fast_reg_page_list_len", uint64(a.MaxFastRegPageList), 512}, {"atomic_cap", uint64(a.AtomicCap), 1},
+		// RXE_DEVICE_CAP_FLAGS of 6.1 as ibv_query_device reads it (the
+		// helper session that added SRQ resizing found it 0: a program
+		// checking IBV_DEVICE_SRQ_RESIZE would not resize).
+		{"device_cap_flags", a.DeviceCapFlags, 0x1a23c76},
 	} {
 		require.Equal(t, c.want, c.got, c.name)
 	}
