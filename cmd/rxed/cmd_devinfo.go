@@ -72,7 +72,8 @@ func writeDevinfo(w io.Writer, dev *ib.Device, udpPort uint16, verbose bool) {
 			v    any
 		}{
 			{"max_mr_size", fmt.Sprintf("0x%x", a.MaxMRSize)}, {"page_size_cap", fmt.Sprintf("0x%x", a.PageSizeCap)},
-			{"max_qp", a.MaxQP}, {"max_qp_wr", a.MaxQPWR}, {"max_sge", a.MaxSGE}, {"max_sge_rd", a.MaxSGERd},
+			{"max_qp", a.MaxQP}, {"max_qp_wr", a.MaxQPWR}, {"device_cap_flags", capFlags(a.DeviceCapFlags)},
+			{"max_sge", a.MaxSGE}, {"max_sge_rd", a.MaxSGERd},
 			{"max_cq", a.MaxCQ}, {"max_cqe", a.MaxCQE}, {"max_mr", a.MaxMR}, {"max_pd", a.MaxPD},
 			{"max_qp_rd_atom", a.MaxQPRdAtom}, {"max_qp_init_rd_atom", a.MaxQPInitRdAtom},
 			{"max_res_rd_atom", a.MaxResRdAtom}, {"atomic_cap", atomicCap(a.AtomicCap)}, {"max_mw", a.MaxMW},
@@ -112,6 +113,41 @@ func writeDevinfo(w io.Writer, dev *ib.Device, udpPort uint16, verbose bool) {
 		fmt.Fprintf(&b, "\t\t\tGID[%3d]:\t\t%s, RoCE v2\n", i, oob.FormatGID(g.As16()))
 	}
 	_, _ = io.WriteString(w, b.String())
+}
+
+// capFlagNames are ibv_devinfo's names of the device_cap_flags bits, in
+// the order it prints them (libibverbs/examples/devinfo.c,
+// print_device_cap_flags).
+var capFlagNames = []struct {
+	bit  uint64
+	name string
+}{
+	{1 << 0, "RESIZE_MAX_WR"}, {1 << 1, "BAD_PKEY_CNTR"}, {1 << 2, "BAD_QKEY_CNTR"}, {1 << 3, "RAW_MULTI"},
+	{1 << 4, "AUTO_PATH_MIG"}, {1 << 5, "CHANGE_PHY_PORT"}, {1 << 6, "UD_AV_PORT_ENFORCE"},
+	{1 << 7, "CURR_QP_STATE_MOD"}, {1 << 8, "SHUTDOWN_PORT"}, {1 << 9, "INIT_TYPE"},
+	{1 << 10, "PORT_ACTIVE_EVENT"}, {1 << 11, "SYS_IMAGE_GUID"}, {1 << 12, "RC_RNR_NAK_GEN"},
+	{1 << 13, "SRQ_RESIZE"}, {1 << 14, "N_NOTIFY_CQ"}, {1 << 17, "MEM_WINDOW"}, {1 << 18, "UD_IP_CSUM"},
+	{1 << 20, "XRC"}, {1 << 21, "MEM_MGT_EXTENSIONS"}, {1 << 23, "MEM_WINDOW_TYPE_2A"},
+	{1 << 24, "MEM_WINDOW_TYPE_2B"}, {1 << 25, "RC_IP_CSUM"}, {1 << 26, "RAW_IP_CSUM"},
+	{1 << 29, "MANAGED_FLOW_STEERING"},
+}
+
+// capFlags is ibv_devinfo -v's device_cap_flags value: the 32-bit word,
+// then a line per bit it knows and one for the rest.
+func capFlags(f uint64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "0x%08x", uint32(f))
+	known := uint64(0)
+	for _, c := range capFlagNames {
+		known |= c.bit
+		if f&c.bit != 0 {
+			b.WriteString("\n\t\t\t\t\t" + c.name)
+		}
+	}
+	if rest := uint32(f &^ known); rest != 0 {
+		fmt.Fprintf(&b, "\n\t\t\t\t\tUnknown flags: 0x%08x", rest)
+	}
+	return b.String()
 }
 
 func atomicCap(c int) string {
