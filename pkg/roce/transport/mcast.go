@@ -48,11 +48,16 @@ type Membership struct {
 }
 
 // Leave ends the membership (IGMP / MLD leave) and closes Conn. Calling it
-// again returns the first call's result.
+// again returns the first call's result. A Membership made by a
+// GroupJoiner of another package (no leave of this package's) has its Conn
+// closed, as the doc of Conn promises, so its reader ends.
 func (m *Membership) Leave() error {
 	m.once.Do(func() {
-		if m.leave != nil {
+		switch {
+		case m.leave != nil:
 			m.err = m.leave()
+		case m.Conn != nil:
+			m.err = m.Conn.Close()
 		}
 	})
 	return m.err

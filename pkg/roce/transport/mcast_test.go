@@ -93,3 +93,22 @@ func TestJoinGroupBadInputAndWrappers(t *testing.T) {
 	require.False(t, IsGroup(netip.MustParseAddr("::ffff:10.0.0.1")))
 	require.False(t, IsGroup(netip.MustParseAddr("fe80::1")))
 }
+
+// TestMembershipLeaveClosesItsConn: a Membership a GroupJoiner of another
+// package made (it cannot set this package's leave) has its Conn closed by
+// Leave, as Leave's doc says, once however often it is called, so the
+// engine's reader of that Conn ends. Without it the engine's group loop
+// read such a Conn for ever (goroutine audit, session AG).
+func TestMembershipLeaveClosesItsConn(t *testing.T) {
+	n := NewMemNetwork()
+	c, err := n.Listen(ap("10.1.0.1:4791"))
+	require.NoError(t, err)
+	m := &Membership{Group: netip.MustParseAddr("239.1.1.1"), Conn: c}
+	require.NoError(t, m.Leave())
+	require.NoError(t, m.Leave())
+	// Closed: the address is free again (a Receive would wait for ever
+	// on an open one).
+	again, err := n.Listen(ap("10.1.0.1:4791"))
+	require.NoError(t, err, "Leave left its Conn open")
+	again.Close()
+}
