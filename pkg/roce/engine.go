@@ -332,6 +332,10 @@ func (e *Engine) Close() error {
 			pollables.remove(e)
 		}
 		err = e.conn.Close()
+		// The multicast groups' receive loops are not in wg: a join may
+		// start one at any time, and leaveAll orders joins against Close
+		// under the table's lock instead.
+		e.mcast.leaveAll(e)
 		e.wg.Wait()
 		// The other engines of the process poll this one's socket
 		// (ProgressOthers): one may have been in a receive on it when

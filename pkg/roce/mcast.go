@@ -65,14 +65,21 @@ var (
 
 // mcastTable is an engine's multicast groups.
 //
-// Locking: mu guards groups and total; it is held across a join or leave
-// (system calls, rare). A group's qps slice is copied on write, so the
-// worker fanning a datagram out reads a snapshot taken under mu and
+// Locking: mu guards groups, total and closed; it is held across a join or
+// leave (system calls, rare). A group's qps slice is copied on write, so
+// the worker fanning a datagram out reads a snapshot taken under mu and
 // iterates it without the lock.
+//
+// Close (leaveAll) sets closed and leaves every group under mu, then waits
+// for loops: a join under mu either comes before (its loop is counted and
+// its socket closed by leaveAll) or sees closed and fails, so no group
+// receive loop outlives Engine.Close.
 type mcastTable struct {
 	mu     sync.Mutex
 	groups map[netip.Addr]*mcastGroup // by group IP address (unmapped)
 	total  int                        // attachments over all groups
+	closed bool                       // Engine.Close left every group: no join after
+	loops  sync.WaitGroup             // group receive loops (startGroupLoop); Add under mu
 }
 
 // mcastGroup is one group: its attached QPs and the transport membership.
@@ -117,6 +124,11 @@ func (e *Engine) AttachMcast(q *qp.QP, gid netip.Addr) error {
 	if q.Closed() {
 		return fmt.Errorf("%w: QP %#x", qp.ErrDestroyed, q.Num())
 	}
+	// Under mu too: a Close that ran since the check above has left every
+	// group and waits for their loops, so a join now would outlive it.
+	if t.closed {
+		return ErrClosed
+	}
 	g := t.groups[group]
 	if g != nil {
 		for _, a := range g.qps {
@@ -144,6 +156,7 @@ func (e *Engine) AttachMcast(q *qp.QP, gid netip.Addr) error {
 		}
 		t.groups[group] = g
 		if mem.Conn != nil {
+			t.loops.Add(1) // under mu, before leaveAll's Wait (closed is false)
 			e.startGroupLoop(mem)
 		}
 		e.log.Debug("roce: joined multicast group", "group", group)
@@ -204,6 +217,24 @@ func (t *mcastTable) detachLocked(e *Engine, q *qp.QP, group netip.Addr) bool {
 	return false
 }
 
+// leaveAll ends every group's membership (Engine.Close) and waits for the
+// groups' receive loops, which end when their sockets close. The groups
+// stay in the table (McastGroups, DetachMcast and DestroyQP's detach work
+// as before; Leave again is a no-op); no group is joined after. The wait
+// is outside mu: a loop's enqueue may wait for a worker, which takes mu
+// (members), and fails once Engine.closed is closed, as it is by now.
+func (t *mcastTable) leaveAll(e *Engine) {
+	t.mu.Lock()
+	t.closed = true
+	for group, g := range t.groups {
+		if err := g.mem.Leave(); err != nil {
+			e.log.Debug("roce: leaving multicast group", "group", group, "err", err)
+		}
+	}
+	t.mu.Unlock()
+	t.loops.Wait()
+}
+
 // McastGroups returns the number of QPs attached to each group.
 func (e *Engine) McastGroups() map[netip.Addr]int {
 	t := &e.mcast
@@ -228,21 +259,14 @@ func (t *mcastTable) members(group netip.Addr) []*qp.QP {
 }
 
 // startGroupLoop receives a membership's own Conn (a UDP socket bound to
-// the group) until Leave or the engine's Close closes it, and hands each
-// datagram to a worker exactly as the main receive loop would (by
-// destination QP number: 0xFFFFFF fans out in handleMcast).
+// the group) until Leave (the last detach, or leaveAll in the engine's
+// Close) closes it, and hands each datagram to a worker exactly as the
+// main receive loop would (by destination QP number: 0xFFFFFF fans out in
+// handleMcast). The caller counted the loop in mcast.loops.
 func (e *Engine) startGroupLoop(mem *transport.Membership) {
 	c := mem.Conn
-	done := make(chan struct{})
 	go func() {
-		select {
-		case <-e.closed:
-			mem.Leave()
-		case <-done:
-		}
-	}()
-	go func() {
-		defer close(done)
+		defer e.mcast.loops.Done()
 		bs := c.BatchSize()
 		if bs <= 0 {
 			bs = transport.DefaultBatchSize
