@@ -107,6 +107,11 @@ type Config struct {
 	MaxReadLen   int64
 	// Now is the clock of the idle timeout (nil: time.Now).
 	Now func() time.Time
+	// Ticker, if set, paces the idle reaper's scans instead of a
+	// time.Ticker (every IdleTimeout/4): a test that injects Now injects
+	// this with it, so that a scan reads the test's clock when the test
+	// says, not at a real tick. stop ends the ticker.
+	Ticker func(every time.Duration) (c <-chan time.Time, stop func())
 }
 
 // Defaults of the security settings.
@@ -156,11 +161,14 @@ type Daemon struct {
 	stopOnce    sync.Once
 	acceptDone  chan struct{}
 	metricsDone chan struct{}
+	reapDone    chan struct{} // closed as reapLoop returns; nil when none runs
+	refusals    sync.WaitGroup
 
 	// Test hooks (nil in production): afterAccept runs in the TCP accept
 	// loop as Accept has returned a client, before its admission;
-	// awaitingAcceptLoop as shutdown starts waiting for that loop.
-	afterAccept, awaitingAcceptLoop func()
+	// awaitingAcceptLoop as shutdown starts waiting for that loop,
+	// awaitingReaper as it starts waiting for reapLoop.
+	afterAccept, awaitingAcceptLoop, awaitingReaper func()
 	// afterGrant runs once an rxed client has been sent the export's
 	// grant, before the session goes on.
 	afterGrant func()
@@ -337,6 +345,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	} else {
 		close(d.metricsDone)
 	}
+	if d.cfg.IdleTimeout > 0 && (d.oobLn != nil || d.cm.ln != nil) {
+		d.reapDone = make(chan struct{})
+		go d.reapLoop()
+	}
 	if d.oobLn != nil {
 		go d.acceptLoop()
 		d.log.Info("perftest exchange", "addr", d.oobLn.Addr().String(), "export", d.target.Spec.Name)
@@ -351,9 +363,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 func (d *Daemon) acceptLoop() {
 	defer close(d.acceptDone)
-	if d.cfg.IdleTimeout > 0 {
-		go d.reapLoop()
-	}
 	for {
 		sess, err := d.oobLn.Accept(d.sessCtx)
 		if err != nil {
@@ -427,6 +436,8 @@ func (d *Daemon) runSession(s *session, what string, peer any, run func(context.
 // perftest client sees the connection closed) without holding the accept
 // loop: a bounded number of refusals run at once, each within the
 // handshake timeout, and beyond that the connection is just closed.
+// Called by the accept loop only, so the Add comes before shutdown's
+// Wait on refusals.
 func (d *Daemon) refuse(sess *oob.Session, st oob.ExtStatus) {
 	select {
 	case d.refusing <- struct{}{}:
@@ -434,7 +445,9 @@ func (d *Daemon) refuse(sess *oob.Session, st oob.ExtStatus) {
 		_ = sess.CloseWithoutExchange()
 		return
 	}
+	d.refusals.Add(1)
 	go func() {
+		defer d.refusals.Done()
 		defer func() { <-d.refusing }()
 		ctx, cancel := context.WithTimeout(d.sessCtx, min(d.cfg.HandshakeTimeout, 2*time.Second))
 		defer cancel()
@@ -442,15 +455,27 @@ func (d *Daemon) refuse(sess *oob.Session, st oob.ExtStatus) {
 	}()
 }
 
-// reapLoop ends idle sessions: it looks a few times per idle timeout.
+// reapLoop ends idle sessions: it looks a few times per idle timeout,
+// on Config.Ticker's ticks if set, until sessCtx ends; shutdown waits for
+// it (reapDone).
 func (d *Daemon) reapLoop() {
-	t := time.NewTicker(max(d.cfg.IdleTimeout/4, 10*time.Millisecond))
-	defer t.Stop()
+	defer close(d.reapDone)
+	every := max(d.cfg.IdleTimeout/4, 10*time.Millisecond)
+	var tick <-chan time.Time
+	if d.cfg.Ticker != nil {
+		var stop func()
+		tick, stop = d.cfg.Ticker(every)
+		defer stop()
+	} else {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-d.sessCtx.Done():
 			return
-		case <-t.C:
+		case <-tick:
 			d.reapIdle(d.cfg.Now())
 		}
 	}
@@ -501,7 +526,16 @@ func (d *Daemon) shutdown() error {
 	timer.Stop()
 	d.sessCancel()
 	<-d.acceptDone
-	d.wg.Wait()
+	<-done // every session over (and the goroutine above gone)
+	// The reaper and the refusals end with sessCtx: wait, so that no
+	// goroutine of the daemon outlives Run (TestRunLeavesNoGoroutine).
+	if d.reapDone != nil {
+		if d.awaitingReaper != nil {
+			d.awaitingReaper()
+		}
+		<-d.reapDone
+	}
+	d.refusals.Wait()
 	if d.http != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = d.http.Shutdown(sctx)

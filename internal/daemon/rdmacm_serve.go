@@ -169,9 +169,6 @@ func (d *Daemon) startRDMACM() {
 	if d.cm.ln == nil {
 		return
 	}
-	if d.oobLn == nil && d.cfg.IdleTimeout > 0 {
-		go d.reapLoop() // the TCP accept loop starts it otherwise
-	}
 	go d.cmAcceptLoop()
 	d.log.Info("perftest rdma_cm exchange", "port", d.cfg.RDMACMPort, "export", d.target.Spec.Name)
 }
