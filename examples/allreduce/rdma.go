@@ -164,13 +164,29 @@ func DialRDMA(ctx context.Context, dev *ib.Device, cfg Config, rc RDMAConfig) (*
 	done := make(chan struct{})
 	var once sync.Once
 	var why error
+	// The watchers end with Close, which waits for them: a connection
+	// whose DREQ went unanswered (the neighbour vanished) ends only when
+	// the CM gives up on it, long after Close returned.
+	stop := make(chan struct{})
+	var watchers sync.WaitGroup
 	watch := func(c *rdmacm.Conn, rank int) {
-		<-c.Done()
-		once.Do(func() { why = fmt.Errorf("rank %d left the ring (%v)", rank, c.Err()); close(done) })
+		defer watchers.Done()
+		select {
+		case <-c.Done():
+			once.Do(func() { why = fmt.Errorf("rank %d left the ring (%v)", rank, c.Err()); close(done) })
+		case <-stop:
+		}
 	}
+	watchers.Add(2)
 	go watch(l.cNext, cfg.next())
 	go watch(l.cPrev, cfg.prev())
 	r.done, r.doneE = done, func() error { return why }
+	r.closeFn = func() error {
+		err := l.close()
+		close(stop)
+		watchers.Wait()
+		return err
+	}
 	return r, nil
 }
 
