@@ -167,8 +167,9 @@ type Daemon struct {
 	// Test hooks (nil in production): afterAccept runs in the TCP accept
 	// loop as Accept has returned a client, before its admission;
 	// awaitingAcceptLoop as shutdown starts waiting for that loop,
-	// awaitingReaper as it starts waiting for reapLoop.
-	afterAccept, awaitingAcceptLoop, awaitingReaper func()
+	// awaitingReaper and awaitingRefusals as it starts waiting for
+	// reapLoop and the refusals; refused as a refusal's goroutine ends.
+	afterAccept, awaitingAcceptLoop, awaitingReaper, awaitingRefusals, refused func()
 	// afterGrant runs once an rxed client has been sent the export's
 	// grant, before the session goes on.
 	afterGrant func()
@@ -449,6 +450,9 @@ func (d *Daemon) refuse(sess *oob.Session, st oob.ExtStatus) {
 	go func() {
 		defer d.refusals.Done()
 		defer func() { <-d.refusing }()
+		if d.refused != nil {
+			defer d.refused()
+		}
 		ctx, cancel := context.WithTimeout(d.sessCtx, min(d.cfg.HandshakeTimeout, 2*time.Second))
 		defer cancel()
 		_ = sess.Refuse(ctx, st)
@@ -534,6 +538,9 @@ func (d *Daemon) shutdown() error {
 			d.awaitingReaper()
 		}
 		<-d.reapDone
+	}
+	if d.awaitingRefusals != nil {
+		d.awaitingRefusals()
 	}
 	d.refusals.Wait()
 	if d.http != nil {

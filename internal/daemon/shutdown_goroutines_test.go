@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"net"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -71,4 +72,50 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 	require.NoError(t, <-done)
 	require.True(t, reaperStopped.Load(), "Run returned with the idle reaper still running")
 	leaks.CheckNoneLeft(t)
+}
+
+// TestRunWaitsForItsRefusals: Run returns only once the goroutine telling
+// a refused client so has ended. The refusal is held at its end until
+// shutdown starts waiting for it, so a Run that does not wait returns
+// with it still there, every time. Bug (goroutine audit, session AG):
+// refuse's goroutines ended with sessCtx (or their own bound) and nothing
+// joined them.
+func TestRunWaitsForItsRefusals(t *testing.T) {
+	gate := make(chan struct{})
+	var gateOnce atomic.Bool
+	open := func() {
+		if gateOnce.CompareAndSwap(false, true) {
+			close(gate)
+		}
+	}
+	t.Cleanup(open)
+	d, err := New(Config{Addrs: addrs(t, "127.0.3.228"), OOBAddr: "127.0.3.228:0", IdleTimeout: -1, ShutdownGrace: -1,
+		MaxSessions: 1, HandshakeTimeout: time.Minute,
+		Exports: []ExportSpec{{Name: "data", Kind: ExportAnon, Size: 1 << 16}}})
+	require.NoError(t, err)
+	refusing := make(chan struct{})
+	var refusalEnded atomic.Bool
+	d.refused = func() {
+		close(refusing)
+		<-gate
+		refusalEnded.Store(true)
+	}
+	d.awaitingRefusals = open
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	// The first client takes the only slot (the accept loop admits in
+	// the order the connections were made); the second is refused, and
+	// its refusal ends at once as it hangs up.
+	var dl net.Dialer
+	first, err := dl.DialContext(context.Background(), "tcp", d.OOBAddr().String())
+	require.NoError(t, err)
+	defer first.Close()
+	second, err := dl.DialContext(context.Background(), "tcp", d.OOBAddr().String())
+	require.NoError(t, err)
+	second.Close()
+	<-refusing
+	cancel()
+	require.NoError(t, <-done)
+	require.True(t, refusalEnded.Load(), "Run returned with a refusal's goroutine still running")
 }
