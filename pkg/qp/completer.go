@@ -100,9 +100,10 @@ func (q *QP) resetRetry() {
 }
 
 // rearm restarts the retransmit timer after progress, or stops it when
-// nothing is outstanding.
+// nothing is outstanding or an RNR NAK is being waited out (the resend
+// after the wait arms it again: sendNext).
 func (q *QP) rearm(now time.Time) {
-	if q.timeout > 0 && q.attr.State != Err && q.req.psn != q.comp.psn {
+	if q.timeout > 0 && q.attr.State != Err && q.req.psn != q.comp.psn && q.rnrAt.IsZero() {
 		q.retransmitAt = now.Add(q.timeout)
 	} else {
 		q.retransmitAt = time.Time{}
@@ -392,8 +393,10 @@ func (q *QP) ackWriteSend(w *wqe, psn PSN) {
 // rnrRetry is rxe's COMPST_RNR_RETRY: the responder had no receive WQE.
 // The requester pauses for the NAK's RNR timer (OnTimer then resends
 // from comp.psn), while rnr_retry lasts; 7 means retry forever. The
-// retransmit timer stops meanwhile: waiting for the peer to post a
-// receive is not a lost packet.
+// retransmit timers stop meanwhile (rearm and noteProgress leave them
+// off while rnrAt is set): waiting for the peer to post a receive is not
+// a lost packet. (rxe's COMPST_RNR_RETRY leaves its retransmit timer
+// pending, so an expiry during the wait goes to COMPST_ERROR_RETRY.)
 func (q *QP) rnrRetry(w *wqe, syn wire.Syndrome, now time.Time) {
 	q.ctr.RcvdRNRErr.Add(1)
 	if q.comp.rnrRetry > 0 {
@@ -401,7 +404,7 @@ func (q *QP) rnrRetry(w *wqe, syn wire.Syndrome, now time.Time) {
 			q.comp.rnrRetry--
 		}
 		q.rnrAt = now.Add(RNRDelay(syn.RNRTimer()))
-		q.retransmitAt = time.Time{}
+		q.retransmitAt, q.rec.rtoAt = time.Time{}, time.Time{}
 		return
 	}
 	q.ctr.RetryRNRExceededErr.Add(1)

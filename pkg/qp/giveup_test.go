@@ -287,3 +287,51 @@ func TestRNRThenDeadPeerGivenUpAfterRetryCntPlusOneTimeouts(t *testing.T) {
 	require.Equal(t, WCRetryExcErr, st)
 	require.Equal(t, 4*RetransmitTimeout(14), at.Sub(resend))
 }
+
+// While an RNR NAK is waited out only the RNR timer is armed: the local
+// ACK timer and the fast retransmit stop (waiting for the peer to post a
+// receive is not a lost packet) and start again with the resend. Bug
+// (give-up audit): rnrRetry stopped the local ACK timer and
+// handleResponse's rearm started it again at once; the fast retransmit
+// armed by the SEND kept running, and an RNR NAK that also acknowledged
+// an earlier WRITE restarted it (noteProgress): each expired during the
+// wait, doing nothing but wake the engine, while rnrRetry's comment said
+// the timer stopped.
+func TestRNRWaitArmsOnlyTheRNRTimer(t *testing.T) {
+	const minRNR = 22 // 20.48 ms
+	for _, withWrite := range []bool{false, true} {
+		t.Run(fmt.Sprint("after a WRITE=", withWrite), func(t *testing.T) {
+			l := giveUpLink(t, 14, 7, 7, minRNR)
+			l.warmUp()
+			// A SEND the responder has no receive for; with a WRITE before
+			// it whose ACK is lost, so the SEND's RNR NAK acknowledges the
+			// WRITE too.
+			var wrs []SendWR
+			if withWrite {
+				wrs = append(wrs, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{l.a.sge(0, 100)},
+					RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()})
+			}
+			l.post(append(wrs, SendWR{ID: 2, Opcode: WRSend, Flags: Signaled, SGL: []SGE{l.a.sge(0, 100)}})...)
+			l.deliver(l.b, l.a, l.a.env.take()...)
+			r := l.b.env.take()
+			require.Len(t, r, len(wrs)+1, "the WRITE's ACK and the SEND's RNR NAK")
+			l.now = l.now.Add(40 * time.Microsecond)
+			l.deliver(l.a, l.b, r[len(r)-1])
+			wcs := poll(t, l.a.scq)
+			require.Len(t, wcs, len(wrs), "the WRITE, acknowledged by the NAK")
+			require.Equal(t, l.now.Add(RNRDelay(minRNR)), l.a.q.rnrAt)
+			require.Equal(t, l.a.q.rnrAt, l.a.q.Deadline(), "only the RNR timer is armed")
+			require.True(t, l.a.q.retransmitAt.IsZero(), "no local ACK timer")
+			require.True(t, l.a.q.rec.rtoAt.IsZero(), "no fast retransmit")
+
+			// The wait ends: the SEND is resent and both timers run again.
+			l.now = l.a.q.Deadline()
+			l.a.q.OnTimer(l.a.env, l.now, 100)
+			require.Len(t, l.a.env.take(), 1, "the SEND again")
+			require.Equal(t, l.now.Add(RetransmitTimeout(14)), l.a.q.retransmitAt)
+			require.False(t, l.a.q.rec.rtoAt.IsZero())
+			require.Zero(t, l.a.q.ctr.RetransmitTimeouts.Load())
+			require.Zero(t, l.a.q.ctr.FastRetransmits.Load())
+		})
+	}
+}

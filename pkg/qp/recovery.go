@@ -220,7 +220,7 @@ func (q *QP) noteProgress(before PSN, now time.Time) {
 		r.cwnd = min(r.cwnd+1, MaxUnackedPSNs)
 	}
 	r.rtoAt = time.Time{}
-	if q.fastRetransmits() && r.srtt > 0 && q.req.psn != q.comp.psn && q.attr.State != Err {
+	if q.fastRetransmits() && r.srtt > 0 && q.req.psn != q.comp.psn && q.attr.State != Err && q.rnrAt.IsZero() {
 		r.rtoAt = now.Add(q.rto())
 	}
 }
