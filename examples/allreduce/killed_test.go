@@ -110,8 +110,9 @@ func requireAllFail(t *testing.T, errs <-chan error, n int, timeout time.Duratio
 
 // A rank that dies mid-ring (its host stops sending: no disconnect, no
 // ACK) while its previous rank has a WRITE in flight to it: that rank's
-// WRITE runs out of retries (about 3 s, ACK timeout 268 ms and 7
-// retries) and it fails, then disconnects both of its neighbours at once,
+// WRITE runs out of retries (2.15 s: ACK timeout 268 ms and 7 retries)
+// and it fails, then disconnects both of its neighbours at once (and
+// returns about a second later, the dead one's DREP waited out),
 // so the rest of the ring fails with it, far below a step Timeout of a
 // minute. The dead rank's next rank, which waits for its chunk, does not
 // probe here (probeIdle is the other test's), so the news must come round

@@ -543,7 +543,9 @@ func (l *rdmaLink) poll(ctx context.Context, cond func() bool) error {
 // it probes that rank: a zero-length RDMA WRITE, which the previous
 // rank's engine acknowledges (IBA 9.4.4: no memory, no rkey, no
 // completion there) and a dead rank's does not, so the QP runs out of
-// retries (RETRY_EXC_ERR, about 3 s with ackTimeout and 7 retries). A
+// retries (RETRY_EXC_ERR 8 x 268 ms = 2.15 s after the probe, with
+// ackTimeout and 7 retries; the rank's error returns a second later, after
+// close has waited out the dead rank's DREP). A
 // rank whose previous rank died while it had nothing in flight to it
 // would otherwise wait for the step's Timeout (60 s for rxed allreduce),
 // and so would every rank behind it; a sending rank already learns it
