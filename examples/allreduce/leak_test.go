@@ -2,33 +2,25 @@ package allreduce
 
 import (
 	"context"
-	"runtime"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/internal/testenv"
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
 
-// requireGoroutinesBack waits until no more goroutines run than before,
-// and shows every stack if some stay.
-func requireGoroutinesBack(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// leakPkgs are the packages whose goroutines a closed server, client or
+// ring must not leave running.
+var leakPkgs = []string{"github.com/rxed/rxed/examples/allreduce", "github.com/rxed/rxed/pkg/ib",
+	"github.com/rxed/rxed/pkg/roce", "github.com/rxed/rxed/pkg/roce/transport",
+	"github.com/rxed/rxed/pkg/rdmacm", "github.com/rxed/rxed/pkg/cm"}
 
 // Rings that end every way a ring ends (Leave after allreduces, Close,
 // a rank that closed under the others, a cancelled AllReduce) leave no
 // goroutine behind once their members are closed, over RDMA and TCP.
 func TestRingsLeaveNoGoroutines(t *testing.T) {
-	before := runtime.NumGoroutine()
+	leaks := testenv.SnapshotGoroutines(leakPkgs...)
 	ctx := context.Background()
 	for _, tr := range []string{"rdma", "tcp"} {
 		dial := func(n int) func(context.Context, int) (Member, error) {
@@ -67,5 +59,5 @@ func TestRingsLeaveNoGoroutines(t *testing.T) {
 		require.Error(t, ms[1].AllReduce(ctx))
 		closeAll(ms[:2])
 	}
-	requireGoroutinesBack(t, before)
+	leaks.CheckNoneLeft(t)
 }

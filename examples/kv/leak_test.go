@@ -4,34 +4,26 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"runtime"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/internal/testenv"
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
 
-// requireGoroutinesBack waits until no more goroutines run than before,
-// and shows every stack if some stay.
-func requireGoroutinesBack(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// leakPkgs are the packages whose goroutines a closed server, client or
+// ring must not leave running.
+var leakPkgs = []string{"github.com/rxed/rxed/examples/kv", "github.com/rxed/rxed/pkg/ib",
+	"github.com/rxed/rxed/pkg/roce", "github.com/rxed/rxed/pkg/roce/transport",
+	"github.com/rxed/rxed/pkg/rdmacm", "github.com/rxed/rxed/pkg/cm"}
 
 // A server and its clients closed with calls cancelled, connections
 // open and a server-side connection failed leave no goroutine behind,
 // over RDMA and TCP.
 func TestServersAndClientsLeaveNoGoroutines(t *testing.T) {
-	before := runtime.NumGoroutine()
+	leaks := testenv.SnapshotGoroutines(leakPkgs...)
 	func() {
 		tab, err := NewTable(testTable)
 		require.NoError(t, err)
@@ -86,5 +78,5 @@ func TestServersAndClientsLeaveNoGoroutines(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
-	requireGoroutinesBack(t, before)
+	leaks.CheckNoneLeft(t)
 }
