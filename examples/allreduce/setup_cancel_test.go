@@ -2,11 +2,10 @@ package allreduce
 
 import (
 	"context"
-	"io"
-	"net"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,22 +15,7 @@ import (
 // AH): the hello exchange ended only at the setup's deadline (Timeout,
 // a minute here), whatever the caller's context said.
 func TestTCPSetupReturnsWhenCancelled(t *testing.T) {
-	next, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer next.Close()
-	got := make(chan struct{})
-	go func() {
-		c, err := next.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		var b [helloLen]byte
-		if _, err := io.ReadFull(c, b[:]); err == nil {
-			close(got) // the hello is here; no answer ever comes
-		}
-		_, _ = io.Copy(io.Discard, c)
-	}()
+	next, got := testenv.SilentTCPPeer(t, helloLen) // takes the hello, never answers
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-got
@@ -40,9 +24,10 @@ func TestTCPSetupReturnsWhenCancelled(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_, err := DialTCP(ctx, Config{Ranks: 2, Rank: 0, Count: 8, Timeout: time.Minute},
-			TCPConfig{Listen: "127.0.0.1:0", Next: next.Addr().String()})
+			TCPConfig{Listen: "127.0.0.1:0", Next: next})
 		done <- err
 	}()
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(20 * time.Second):

@@ -3,11 +3,10 @@ package kv
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,23 +18,8 @@ import (
 // come): the error wraps ErrConnLost and the cause, and the client
 // reconnects to go on.
 func TestTCPClientCallReturnsWhenCancelled(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	got := make(chan struct{})
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		var h [reqHdrLen + 1]byte
-		if _, err := io.ReadFull(c, h[:]); err == nil {
-			close(got) // the request is here; no answer ever comes
-		}
-		_, _ = io.Copy(io.Discard, c)
-	}()
-	cl, err := DialTCP(ctxT(t), ln.Addr().String())
+	addr, got := testenv.SilentTCPPeer(t, reqHdrLen+1) // takes the request, never answers
+	cl, err := DialTCP(ctxT(t), addr)
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())
