@@ -110,6 +110,24 @@ func (q *QP) rearm(now time.Time) {
 	}
 }
 
+// afterResponse runs when handleResponse is done with a response that
+// found comp.psn at before: the fast retransmit's bookkeeping
+// (noteProgress), then the local ACK timer follows the outstanding work.
+// Progress restarts it, and with nothing outstanding it stops, whichever
+// step consumed the response: a coalesced ACK that completes the last
+// WQE sent (the requester gone back and not yet resent the next) returns
+// from handleResponse's loop before any rearm, and the stale deadline
+// left armed would have timed out the next request early (sendNext arms
+// only an idle timer), spending a retry and resending
+// (TestCoalescedAckLeavesNoStaleLocalACKTimer). Two compares per
+// response.
+func (q *QP) afterResponse(before PSN, now time.Time) {
+	q.noteProgress(before, now) // may go back to comp.psn
+	if q.comp.psn != before || q.req.psn == q.comp.psn {
+		q.rearm(now)
+	}
+}
+
 // The response to the oldest WQE passes through the steps of rxe's
 // completer (rxe_comp.c), one function each: handleResponse is GET_ACK
 // and GET_WQE (headWQE), checkPSN is CHECK_PSN (whether the response
@@ -151,7 +169,7 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 		q.comp.retryCnt = q.attr.RetryCnt
 		q.comp.refills++
 	}
-	defer q.noteProgress(q.comp.psn, now)
+	defer q.afterResponse(q.comp.psn, now)
 	for {
 		w := q.headWQE()
 		if w == nil {

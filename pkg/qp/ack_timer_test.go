@@ -1,0 +1,91 @@
+package qp
+
+import (
+	"testing"
+
+	"github.com/rxed/rxed/pkg/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// The local ACK timer follows the outstanding work: a coalesced ACK that
+// completes the last WQE sent stops it, and the next request arms it
+// anew. Bug (give-up audit, item 1): handleResponse's loop returned as
+// soon as no WQE was left to check, before any rearm, so the deadline of
+// the earlier timeout stayed armed; the WQE resent next was timed out
+// early, a retry spent and the WQE resent again while its answer was on
+// the way. Here the timeout's go-back resends A (64 packets, the
+// engine's runBudget) and B waits its turn; the late ACK of B's first
+// copy then completes A, leaving nothing outstanding.
+func TestCoalescedAckLeavesNoStaleLocalACKTimer(t *testing.T) {
+	const budget = 64
+	l := giveUpLink(t, 14, 7, 7, 3)
+	T := RetransmitTimeout(14)
+	require.NoError(t, l.b.q.PostRecv(&RecvWR{ID: 1, SGL: []SGE{l.b.sge(0, 64<<10)}}))
+	wr := func(id uint64) *SendWR {
+		return &SendWR{ID: id, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []SGE{l.a.sge(0, 64<<10)},
+			RemoteAddr: l.b.m.IOVA(), RKey: l.b.m.RKey()}
+	}
+	require.NoError(t, l.a.q.PostSend(wr(1)))
+	require.NoError(t, l.a.q.PostSend(wr(2)))
+	t0 := l.now
+	for l.a.q.Run(l.a.env, l.now, budget) {
+	}
+	reqs := l.a.env.take()
+	require.Len(t, reqs, 128)
+	l.deliver(l.b, l.a, reqs...)
+	acks := l.b.env.take() // held: the path is slow
+	require.NotEmpty(t, acks)
+	lastAck := acks[len(acks)-1]
+	require.Equal(t, psns(reqs)[127], psns([][]byte{lastAck})[0], "the ACK of B's last packet")
+
+	// The timeout: go back, one retry; the budget resends A only.
+	l.now = t0.Add(T)
+	require.Equal(t, l.now, l.a.q.Deadline())
+	require.True(t, l.a.q.OnTimer(l.a.env, l.now, budget), "B still to resend")
+	require.Len(t, l.a.env.take(), 64)
+	require.Equal(t, uint64(1), l.a.q.ctr.CompleterRetryErr.Load())
+
+	// B's first ACK arrives late: it acknowledges A (coalesced); B waits
+	// for the requester's next pass, so nothing is outstanding.
+	l.now = l.now.Add(T / 2)
+	var p wire.Packet
+	require.NoError(t, p.Parse(lastAck))
+	ri := RecvInfo{Src: l.b.addr, Dst: l.a.addr}
+	require.Equal(t, DropNone, l.a.q.Check(&p, &ri, l.a.addr.Addr()))
+	l.a.q.Receive(l.a.env, &p, &ri, l.now) // not run yet
+	wcs := poll(t, l.a.scq)
+	require.Len(t, wcs, 1)
+	require.Equal(t, uint64(1), wcs[0].ID)
+	require.Equal(t, l.a.q.req.psn, l.a.q.comp.psn, "nothing outstanding")
+	require.True(t, l.a.q.retransmitAt.IsZero(), "no local ACK timer with nothing outstanding")
+
+	// B is resent and its answer takes 3T/4, past the earlier timeout's
+	// deadline (t0 + 2T, T/2 after the resend): B's own timer is armed
+	// with it and no retry is spent.
+	resend := l.now
+	for l.a.q.Run(l.a.env, l.now, budget) {
+	}
+	again := l.a.env.take()
+	require.Len(t, again, 64)
+	require.Equal(t, resend.Add(T), l.a.q.retransmitAt, "armed anew for B")
+	answerAt := resend.Add(3 * T / 4)
+	for steps := 0; ; steps++ {
+		require.Less(t, steps, 100)
+		if d := l.a.q.Deadline(); !d.IsZero() && d.Before(answerAt) {
+			l.now = d
+			l.a.q.OnTimer(l.a.env, l.now, budget)
+			continue
+		}
+		break
+	}
+	l.now = answerAt
+	l.deliver(l.b, l.a, again...)
+	l.deliver(l.a, l.b, l.b.env.take()...)
+	wcs = poll(t, l.a.scq)
+	require.Len(t, wcs, 1)
+	require.Equal(t, WCSuccess, wcs[0].Status)
+	require.Equal(t, uint64(2), wcs[0].ID)
+	require.Equal(t, uint64(1), l.a.q.ctr.RetransmitTimeouts.Load(), "the one real timeout")
+	require.Equal(t, uint64(1), l.a.q.ctr.CompleterRetryErr.Load(), "no retry spent on B's resend")
+	require.True(t, l.a.q.retransmitAt.IsZero())
+}
