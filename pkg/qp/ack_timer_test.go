@@ -1,7 +1,9 @@
 package qp
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/rxed/rxed/pkg/wire"
 	"github.com/stretchr/testify/require"
@@ -88,4 +90,49 @@ func TestCoalescedAckLeavesNoStaleLocalACKTimer(t *testing.T) {
 	require.Equal(t, uint64(1), l.a.q.ctr.RetransmitTimeouts.Load(), "the one real timeout")
 	require.Equal(t, uint64(1), l.a.q.ctr.CompleterRetryErr.Load(), "no retry spent on B's resend")
 	require.True(t, l.a.q.retransmitAt.IsZero())
+}
+
+// The local ACK timeout is at least a jiffy of the peers' kernels (4 ms
+// at HZ 250), as rxe floors it at one jiffy; 0 stays "no timer". Bug
+// (give-up audit, item 2): timeout 1 gave 8 us, so a live QP whose round
+// trip was longer spent a retry on every request and, with retry_cnt 0,
+// failed its first WR with RETRY_EXC_ERR on a healthy link.
+func TestLocalACKTimeoutFlooredAtAJiffy(t *testing.T) {
+	require.Zero(t, RetransmitTimeout(0))
+	for to := uint8(1); to <= 9; to++ {
+		require.Equal(t, MinRetransmitTimeout, RetransmitTimeout(to), "timeout %d", to)
+	}
+	require.Equal(t, 4194304*time.Nanosecond, RetransmitTimeout(10), "IBA's value from 10 on")
+	require.Equal(t, 67108864*time.Nanosecond, RetransmitTimeout(14))
+	require.Equal(t, RetransmitTimeout(31), RetransmitTimeout(40))
+
+	const rtt = 2 * time.Millisecond // a loaded host or an emulated guest
+	for _, to := range []uint8{1, 5, 9} {
+		t.Run(fmt.Sprint("timeout=", to), func(t *testing.T) {
+			l := giveUpLink(t, to, 0, 7, 3)
+			require.NoError(t, l.b.q.PostRecv(&RecvWR{ID: 1, SGL: []SGE{l.b.sge(0, 100)}}))
+			t0 := l.now
+			l.post(SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: []SGE{l.a.sge(0, 100)}})
+			require.Equal(t, t0.Add(MinRetransmitTimeout), l.a.q.Deadline())
+			reqs := l.a.env.take()
+			// The timers due before the answer arrives run first.
+			for d := l.a.q.Deadline(); !d.IsZero() && d.Before(t0.Add(rtt)); d = l.a.q.Deadline() {
+				l.now = d
+				l.a.q.OnTimer(l.a.env, l.now, 100)
+			}
+			l.now = t0.Add(rtt)
+			l.deliver(l.b, l.a, reqs...)
+			l.deliver(l.a, l.b, l.b.env.take()...)
+			wcs := poll(t, l.a.scq)
+			require.Len(t, wcs, 1)
+			require.Equal(t, WCSuccess, wcs[0].Status)
+			require.Zero(t, l.a.q.ctr.RetransmitTimeouts.Load())
+		})
+	}
+
+	// Timeout 0: no local ACK timer at all (IBA 9.7.6.1.3).
+	l := giveUpLink(t, 0, 0, 7, 3)
+	l.post(SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: []SGE{l.a.sge(0, 100)}})
+	require.Len(t, l.a.env.take(), 1)
+	require.True(t, l.a.q.Deadline().IsZero())
 }

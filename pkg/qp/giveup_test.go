@@ -88,7 +88,7 @@ func (l *link) untilSendError() (at time.Time, st WCStatus, flushed int) {
 
 func TestDeadPeerGivenUpAfterRetryCntPlusOneTimeouts(t *testing.T) {
 	pairs := []struct{ timeout, retry uint8 }{
-		{8, 2},  // 1 ms: below 8 minRTO, IBA's timer alone
+		{8, 2},  // 1 ms by IBA, floored at 4 ms (MinRetransmitTimeout)
 		{10, 7}, // 4.2 ms
 		{12, 1}, // 16.8 ms
 		{14, 0}, // 67 ms: no retry at all

@@ -429,9 +429,21 @@ func (q *QP) checkSQDrained() {
 	}
 }
 
+// MinRetransmitTimeout floors the local ACK timeout. rxe floors it at
+// one jiffy (rxe_qp.c: qp_timeout_jiffies = max(1, nsecs_to_jiffies(T))),
+// and the peers rxed meets (Debian 6.1 kernels, HZ 250; the rxe lab's)
+// tick every 4 ms: a short timeout there waits up to 4 ms, never the
+// 8 us of timeout 1. Flooring at the whole jiffy, not less, keeps rxed
+// at least as patient as such a peer, so a live QP with a round trip
+// over IBA's tiny T (a loaded host, a TCG guest) does not spend its
+// retries on answers still on the way and fail with RETRY_EXC_ERR. Only
+// timeouts 1-9 (8 us - 2.1 ms) are raised; 10 (4.19 ms) and up keep
+// IBA's value.
+const MinRetransmitTimeout = 4 * time.Millisecond
+
 // RetransmitTimeout is the local ACK timeout for an attribute value:
-// 4.096 us * 2^timeout, 0 meaning no timer (IBA 9.7.6.1.3), as rxe
-// computes it.
+// 4.096 us * 2^timeout, at least MinRetransmitTimeout, and 0 meaning no
+// timer (IBA 9.7.6.1.3).
 func RetransmitTimeout(t uint8) time.Duration {
 	if t == 0 {
 		return 0
@@ -439,7 +451,7 @@ func RetransmitTimeout(t uint8) time.Duration {
 	if t > 31 {
 		t = 31
 	}
-	return time.Duration(4096<<t) * time.Nanosecond
+	return max(time.Duration(4096<<t)*time.Nanosecond, MinRetransmitTimeout)
 }
 
 // rnrTimerUsec is IBA table 45 (rxe's rnrnak_usec): the RNR NAK timer
