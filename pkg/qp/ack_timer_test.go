@@ -136,3 +136,39 @@ func TestLocalACKTimeoutFlooredAtAJiffy(t *testing.T) {
 	require.Len(t, l.a.env.take(), 1)
 	require.True(t, l.a.q.Deadline().IsZero())
 }
+
+// An RNR NAK refills no retry_cnt, as in rxe (rxe_comp.c: check_ack's
+// AETH_RNR_NAK only counts rcvd_rnr_err, COMPST_RNR_RETRY only spends
+// rnr_retry; reset_retry_counters runs for ACKs, READ responses and
+// atomic ACKs). Bug (give-up audit, item 3): any response inside the
+// outstanding window refilled it, so with retry_cnt 1 a SEND whose first
+// copy was lost, then RNR-NAKed, then sent into a dead peer, was given up
+// two local ACK timeouts after the RNR retry's resend instead of one.
+func TestRNRNakRefillsNoRetryCnt(t *testing.T) {
+	const minRNR = 22 // 20.48 ms
+	l := giveUpLink(t, 14, 1, 7, minRNR)
+	T := RetransmitTimeout(14)
+	l.post(SendWR{ID: 1, Opcode: WRSend, Flags: Signaled, SGL: []SGE{l.a.sge(0, 100)}})
+	require.Len(t, l.a.env.take(), 1, "lost")
+	l.now = l.a.q.Deadline()
+	l.a.q.OnTimer(l.a.env, l.now, 100)
+	require.Equal(t, uint64(1), l.a.q.ctr.CompleterRetryErr.Load(), "the one retry spent")
+	require.Zero(t, l.a.q.comp.retryCnt)
+	l.deliver(l.b, l.a, l.a.env.take()...) // no receive posted
+	nak := l.b.env.take()
+	require.Len(t, nak, 1)
+	l.now = l.now.Add(time.Millisecond)
+	l.deliver(l.a, l.b, nak...)
+	require.Equal(t, uint64(1), l.a.q.ctr.RcvdRNRErr.Load())
+	require.Zero(t, l.a.q.comp.retryCnt, "the RNR NAK refilled retry_cnt")
+
+	// The RNR wait ends, the SEND is resent into a peer now dead: the
+	// first local ACK timeout after it fails the WR.
+	l.now = l.a.q.Deadline()
+	require.Equal(t, l.a.q.rnrAt, l.now)
+	resend := l.now
+	at, st, _ := l.untilSendError()
+	require.Equal(t, WCRetryExcErr, st)
+	require.Equal(t, T, at.Sub(resend))
+	require.Equal(t, uint64(1), l.a.q.ctr.CompleterRetryErr.Load())
+}

@@ -163,9 +163,14 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 	// drops full-sized packets passes only a READ's short last response)
 	// would keep the requester retrying for ever: without progress
 	// (resetRetry) the counter is refilled retry_cnt times at most, so
-	// such a stall still ends in RETRY_EXC_ERR.
+	// such a stall still ends in RETRY_EXC_ERR. An RNR NAK refills
+	// nothing, as in rxe (check_ack's AETH_RNR_NAK counts rcvd_rnr_err
+	// and COMPST_RNR_RETRY spends rnr_retry, neither touches retry_cnt):
+	// the wait it asks for is rnr_retry's to bound, and a timeout after
+	// it must still count the retries spent before it
+	// (TestRNRNakRefillsNoRetryCnt).
 	if psn.InRange(q.comp.psn, q.req.psn) && q.comp.retryCnt < q.attr.RetryCnt &&
-		q.comp.refills < q.attr.RetryCnt {
+		q.comp.refills < q.attr.RetryCnt && !isRNRNAK(p) {
 		q.comp.retryCnt = q.attr.RetryCnt
 		q.comp.refills++
 	}
@@ -205,6 +210,11 @@ func (q *QP) handleResponse(env Env, p *wire.Packet, now time.Time) {
 		q.completeDone()
 		return
 	}
+}
+
+// isRNRNAK reports whether p is an ACK packet with an RNR NAK syndrome.
+func isRNRNAK(p *wire.Packet) bool {
+	return p.Opcode == wire.RCAck && p.AETH != nil && p.AETH.Syndrome().Kind() == wire.SynRNR
 }
 
 // psnVerdict is what checkPSN makes of a response's PSN.
