@@ -112,7 +112,7 @@ func requireAllFail(t *testing.T, errs <-chan error, n int, timeout time.Duratio
 // ACK) while its previous rank has a WRITE in flight to it: that rank's
 // WRITE runs out of retries (2.15 s: ACK timeout 268 ms and 7 retries)
 // and it fails, then disconnects both of its neighbours at once (and
-// returns about a second later, the dead one's DREP waited out),
+// returns, its DREQs sent: TestRingFailureNotHeldByTheDeadNeighboursDREP),
 // so the rest of the ring fails with it, far below a step Timeout of a
 // minute. The dead rank's next rank, which waits for its chunk, does not
 // probe here (probeIdle is the other test's), so the news must come round
@@ -159,7 +159,7 @@ func TestRankKilledMidRingDisconnectsBothNeighboursAtOnce(t *testing.T) {
 // it ranks-1 steps ahead, slotsFor) and the dead rank's engine
 // acknowledged them, and its next rank waits for a chunk from it. Only a
 // probe (pollProbing: a zero-length WRITE after probeIdle without a
-// completion) finds it dead; the ring then fails in about 4 s. Bug
+// completion) finds it dead; the ring then fails in about 3.15 s. Bug
 // (workload audit): nothing probed, so every rank waited for the step's
 // Timeout (rxed allreduce's --timeout, 60 s) before it failed.
 func TestRankThatDiesIdleIsFoundByAProbe(t *testing.T) {

@@ -23,11 +23,15 @@ type Ring struct {
 // Data is the rank's vector.
 func (r *Ring) Data() []float32 { return r.data }
 
-// AllReduce sums every rank's Data in place; on error the ring is closed
-// (the neighbours learn it) and must not be used again.
+// AllReduce sums every rank's Data in place. On error both neighbours
+// have been told this rank left (its DREQs sent, or its TCP streams
+// closed) and the ring must not be used again; Close frees it and joins
+// its goroutines. AllReduce does not wait for the neighbours' answers: a
+// dead neighbour never sends its DREP, and waiting it out (Close's bound,
+// a second) made every ring failure a second late (docs/workloads.md).
 func (r *Ring) AllReduce(ctx context.Context) error {
 	if err := r.allReduce(ctx); err != nil {
-		r.Close()
+		r.l.hangUp()
 		return err
 	}
 	return nil
@@ -50,7 +54,9 @@ func (r *Ring) Leave(ctx context.Context) error {
 	return nil
 }
 
-// Close leaves the ring at once, disconnecting both neighbours.
+// Close leaves the ring at once, disconnecting both neighbours, and frees
+// it: it waits (over RDMA up to a second) for their DREPs, and returns
+// with none of the ring's goroutines left.
 func (r *Ring) Close() error {
 	var err error
 	r.closeOnce.Do(func() { err = r.closeFn() })
@@ -108,6 +114,7 @@ type rdmaLink struct {
 	byeIn, byeOut [2]bool
 	probing       bool          // a probe of the previous rank is outstanding (pollProbing)
 	probeIdle     time.Duration // probeIdle (a test may change it before the ring runs)
+	drepWait      time.Duration // drepWait (a test may change it before close)
 	wcs           []ib.WC
 	waiter        ib.HybridWaiter // Config.Spin; it keeps its adapted budget
 }
@@ -153,7 +160,7 @@ func DialRDMA(ctx context.Context, dev *ib.Device, cfg Config, rc RDMAConfig) (*
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	l := &rdmaLink{cfg: cfg, arrived: map[uint32]bool{}, wcs: make([]ib.WC, 16), probeIdle: probeIdle}
+	l := &rdmaLink{cfg: cfg, arrived: map[uint32]bool{}, wcs: make([]ib.WC, 16), probeIdle: probeIdle, drepWait: drepWait}
 	l.waiter.Spin = cfg.Spin
 	r := &Ring{ring: ring{cfg: cfg, l: l, data: make([]float32, cfg.Count)}}
 	r.closeFn = l.close
@@ -544,8 +551,8 @@ func (l *rdmaLink) poll(ctx context.Context, cond func() bool) error {
 // rank's engine acknowledges (IBA 9.4.4: no memory, no rkey, no
 // completion there) and a dead rank's does not, so the QP runs out of
 // retries (RETRY_EXC_ERR 8 x 268 ms = 2.15 s after the probe, with
-// ackTimeout and 7 retries; the rank's error returns a second later, after
-// close has waited out the dead rank's DREP). A
+// ackTimeout and 7 retries; the rank's error returns at once, its DREQs
+// sent, nothing waiting for the dead rank's DREP: hangUp). A
 // rank whose previous rank died while it had nothing in flight to it
 // would otherwise wait for the step's Timeout (60 s for rxed allreduce),
 // and so would every rank behind it; a sending rank already learns it
@@ -742,16 +749,35 @@ func (l *rdmaLink) leave(ctx context.Context) error {
 	return nil
 }
 
+// drepWait bounds close's wait for the neighbours' DREPs: a live one
+// answers within a round trip, a dead one never.
+const drepWait = time.Second
+
+// hangUp sends both DREQs and returns: Disconnect with a context already
+// over sends its DREQ (and moves the QP to the error state) and waits for
+// nothing. close's Disconnects then wait for those DREQs' answers, without
+// sending others.
+func (l *rdmaLink) hangUp() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []*rdmacm.Conn{l.cNext, l.cPrev} {
+		if c != nil {
+			_ = c.Disconnect(ctx)
+		}
+	}
+}
+
 func (l *rdmaLink) close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), l.drepWait)
 	defer cancel()
 	if l.l != nil {
 		_ = l.l.Close()
 	}
-	// Both DREQs leave at once: one after the other, a dead neighbour's
-	// wait for its DREP (up to the second above) held back the living
-	// one's, which learned a second late that the ring had failed, and
-	// its own next neighbour a second after it.
+	// Both DREQs leave at once (if hangUp has not sent them already):
+	// one after the other, a dead neighbour's wait for its DREP (up to
+	// drepWait) held back the living one's, which learned a second late
+	// that the ring had failed, and its own next neighbour a second after
+	// it.
 	var wg sync.WaitGroup
 	for _, c := range []*rdmacm.Conn{l.cNext, l.cPrev} {
 		if c != nil {

@@ -75,6 +75,10 @@ type link interface {
 	waitSent(ctx context.Context) error
 	// leave returns once both neighbours are done with this rank.
 	leave(ctx context.Context) error
+	// hangUp tells both neighbours at once that this rank has left,
+	// waiting for no answer: a failed allreduce reports its error without
+	// waiting on a neighbour that may be dead. close does the rest.
+	hangUp()
 	close() error
 }
 

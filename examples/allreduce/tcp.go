@@ -310,6 +310,10 @@ func (l *tcpLink) waitSent(ctx context.Context) error {
 // step short (unlike an RDMA disconnect, which flushes the QP).
 func (l *tcpLink) leave(context.Context) error { return nil }
 
+// hangUp closes the streams: that is all a TCP neighbour needs to learn
+// it, and it waits for nothing.
+func (l *tcpLink) hangUp() { _ = l.close() }
+
 func (l *tcpLink) close() error {
 	for _, c := range []net.Conn{l.next, l.prev} {
 		if c != nil {
