@@ -5,7 +5,7 @@
 // exchange. Counters are served in Prometheus text format.
 //
 // Shutdown (cancelling Run's context, which `rxed serve` does on SIGTERM
-// and SIGINT) stops accepting, lets running sessions finish for a grace
+// and SIGINT, or Close) stops accepting, lets running sessions finish for a grace
 // period, stops the engine and msyncs every file-backed export.
 package daemon
 
@@ -164,6 +164,21 @@ type Daemon struct {
 	reapDone    chan struct{} // closed as reapLoop returns; nil when none runs
 	refusals    sync.WaitGroup
 
+	// The run's state (close.go): Close before Run frees what New
+	// opened, during Run ends Run and waits for it.
+	runMu     sync.Mutex
+	runState  runState
+	runCancel context.CancelFunc // ends Run's context
+	runDone   chan struct{}      // closed as Run returns
+	runErr    error              // Run's result, once runDone is closed
+
+	// scrapeMu and scrapesOff fence the metrics gathers from the
+	// device's end (scrapes.go); httpShutdown bounds the wait for the
+	// metrics server's requests (0: 2s).
+	scrapeMu     sync.RWMutex
+	scrapesOff   bool
+	httpShutdown time.Duration
+
 	// Test hooks (nil in production): afterAccept runs in the TCP accept
 	// loop as Accept has returned a client, before its admission;
 	// awaitingAcceptLoop as shutdown starts waiting for that loop,
@@ -173,6 +188,10 @@ type Daemon struct {
 	// afterGrant runs once an rxed client has been sent the export's
 	// grant, before the session goes on.
 	afterGrant func()
+	// gathering runs inside each gather of the metrics, with the device
+	// still open; awaitingScrapes as release starts waiting for the
+	// gathers in progress.
+	gathering, awaitingScrapes func()
 }
 
 // New maps and registers the exports, opens the engine and the listeners.
@@ -326,11 +345,18 @@ func (d *Daemon) MetricsAddr() net.Addr {
 	return d.metricsLn.Addr()
 }
 
-// Run serves until ctx is cancelled, then shuts down gracefully: stop
-// accepting, give running sessions ShutdownGrace to finish, stop the
-// engine, msync and unmap the exports. It returns the first shutdown
-// error (a failed msync), or nil.
-func (d *Daemon) Run(ctx context.Context) error {
+// Run serves until ctx is cancelled (or Close is called), then shuts
+// down gracefully: stop accepting, give running sessions ShutdownGrace to
+// finish, stop the engine, msync and unmap the exports. It returns the
+// first shutdown error (a failed msync), or nil; ErrClosed if the daemon
+// was closed before, and an error if Run is already running. A daemon
+// runs once.
+func (d *Daemon) Run(ctx context.Context) (err error) {
+	ctx, err = d.startRun(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { d.endRun(err) }()
 	for _, e := range d.exports {
 		d.log.Info("export", "name", e.Spec.Name, "kind", e.Spec.Kind.String(), "path", e.Spec.Path,
 			"bytes", e.MR.Len(), "addr", fmt.Sprintf("%#x", e.MR.IOVA()), "rkey", fmt.Sprintf("%#x", e.MR.RKey()), "ro", e.Spec.ReadOnly)
@@ -544,8 +570,17 @@ func (d *Daemon) shutdown() error {
 	}
 	d.refusals.Wait()
 	if d.http != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = d.http.Shutdown(sctx)
+		wait := d.httpShutdown
+		if wait == 0 {
+			wait = 2 * time.Second
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), wait)
+		if d.http.Shutdown(sctx) != nil {
+			// Requests still running: their connections go, and
+			// release waits for any gather still reading the device
+			// (scrapes.go).
+			_ = d.http.Close()
+		}
 		cancel()
 	}
 	<-d.metricsDone
@@ -569,6 +604,7 @@ func (d *Daemon) release() error {
 		if d.metricsLn != nil {
 			_ = d.metricsLn.Close()
 		}
+		d.endScrapes() // no gather reads the device from here on
 		if d.dev != nil {
 			_ = d.dev.Close()
 		}

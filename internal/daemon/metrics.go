@@ -251,7 +251,7 @@ func (d *Daemon) observeEnd(s *session, failed bool) {
 // Metrics renders the daemon's page in Prometheus text format 0.0.4, as
 // GET /metrics serves it.
 func (d *Daemon) Metrics() string {
-	mfs, err := d.registry.Gather()
+	mfs, err := d.gather()
 	var b bytes.Buffer
 	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
 	for _, mf := range mfs {
@@ -265,7 +265,7 @@ func (d *Daemon) Metrics() string {
 
 // metricsHandler serves GET and HEAD /metrics from the daemon's registry.
 func (d *Daemon) metricsHandler() http.Handler {
-	h := promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{
+	h := promhttp.HandlerFor(d.gatherer(), promhttp.HandlerOpts{
 		ErrorLog:      slogPromLogger{d},
 		ErrorHandling: promhttp.ContinueOnError,
 		Timeout:       10 * time.Second,

@@ -1,0 +1,62 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRunWaitsForTheScrapeReadingTheDevice: a metrics scrape still
+// gathering when the metrics server's shutdown gives up (its bound, a
+// millisecond here) ends before Run closes the device, and Run returns
+// only after it. The gather is held inside, the device open, until
+// release starts waiting for the gathers, so a Run that does not wait
+// returns with it still there, every time (it would then read the
+// counters of a closed device). Bug (lifetime audit, session AH): Run
+// gave http.Shutdown 2 s, then closed the device with any scrape still
+// running.
+func TestRunWaitsForTheScrapeReadingTheDevice(t *testing.T) {
+	d, err := New(closeTestConfig(t, "127.0.3.231"))
+	require.NoError(t, err)
+	d.httpShutdown = time.Millisecond
+	gathering, awaiting, runReturned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var gathers atomic.Int32
+	var gatherEnded atomic.Bool
+	d.gathering = func() {
+		if gathers.Add(1) != 1 {
+			return
+		}
+		close(gathering)
+		select {
+		case <-awaiting:
+		case <-runReturned:
+		}
+		gatherEnded.Store(true)
+	}
+	d.awaitingScrapes = func() { close(awaiting) }
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	scraped := make(chan struct{})
+	go func() {
+		defer close(scraped)
+		resp, err := http.Get("http://" + d.MetricsAddr().String() + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-gathering
+	closed := make(chan error, 1)
+	go func() { closed <- d.Close() }()
+	require.NoError(t, <-done)
+	ended := gatherEnded.Load()
+	close(runReturned)
+	require.NoError(t, <-closed)
+	require.True(t, ended, "Run returned with a scrape still gathering")
+	<-scraped
+	// A scrape after Run reads nothing of the closed device.
+	require.Contains(t, d.Metrics(), errStopped.Error())
+}
