@@ -1,7 +1,6 @@
 package allreduce
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rxed/rxed/internal/testenv"
-	"github.com/rxed/rxed/pkg/roce/transport"
 )
 
 // TestRingFailureNotHeldByTheDeadNeighboursDREP: a failed AllReduce
@@ -29,17 +27,7 @@ func TestRingFailureNotHeldByTheDeadNeighboursDREP(t *testing.T) {
 	for _, n := range []int{3, 4} {
 		t.Run(fmt.Sprint("n=", n), func(t *testing.T) {
 			leaks := testenv.SnapshotGoroutines("github.com/rxed/rxed/examples/allreduce")
-			victim := n - 1
-			kc := &killableConn{}
-			wrap := func(rank int, c transport.Conn) transport.Conn {
-				if rank == victim {
-					kc.Conn = c
-					return kc
-				}
-				return c
-			}
-			ms, err := Join(context.Background(), n, rdmaDialerOver(t, transport.NewMemNetwork(), wrap, same(n, n), same(n, 1000*n), timeout))
-			require.NoError(t, err)
+			ms, kc, victim := ringWithKillableLast(t, n, timeout)
 			links := make([]*rdmaLink, n)
 			for i, m := range ms {
 				links[i] = m.(*RDMARank).Ring.l.(*rdmaLink)

@@ -166,17 +166,7 @@ func TestRankThatDiesIdleIsFoundByAProbe(t *testing.T) {
 	const timeout = time.Minute
 	for _, n := range []int{3, 4} {
 		t.Run(fmt.Sprint("n=", n), func(t *testing.T) {
-			victim := n - 1
-			kc := &killableConn{}
-			wrap := func(rank int, c transport.Conn) transport.Conn {
-				if rank == victim {
-					kc.Conn = c
-					return kc
-				}
-				return c
-			}
-			ms, err := Join(context.Background(), n, rdmaDialerOver(t, transport.NewMemNetwork(), wrap, same(n, n), same(n, 1000*n), timeout))
-			require.NoError(t, err)
+			ms, kc, victim := ringWithKillableLast(t, n, timeout)
 			defer closeAll(ms)
 			errs := runWithoutVictim(ms, victim)
 			// The victim's previous rank wrote ranks-1 chunks ahead (all
@@ -190,4 +180,22 @@ func TestRankThatDiesIdleIsFoundByAProbe(t *testing.T) {
 			requireAllFail(t, errs, n-1, timeout, start)
 		})
 	}
+}
+
+// ringWithKillableLast joins an n-rank RDMA ring over an in-process
+// network whose last rank, the victim, has a link the test kills
+// (kc.dead) when it chooses.
+func ringWithKillableLast(t *testing.T, n int, timeout time.Duration) (ms []Member, kc *killableConn, victim int) {
+	t.Helper()
+	victim, kc = n-1, &killableConn{}
+	wrap := func(rank int, c transport.Conn) transport.Conn {
+		if rank == victim {
+			kc.Conn = c
+			return kc
+		}
+		return c
+	}
+	ms, err := Join(context.Background(), n, rdmaDialerOver(t, transport.NewMemNetwork(), wrap, same(n, n), same(n, 1000*n), timeout))
+	require.NoError(t, err)
+	return ms, kc, victim
 }
