@@ -10,17 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// leakPkgs are the packages whose goroutines a closed server, client or
-// ring must not leave running.
-var leakPkgs = []string{"github.com/rxed/rxed/examples/allreduce", "github.com/rxed/rxed/pkg/ib",
-	"github.com/rxed/rxed/pkg/roce", "github.com/rxed/rxed/pkg/roce/transport",
-	"github.com/rxed/rxed/pkg/rdmacm", "github.com/rxed/rxed/pkg/cm"}
-
 // Rings that end every way a ring ends (Leave after allreduces, Close,
 // a rank that closed under the others, a cancelled AllReduce) leave no
 // goroutine behind once their members are closed, over RDMA and TCP.
 func TestRingsLeaveNoGoroutines(t *testing.T) {
-	leaks := testenv.SnapshotGoroutines(leakPkgs...)
+	leaks := testenv.SnapshotGoroutines(testenv.StackPackages("github.com/rxed/rxed/examples/allreduce")...)
 	ctx := context.Background()
 	for _, tr := range []string{"rdma", "tcp"} {
 		dial := func(n int) func(context.Context, int) (Member, error) {

@@ -13,17 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// leakPkgs are the packages whose goroutines a closed server, client or
-// ring must not leave running.
-var leakPkgs = []string{"github.com/rxed/rxed/examples/kv", "github.com/rxed/rxed/pkg/ib",
-	"github.com/rxed/rxed/pkg/roce", "github.com/rxed/rxed/pkg/roce/transport",
-	"github.com/rxed/rxed/pkg/rdmacm", "github.com/rxed/rxed/pkg/cm"}
-
 // A server and its clients closed with calls cancelled, connections
 // open and a server-side connection failed leave no goroutine behind,
 // over RDMA and TCP.
 func TestServersAndClientsLeaveNoGoroutines(t *testing.T) {
-	leaks := testenv.SnapshotGoroutines(leakPkgs...)
+	leaks := testenv.SnapshotGoroutines(testenv.StackPackages("github.com/rxed/rxed/examples/kv")...)
 	func() {
 		tab, err := NewTable(testTable)
 		require.NoError(t, err)

@@ -16,15 +16,7 @@ import (
 
 // rxedPkgs are the packages whose goroutines a daemon starts, directly or
 // through its device, listeners and connection manager.
-var rxedPkgs = []string{
-	"github.com/rxed/rxed/internal/daemon",
-	"github.com/rxed/rxed/pkg/ib",
-	"github.com/rxed/rxed/pkg/roce",
-	"github.com/rxed/rxed/pkg/roce/transport",
-	"github.com/rxed/rxed/pkg/rdmacm",
-	"github.com/rxed/rxed/pkg/cm",
-	"github.com/rxed/rxed/pkg/oob",
-}
+var rxedPkgs = testenv.StackPackages("github.com/rxed/rxed/internal/daemon", "github.com/rxed/rxed/pkg/oob")
 
 // TestRunLeavesNoGoroutine: once Run has returned, the idle reaper has
 // ended, and no goroutine of the daemon, its device or its listeners is

@@ -25,6 +25,19 @@ import (
 // polls until the stacks are clean; the bound is for a loaded machine.
 const LeakWait = 10 * time.Second
 
+// StackPackages are the packages of rxed's stack below an application:
+// the goroutines a device, its connection manager and its connections
+// start. A leak check of something built on them names them and its own.
+func StackPackages(own ...string) []string {
+	return append([]string{
+		"github.com/rxed/rxed/pkg/ib",
+		"github.com/rxed/rxed/pkg/roce",
+		"github.com/rxed/rxed/pkg/roce/transport",
+		"github.com/rxed/rxed/pkg/rdmacm",
+		"github.com/rxed/rxed/pkg/cm",
+	}, own...)
+}
+
 // Goroutines is a snapshot of the goroutines that existed before a test
 // started what it will close.
 type Goroutines struct {

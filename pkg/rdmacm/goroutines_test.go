@@ -19,8 +19,7 @@ import (
 // guard written by the goroutine audit (session AG): an embedder's
 // goleak-style check must pass once Device.Close has returned.
 func TestDeviceCloseLeavesNoGoroutine(t *testing.T) {
-	leaks := testenv.SnapshotGoroutines("github.com/rxed/rxed/pkg/ib", "github.com/rxed/rxed/pkg/roce",
-		"github.com/rxed/rxed/pkg/roce/transport", "github.com/rxed/rxed/pkg/rdmacm", "github.com/rxed/rxed/pkg/cm")
+	leaks := testenv.SnapshotGoroutines(testenv.StackPackages()...)
 	hs := udpHosts(t, "127.0.5.41", "127.0.5.42")
 	srv, cli := hs[0], hs[1]
 	ctx := testCtx(t)
