@@ -10,6 +10,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/rxed/rxed/pkg/oob"
 )
 
 // tcpLink sends each step's chunk as step u32 | length u32 | bytes on a
@@ -190,9 +192,9 @@ func (l *tcpLink) dialNext(ctx context.Context, addr string) error {
 		_ = c.SetDeadline(dl)
 		// A cancelled ctx ends the hello exchange too, not only its
 		// deadline (a next rank that accepted and never answers).
-		stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+		done := oob.InterruptOn(ctx, c.SetDeadline)
 		helloErr := func(what string, err error) error {
-			stop()
+			done()
 			c.Close()
 			if ctx.Err() != nil {
 				err = context.Cause(ctx)
@@ -206,7 +208,7 @@ func (l *tcpLink) dialNext(ctx context.Context, addr string) error {
 		if _, err := io.ReadFull(c, b[:]); err != nil {
 			return helloErr("no answer from", err)
 		}
-		if !stop() {
+		if done(); ctx.Err() != nil {
 			return helloErr("no answer from", context.Cause(ctx))
 		}
 		if n := binary.LittleEndian.Uint16(b[helloLen:]); n > 0 {
@@ -257,17 +259,10 @@ func (l *tcpLink) recv(ctx context.Context, step uint32, n int) (b []byte, err e
 	_ = l.prev.SetReadDeadline(dl)
 	// A cancelled ctx ends the read as its deadline does (the RDMA ring's
 	// wait takes both), and says so rather than blame the previous rank.
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		_ = l.prev.SetReadDeadline(time.Unix(1, 0))
-		close(fired)
-	})
+	done := oob.InterruptOn(ctx, l.prev.SetReadDeadline)
 	defer func() {
-		if !stop() {
-			<-fired
-			if err != nil {
-				err = context.Cause(ctx)
-			}
+		if done(); err != nil && ctx.Err() != nil {
+			err = context.Cause(ctx)
 		}
 	}()
 	var h [8]byte

@@ -10,6 +10,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/rxed/rxed/pkg/oob"
 )
 
 // TCPServer serves an App's table over TCP: the request/response design
@@ -213,18 +215,12 @@ func (cl *TCPClient) call(ctx context.Context, o op, key, val []byte) (v []byte,
 	// socket's deadline moves to the past, which ends a blocked read or
 	// write. The stream is then out of step (a response may still come),
 	// so the connection is dropped, as the RDMA client drops a QP with
-	// work outstanding: the error wraps ErrConnLost and ctx's cause.
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		_ = cl.c.SetDeadline(time.Unix(1, 0))
-		close(fired)
-	})
+	// work outstanding: the error wraps ErrConnLost and ctx's cause. (The
+	// next call sets its own deadline.)
+	done := oob.InterruptOn(ctx, cl.c.SetDeadline)
 	defer func() {
-		if stop() {
-			return
-		}
-		<-fired // the deadline is in the past: it must not end the next call
-		if err != nil {
+		done()
+		if err != nil && ctx.Err() != nil {
 			_ = cl.c.Close()
 			cl.closed = true
 			err = cl.lost(context.Cause(ctx))

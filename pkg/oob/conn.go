@@ -92,13 +92,15 @@ func (s *stream) step(ctx context.Context, bounded bool) (done func()) {
 		dl = d
 	}
 	_ = s.c.SetDeadline(dl)
-	return interruptOn(ctx, s.c.SetDeadline)
+	return InterruptOn(ctx, s.c.SetDeadline)
 }
 
-// interruptOn makes ctx's cancellation set a deadline in the past through
-// setDeadline, until the returned function is called; a cancellation racing
-// with that call cannot leak into a later step.
-func interruptOn(ctx context.Context, setDeadline func(time.Time) error) (done func()) {
+// InterruptOn makes ctx's cancellation set a deadline in the past through
+// setDeadline (a net.Conn's or net.Listener's), which ends the blocked
+// I/O, until the returned function is called; a cancellation racing with
+// that call cannot leak into a later step. A caller that got an error
+// and finds ctx done after done() may report ctx's cause instead.
+func InterruptOn(ctx context.Context, setDeadline func(time.Time) error) (done func()) {
 	var mu sync.Mutex
 	finished := false
 	stop := context.AfterFunc(ctx, func() {
@@ -212,7 +214,7 @@ func accept(ctx context.Context, ln net.Listener, o *Options) (*stream, error) {
 	if dl, ok := ln.(deadliner); ok {
 		d, _ := ctx.Deadline()
 		_ = dl.SetDeadline(d)
-		done := interruptOn(ctx, dl.SetDeadline)
+		done := InterruptOn(ctx, dl.SetDeadline)
 		defer func() {
 			done()
 			_ = dl.SetDeadline(time.Time{})
