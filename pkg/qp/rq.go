@@ -55,16 +55,20 @@ func NewRecvQueue(maxWR, maxSGE int) (*RecvQueue, error) {
 }
 
 func newRecvQueue(maxWR, maxSGE int) *RecvQueue {
-	q := &RecvQueue{
-		slots:   make([]RecvWR, maxWR),
-		sges:    make([]SGE, maxWR*maxSGE),
-		maxSGE:  maxSGE,
-		limitCh: make(chan struct{}, 1),
-	}
-	for i := range q.slots {
-		q.slots[i].SGL = q.sges[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
-	}
+	q := &RecvQueue{maxSGE: maxSGE, limitCh: make(chan struct{}, 1)}
+	q.slots, q.sges = makeSlots(maxWR, maxSGE)
 	return q
+}
+
+// makeSlots returns n empty request slots, each SGL a window of maxSGE
+// entries into the one backing array returned with them (a post copies
+// into its slot, nothing is allocated per request).
+func makeSlots(n, maxSGE int) ([]RecvWR, []SGE) {
+	slots, sges := make([]RecvWR, n), make([]SGE, n*maxSGE)
+	for i := range slots {
+		slots[i].SGL = sges[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
+	}
+	return slots, sges
 }
 
 // Cap returns max_wr, the number of requests the queue holds (an SRQ's

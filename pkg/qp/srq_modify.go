@@ -85,11 +85,7 @@ func (s *SRQ) checkModify(a SRQAttr, mask SRQAttrMask) error {
 // out still reads its request as it was: the old slots are not written
 // again.
 func (q *RecvQueue) resize(n int) {
-	slots := make([]RecvWR, n)
-	sges := make([]SGE, n*q.maxSGE)
-	for i := range slots {
-		slots[i].SGL = sges[i*q.maxSGE : i*q.maxSGE : (i+1)*q.maxSGE]
-	}
+	slots, sges := makeSlots(n, q.maxSGE)
 	for i := range q.count {
 		j := q.head + i
 		if j >= len(q.slots) {

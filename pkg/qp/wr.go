@@ -259,8 +259,13 @@ func (wr *SendWR) Len() uint64 {
 	if wr.Flags&Inline != 0 {
 		return uint64(len(wr.Inline))
 	}
+	return sglLen(wr.SGL)
+}
+
+// sglLen is the bytes an SGL covers.
+func sglLen(sgl []SGE) uint64 {
 	var n uint64
-	for _, s := range wr.SGL {
+	for _, s := range sgl {
 		n += uint64(s.Length)
 	}
 	return n
@@ -275,13 +280,7 @@ type RecvWR struct {
 }
 
 // Len returns the total buffer length of the SGE list.
-func (wr *RecvWR) Len() uint64 {
-	var n uint64
-	for _, s := range wr.SGL {
-		n += uint64(s.Length)
-	}
-	return n
-}
+func (wr *RecvWR) Len() uint64 { return sglLen(wr.SGL) }
 
 // Limits an engine places on messages (rxe_param.h values by default).
 const (
@@ -330,11 +329,7 @@ func CheckSendWR(t Type, c Cap, wr *SendWR) error {
 		// rxe's validate_send_wr wants at least the 8 bytes of the
 		// original value, in as many SGEs as the QP allows: the result
 		// is scattered over them.
-		var n uint64
-		for _, s := range wr.SGL {
-			n += uint64(s.Length)
-		}
-		if n < 8 {
+		if n := sglLen(wr.SGL); n < 8 {
 			return fmt.Errorf("%w: %d bytes", ErrAtomicSGE, n)
 		}
 		return nil
