@@ -311,19 +311,8 @@ func (c *CMControl) handle(n int, what string) error {
 			}
 			continue
 		}
-		if wc.Status != ib.WCSuccess && wc.ID == cmCtrlKeepAlive {
-			return c.errorf(oob.ErrClosed, what, "the peer stopped answering: the keepalive on the idle connection "+
-				"(a zero-length RDMA WRITE) ended in %v, so its process was killed or its host is gone", wc.Status)
-		}
-		if wc.Status == ib.WCRetryExcErr {
-			// Our SEND went unacknowledged through the QP's retries: the
-			// peer's QP is gone without a DREQ, as the keepalive's
-			// failure says; rping and perftest print only "status 12".
-			return c.errorf(oob.ErrClosed, what, "the peer stopped answering: our SEND on the control connection "+
-				"ended in %v (no ACK through the QP's retries), so its process was killed or its host is gone", wc.Status)
-		}
 		if wc.Status != ib.WCSuccess {
-			return c.errorf(oob.ErrClosed, what, "control QP completion %v", wc.Status)
+			return c.completionError(what, wc)
 		}
 		if wc.ID == cmCtrlSend {
 			c.sendBusy = false
@@ -340,6 +329,23 @@ func (c *CMControl) handle(n int, what string) error {
 		}
 	}
 	return nil
+}
+
+// completionError is a failed completion of the control QP as the
+// operator reads it: a keepalive, or our SEND, that the QP's retries
+// never got acknowledged says the peer is gone without a DREQ (rping and
+// perftest print only "status 12"); anything else is named as it is.
+func (c *CMControl) completionError(what string, wc ib.WC) error {
+	const gone = "so its process was killed or its host is gone"
+	switch {
+	case wc.ID == cmCtrlKeepAlive:
+		return c.errorf(oob.ErrClosed, what, "the peer stopped answering: the keepalive on the idle connection "+
+			"(a zero-length RDMA WRITE) ended in %v, "+gone, wc.Status)
+	case wc.Status == ib.WCRetryExcErr:
+		return c.errorf(oob.ErrClosed, what, "the peer stopped answering: our SEND on the control connection "+
+			"ended in %v (no ACK through the QP's retries), "+gone, wc.Status)
+	}
+	return c.errorf(oob.ErrClosed, what, "control QP completion %v", wc.Status)
 }
 
 // ended reports whether the attached connection has ended, waiting up
