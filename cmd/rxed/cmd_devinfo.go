@@ -117,18 +117,18 @@ func writeDevinfo(w io.Writer, dev *ib.Device, udpPort uint16, verbose bool) {
 
 // capFlagNames are ibv_devinfo's names of the device_cap_flags bits, in
 // the order it prints them (libibverbs/examples/devinfo.c,
-// print_device_cap_flags).
+// print_device_cap_flags); pkg/ib names the bits rxe sets.
 var capFlagNames = []struct {
 	bit  uint64
 	name string
 }{
-	{1 << 0, "RESIZE_MAX_WR"}, {1 << 1, "BAD_PKEY_CNTR"}, {1 << 2, "BAD_QKEY_CNTR"}, {1 << 3, "RAW_MULTI"},
-	{1 << 4, "AUTO_PATH_MIG"}, {1 << 5, "CHANGE_PHY_PORT"}, {1 << 6, "UD_AV_PORT_ENFORCE"},
+	{1 << 0, "RESIZE_MAX_WR"}, {ib.DeviceBadPKeyCntr, "BAD_PKEY_CNTR"}, {ib.DeviceBadQKeyCntr, "BAD_QKEY_CNTR"}, {1 << 3, "RAW_MULTI"},
+	{ib.DeviceAutoPathMig, "AUTO_PATH_MIG"}, {ib.DeviceChangePhyPort, "CHANGE_PHY_PORT"}, {ib.DeviceUDAVPortEnforce, "UD_AV_PORT_ENFORCE"},
 	{1 << 7, "CURR_QP_STATE_MOD"}, {1 << 8, "SHUTDOWN_PORT"}, {1 << 9, "INIT_TYPE"},
-	{1 << 10, "PORT_ACTIVE_EVENT"}, {1 << 11, "SYS_IMAGE_GUID"}, {1 << 12, "RC_RNR_NAK_GEN"},
-	{1 << 13, "SRQ_RESIZE"}, {1 << 14, "N_NOTIFY_CQ"}, {1 << 17, "MEM_WINDOW"}, {1 << 18, "UD_IP_CSUM"},
-	{1 << 20, "XRC"}, {1 << 21, "MEM_MGT_EXTENSIONS"}, {1 << 23, "MEM_WINDOW_TYPE_2A"},
-	{1 << 24, "MEM_WINDOW_TYPE_2B"}, {1 << 25, "RC_IP_CSUM"}, {1 << 26, "RAW_IP_CSUM"},
+	{ib.DevicePortActiveEvent, "PORT_ACTIVE_EVENT"}, {ib.DeviceSysImageGUID, "SYS_IMAGE_GUID"}, {ib.DeviceRCRNRNAKGen, "RC_RNR_NAK_GEN"},
+	{ib.DeviceSRQResize, "SRQ_RESIZE"}, {1 << 14, "N_NOTIFY_CQ"}, {ib.DeviceMemWindow, "MEM_WINDOW"}, {1 << 18, "UD_IP_CSUM"},
+	{1 << 20, "XRC"}, {ib.DeviceMemMgtExtensions, "MEM_MGT_EXTENSIONS"}, {ib.DeviceMemWindowType2A, "MEM_WINDOW_TYPE_2A"},
+	{ib.DeviceMemWindowType2B, "MEM_WINDOW_TYPE_2B"}, {1 << 25, "RC_IP_CSUM"}, {1 << 26, "RAW_IP_CSUM"},
 	{1 << 29, "MANAGED_FLOW_STEERING"},
 }
 
