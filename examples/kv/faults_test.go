@@ -26,13 +26,7 @@ func TestModelConcurrentRDMAThroughFaults(t *testing.T) {
 			fc.Seed = seed
 			dev := openDevWith(t, r.net, "10.0.0.3", ib.Config{Fault: &fc})
 			const nc = 4
-			var cs []Client
-			for range nc {
-				c, err := DialRDMA(ctxT(t), dev, r.cmAddr, nil)
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = c.Close() })
-				cs = append(cs, c)
-			}
+			cs := dialClientsOn(t, dev, r.cmAddr, nc)
 			ops := modelOps(t, nc, 300)
 			gets, writes := runModel(t, cs, 48, ops, uint64(seed))
 			require.Equal(t, nc*ops, gets+writes)

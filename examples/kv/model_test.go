@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -191,13 +192,7 @@ func TestModelConcurrentRDMADoorbell(t *testing.T) {
 	r := newRig(t)
 	dev := openDevWith(t, r.net, "10.0.0.3", ib.Config{DoorbellBatch: 20 * time.Microsecond})
 	const nc = 8
-	var cs []Client
-	for range nc {
-		c, err := DialRDMA(ctxT(t), dev, r.cmAddr, nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
-		cs = append(cs, c)
-	}
+	cs := dialClientsOn(t, dev, r.cmAddr, nc)
 	ops := modelOps(t, nc, 400)
 	gets, writes := runModel(t, cs, 48, ops, 3)
 	require.Equal(t, nc*ops, gets+writes)
@@ -242,4 +237,18 @@ func TestModelRejects(t *testing.T) {
 	require.ErrorContains(t, m.checkGet(k, j+1, j+1, v, nil), "outside")
 	require.ErrorContains(t, m.checkGet(k, j, j+1, nil, ErrNotFound), "absent")
 	require.NoError(t, m.checkGet(k, 0, j, nil, ErrNotFound))
+}
+
+// dialClientsOn dials n RDMA clients of the server at addr, all on dev
+// (one host's clients sharing its device), closed with t.
+func dialClientsOn(t *testing.T, dev *ib.Device, addr netip.AddrPort, n int) []Client {
+	t.Helper()
+	var cs []Client
+	for range n {
+		c, err := DialRDMA(ctxT(t), dev, addr, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		cs = append(cs, c)
+	}
+	return cs
 }

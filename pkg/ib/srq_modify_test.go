@@ -67,13 +67,7 @@ func TestSRQModifyAndQueryAsRxe(t *testing.T) {
 // takes two first, so the queue has wrapped when it is resized.
 func TestSRQResizeKeepsReceivesForTheQP(t *testing.T) {
 	a, qa, b, _ := testPair(t)
-	srq, err := b.pd.CreateSRQ(ib.SRQInitAttr{MaxWR: 4, MaxSGE: 2})
-	require.NoError(t, err)
-	qs, err := b.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: b.cq, RecvCQ: b.cq, SRQ: srq,
-		Cap: ib.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
-	require.NoError(t, err)
-	t.Cleanup(func() { qs.Destroy(); srq.Destroy() })
-	connectBoth(a, qa, b, qs)
+	srq, qs := srqPeer(t, a, qa, b, 2)
 	recv := func(i int) ib.RecvWR { // two SGEs: 16 bytes, then the rest of 256
 		return ib.RecvWR{ID: uint64(1000 + i), SGL: []ib.SGE{b.sge(i*256, 16), b.sge(i*256+16, 240)}}
 	}
@@ -126,13 +120,7 @@ func TestSRQResizeKeepsReceivesForTheQP(t *testing.T) {
 // refused (ErrSRQSize) for the receives queued then. Run under -race.
 func TestSRQResizeWhileTheQPReceives(t *testing.T) {
 	a, qa, b, _ := testPair(t)
-	srq, err := b.pd.CreateSRQ(ib.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
-	require.NoError(t, err)
-	qs, err := b.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: b.cq, RecvCQ: b.cq, SRQ: srq,
-		Cap: ib.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
-	require.NoError(t, err)
-	t.Cleanup(func() { qs.Destroy(); srq.Destroy() })
-	connectBoth(a, qa, b, qs)
+	srq, _ := srqPeer(t, a, qa, b, 1)
 	const n, slots = 300, 64 // no size below holds more than slots receives
 	taken := make(chan struct{}, 1)
 	done := make(chan struct{})
@@ -188,4 +176,18 @@ func TestSRQResizeWhileTheQPReceives(t *testing.T) {
 	}
 	close(done)
 	require.NoError(t, <-errs)
+}
+
+// srqPeer gives b an SRQ of 4 receives of maxSGE SGEs and an RC QP on it,
+// connected to a's qa.
+func srqPeer(t *testing.T, a *peer, qa *ib.QP, b *peer, maxSGE int) (*ib.SRQ, *ib.QP) {
+	t.Helper()
+	srq, err := b.pd.CreateSRQ(ib.SRQInitAttr{MaxWR: 4, MaxSGE: maxSGE})
+	require.NoError(t, err)
+	qs, err := b.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: b.cq, RecvCQ: b.cq, SRQ: srq,
+		Cap: ib.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { qs.Destroy(); srq.Destroy() })
+	connectBoth(a, qa, b, qs)
+	return srq, qs
 }
