@@ -24,8 +24,7 @@ func mckeyNetns(t *testing.T) *netns.NS {
 	ns, err := netns.Create(fmt.Sprintf("rxed-mckey-%d", os.Getpid()))
 	require.NoError(t, err)
 	t.Cleanup(func() { ns.Delete() })
-	require.NoError(t, ns.IP("link", "set", "lo", "multicast", "on"))
-	require.NoError(t, ns.IP("route", "add", "224.0.0.0/4", "dev", "lo"))
+	require.NoError(t, ns.LoopbackMulticast())
 	return ns
 }
 

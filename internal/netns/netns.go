@@ -66,6 +66,16 @@ func (ns *NS) IP(args ...string) error {
 	return ns.Exec("ip", args...)
 }
 
+// LoopbackMulticast turns multicast on for the namespace's loopback and
+// routes 224.0.0.0/4 through it, so UDP multicast between sockets of the
+// namespace works (joins on 127.0.0.x, IP_MULTICAST_LOOP).
+func (ns *NS) LoopbackMulticast() error {
+	if err := ns.IP("link", "set", "lo", "multicast", "on"); err != nil {
+		return err
+	}
+	return ns.IP("route", "add", "224.0.0.0/4", "dev", "lo")
+}
+
 // Exec runs a command inside the namespace and returns its error with its
 // output.
 func (ns *NS) Exec(name string, args ...string) error {

@@ -29,8 +29,7 @@ func TestCloseLeavesNoGroupSocketOverUDP(t *testing.T) {
 	ns, err := netns.Create(fmt.Sprintf("rxed-rmc-%d", os.Getpid()))
 	require.NoError(t, err)
 	defer ns.Delete()
-	require.NoError(t, ns.IP("link", "set", "lo", "multicast", "on"))
-	require.NoError(t, ns.IP("route", "add", "224.0.0.0/4", "dev", "lo"))
+	require.NoError(t, ns.LoopbackMulticast())
 
 	leaks := testenv.SnapshotGoroutines("github.com/rxed/rxed/pkg/roce", "github.com/rxed/rxed/pkg/roce/transport")
 	var e *Engine

@@ -30,8 +30,7 @@ func TestUDPMulticastInNetns(t *testing.T) {
 	ns, err := netns.Create(fmt.Sprintf("rxed-mc-%d", os.Getpid()))
 	require.NoError(t, err)
 	defer ns.Delete()
-	require.NoError(t, ns.IP("link", "set", "lo", "multicast", "on"))
-	require.NoError(t, ns.IP("route", "add", "224.0.0.0/4", "dev", "lo"))
+	require.NoError(t, ns.LoopbackMulticast())
 
 	var a, b, s Conn
 	var ma, mb, ms *Membership
@@ -97,8 +96,7 @@ func TestUDPMulticastPcapRecordsGroupReceives(t *testing.T) {
 	ns, err := netns.Create(fmt.Sprintf("rxed-mcp-%d", os.Getpid()))
 	require.NoError(t, err)
 	defer ns.Delete()
-	require.NoError(t, ns.IP("link", "set", "lo", "multicast", "on"))
-	require.NoError(t, ns.IP("route", "add", "224.0.0.0/4", "dev", "lo"))
+	require.NoError(t, ns.LoopbackMulticast())
 
 	var buf bytes.Buffer
 	var rec *PcapRecorder
