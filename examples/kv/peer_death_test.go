@@ -159,3 +159,105 @@ func TestRDMAClientKilledMidPUTLeavesTheValue(t *testing.T) {
 	require.Equal(t, uint64(1), rs.Puts, "the half-sent PUT never reached the handler")
 	require.Eventually(t, func() bool { return srv.Conns() == 1 }, 20*time.Second, time.Millisecond, "the dead client's connection is freed")
 }
+
+// A server whose host dies after its QP acknowledged a PUT's SEND and
+// before its handler's response left: the client's SEND completed, and
+// its QP, with nothing unacknowledged, retries nothing, so only a probe
+// tells it the server is gone. The PUT fails with ErrConnLost about a
+// probe interval plus the QP's retries (67 ms + 8 x 67 ms) after it
+// began. (CI, session AH: the third of TestRDMAServerHostDiesUnderClients's
+// clients waited on its receive for ever, the test's 20 s bound.)
+func TestRDMAServerDiesBetweenACKAndResponse(t *testing.T) {
+	tab, err := NewTable(testTable)
+	require.NoError(t, err)
+	n := transport.NewMemNetwork()
+	sc, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), transport.RoCEv2Port))
+	require.NoError(t, err)
+	cut := &cutConn{Conn: sc}
+	srvDev, err := ib.OpenDevice(ib.Config{Conn: cut})
+	require.NoError(t, err)
+	cmAddr := netip.MustParseAddrPort("10.0.0.1:7471")
+	srv, err := ServeRDMA(NewApp(tab), srvDev, cmAddr, &RDMAServerConfig{KeepAlive: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = srv.Close()
+		_ = srvDev.Close()
+		_ = tab.Close()
+	})
+	cliDev := openDev(t, n, "10.0.0.2")
+	c, err := DialRDMA(ctxT(t), cliDev, cmAddr, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.Put(ctxT(t), []byte("k"), []byte("before")))
+
+	cut.mode.Store(cutAfterACK)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	began := time.Now()
+	err = c.Put(ctx, []byte("k"), []byte("after"))
+	t.Logf("the PUT failed %v after it began: %v", time.Since(began).Round(time.Millisecond), err)
+	require.Equal(t, cutAll, cut.mode.Load(), "the server acknowledged the SEND, then died")
+	require.ErrorIs(t, err, ErrConnLost)
+	require.ErrorContains(t, err, "RETRY_EXC_ERR")
+	require.NoError(t, ctx.Err(), "the PUT waited for the test's bound")
+	_, err = c.Get(ctxT(t), []byte("k"))
+	require.ErrorIs(t, err, ErrConnLost, "the client knows its connection is gone")
+}
+
+// dropSends is a server host's link that loses its next drop RC SENDs
+// (its responses) and nothing else: its QP retransmits them after its
+// ACK timeout.
+type dropSends struct {
+	transport.Conn
+	drop atomic.Int32
+}
+
+func (c *dropSends) Send(bufs [][]byte, ep transport.Endpoint) error {
+	kept := bufs[:0:0]
+	for _, b := range bufs {
+		if len(b) > 0 && wire.Opcode(b[0]) == wire.RCSendOnly && c.drop.Add(-1) >= 0 {
+			continue
+		}
+		kept = append(kept, b)
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return c.Conn.Send(kept, ep)
+}
+
+// A response that is late but comes (the server's QP lost it twice and
+// retransmits it after its 67 ms ACK timeout each time) keeps the call
+// waiting: the client probes the server, whose QP acknowledges the probe,
+// and the PUT succeeds with the value stored.
+func TestRDMAClientProbesALateResponseAndWaits(t *testing.T) {
+	tab, err := NewTable(testTable)
+	require.NoError(t, err)
+	n := transport.NewMemNetwork()
+	sc, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), transport.RoCEv2Port))
+	require.NoError(t, err)
+	lossy := &dropSends{Conn: sc}
+	srvDev, err := ib.OpenDevice(ib.Config{Conn: lossy})
+	require.NoError(t, err)
+	cmAddr := netip.MustParseAddrPort("10.0.0.1:7471")
+	srv, err := ServeRDMA(NewApp(tab), srvDev, cmAddr, &RDMAServerConfig{KeepAlive: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = srv.Close()
+		_ = srvDev.Close()
+		_ = tab.Close()
+	})
+	cliDev := openDev(t, n, "10.0.0.2")
+	c, err := DialRDMA(ctxT(t), cliDev, cmAddr, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	lossy.drop.Store(2)
+	require.NoError(t, c.Put(ctxT(t), []byte("k"), []byte("late")))
+	require.Negative(t, lossy.drop.Load(), "both responses were lost")
+	require.GreaterOrEqual(t, c.Stats().Probes, uint64(1), "the client probed while the response was late")
+	got, err := c.Get(ctxT(t), []byte("k"))
+	require.NoError(t, err)
+	require.Equal(t, "late", string(got))
+	require.NoError(t, c.Put(ctxT(t), []byte("k"), []byte("on time")))
+}

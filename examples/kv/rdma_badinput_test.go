@@ -20,7 +20,7 @@ func sendRaw(ctx context.Context, c *RDMAClient, msg []byte) (response, error) {
 		SGL: []ib.SGE{{Addr: c.mr.IOVA() + uint64(c.offReq()), Length: uint32(len(msg)), LKey: c.mr.LKey()}}}); err != nil {
 		return response{}, err
 	}
-	if err := c.wait(ctx, 2); err != nil {
+	if err := c.wait(ctx, 2, true); err != nil {
 		return response{}, err
 	}
 	return parseResponseHdr(c.buf[c.offResp() : c.offResp()+respHdrLen])

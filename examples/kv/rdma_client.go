@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/qp"
 	"github.com/rxed/rxed/pkg/rdmacm"
 )
 
@@ -39,6 +40,7 @@ type ClientStats struct {
 	RetryWriting        uint64 // bucket read with an odd version
 	RetryTorn           uint64 // bucket or inline value whose checksum failed
 	RetryStale          uint64 // extent whose checksum is not the bucket's (changed after the bucket was read)
+	Probes              uint64 // zero-length WRITEs posted because a response was late (probeResponse)
 }
 
 // Retries is the number of re-reads.
@@ -90,6 +92,12 @@ type RDMAClient struct {
 	wcs    []ib.WC
 	waiter ib.HybridWaiter // one per client: it keeps its adapted budget
 
+	// probeAfter is how long a call waits for its response before it
+	// probes the server's QP (probeResponse); probing: a probe is
+	// outstanding.
+	probeAfter time.Duration
+	probing    bool
+
 	stats ClientStats
 
 	// readAhead is how many bytes of a bucket's extent a GET reads beside
@@ -120,6 +128,7 @@ func DialRDMA(ctx context.Context, dev *ib.Device, server netip.AddrPort, cfg *R
 		c.cfg.MaxRetries = 100000
 	}
 	c.waiter.Spin = c.cfg.Spin
+	c.probeAfter = qp.RetransmitTimeout(c.cfg.ACKTimeout)
 	c.readAhead = max(c.cfg.ReadAhead, 0)
 	var err error
 	if c.pd, err = dev.AllocPD(); err != nil {
@@ -197,6 +206,7 @@ func (c *RDMAClient) dropConn() {
 		_ = c.qp.Destroy()
 		c.qp = nil
 	}
+	c.probing = false
 	for c.cq.Poll(c.wcs) > 0 { // flushed work of the old QP
 	}
 }
@@ -233,11 +243,26 @@ func (c *RDMAClient) usable() error {
 	}
 }
 
-// wait waits for n completions and fails on the first bad one.
-func (c *RDMAClient) wait(ctx context.Context, n int) error {
+// probeID is the work request ID of a probe (a zero-length RDMA WRITE);
+// the other work requests of a client have ID 0.
+const probeID = 1 << 63
+
+// errProbeDue ends a wait for a response that took probeAfter.
+var errProbeDue = errors.New("kv: no response yet: probing the server")
+
+// wait waits for n completions and fails on the first bad one. With
+// probe set (the wait for a response), it probes the server's QP each
+// time the wait takes c.probeAfter (see probeResponse).
+func (c *RDMAClient) wait(ctx context.Context, n int, probe bool) error {
 	for n > 0 {
-		k, err := c.waiter.Wait(ctx, c.cq, c.wcs[:n])
+		k, err := c.waitSome(ctx, n, probe)
 		if err != nil {
+			if errors.Is(err, errProbeDue) {
+				if err := c.probeResponse(); err != nil {
+					return err
+				}
+				continue
+			}
 			// Work is still outstanding: this QP cannot be trusted to
 			// pair completions with requests any more.
 			c.dropConn()
@@ -245,20 +270,70 @@ func (c *RDMAClient) wait(ctx context.Context, n int) error {
 		}
 		for _, wc := range c.wcs[:k] {
 			if wc.Status != ib.WCSuccess {
-				cause := fmt.Errorf("work completion %v", wc.Status)
-				if c.conn != nil {
-					select {
-					case <-c.conn.Done():
-						cause = fmt.Errorf("%w (%v)", c.conn.Err(), wc.Status)
-					default:
-					}
-				}
-				return c.lost(cause)
+				return c.lost(c.completionCause(wc))
 			}
+			if wc.ID == probeID {
+				c.probing = false // not one of the n
+				continue
+			}
+			n--
 		}
-		n -= k
 	}
 	return nil
+}
+
+// waitSome returns up to n completions; with probe set it gives up
+// after c.probeAfter with errProbeDue. The timer costs about 0.4 us
+// (context.WithTimeoutCause and its cancel, 4 allocations), against a
+// PUT's round trip of 20 us or more; a GET's READs need none (their QP
+// retries them).
+func (c *RDMAClient) waitSome(ctx context.Context, n int, probe bool) (int, error) {
+	if !probe {
+		return c.waiter.Wait(ctx, c.cq, c.wcs[:n])
+	}
+	pctx, cancel := context.WithTimeoutCause(ctx, c.probeAfter, errProbeDue)
+	k, err := c.waiter.Wait(pctx, c.cq, c.wcs[:n])
+	cancel()
+	if err != nil && ctx.Err() == nil && context.Cause(pctx) == errProbeDue {
+		return 0, errProbeDue
+	}
+	return k, err
+}
+
+// probeResponse asks whether the server is still there when a response
+// is late. A request's SEND completes once the server's QP acknowledged
+// it, which it does before its handler answers; a server whose host died
+// between the two leaves the client waiting on a receive, for which its
+// QP retries nothing. A signaled zero-length RDMA WRITE (as the server's
+// keepalive sends the other way; every connected QP takes remote writes)
+// has the client's QP ask the server's: a live one acknowledges it and
+// the wait goes on, a dead one leaves it to run out of retries, and its
+// RETRY_EXC_ERR ends the wait with ErrConnLost. One probe is outstanding
+// at a time; a late one's completion is skipped by a later wait.
+func (c *RDMAClient) probeResponse() error {
+	if c.probing {
+		return nil
+	}
+	if err := c.qp.PostSend(ib.SendWR{ID: probeID, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled}); err != nil {
+		return c.lost(err)
+	}
+	c.probing = true
+	c.stats.Probes++
+	return nil
+}
+
+// completionCause is why a failed completion ended the connection: the
+// rdma_cm connection's end if it ended, else the completion's status.
+func (c *RDMAClient) completionCause(wc ib.WC) error {
+	cause := fmt.Errorf("work completion %v", wc.Status)
+	if c.conn != nil {
+		select {
+		case <-c.conn.Done():
+			cause = fmt.Errorf("%w (%v)", c.conn.Err(), wc.Status)
+		default:
+		}
+	}
+	return cause
 }
 
 // span is one READ: n bytes of the server's table at raddr into our
@@ -291,7 +366,7 @@ func (c *RDMAClient) read(ctx context.Context, spans ...span) error {
 	c.stats.Reads += uint64(len(spans))
 	c.stats.ReadAheads += uint64(len(spans) - 1) // a span beside the first is a read-ahead (readBucket)
 	c.stats.BytesRead += uint64(total)
-	return c.wait(ctx, 1)
+	return c.wait(ctx, 1, false)
 }
 
 // Get returns key's value, read with one-sided RDMA READs: the server
@@ -425,7 +500,7 @@ func (c *RDMAClient) call(ctx context.Context, o op, key, val []byte) error {
 		SGL: []ib.SGE{{Addr: c.mr.IOVA() + uint64(c.offReq()), Length: uint32(len(req)), LKey: c.mr.LKey()}}}); err != nil {
 		return c.lost(err)
 	}
-	if err := c.wait(ctx, 2); err != nil {
+	if err := c.wait(ctx, 2, true); err != nil {
 		return err
 	}
 	r, err := parseResponseHdr(c.buf[c.offResp() : c.offResp()+respHdrLen])

@@ -18,9 +18,10 @@ import (
 
 // What a cutConn drops of what its host sends.
 const (
-	cutNone int32 = iota
-	cutAll        // everything: the host died (no DREQ, no ACK)
-	cutACKs       // RC ACKs: the host requests and receives, but what it receives is never acknowledged
+	cutNone     int32 = iota
+	cutAll            // everything: the host died (no DREQ, no ACK)
+	cutACKs           // RC ACKs: the host requests and receives, but what it receives is never acknowledged
+	cutAfterACK       // all but the next RC ACK: the host died after acknowledging, before what it sent beside the ACK (the engine may batch a response before the ACK)
 )
 
 // cutConn is a client host's link that the test cuts.
@@ -32,6 +33,14 @@ type cutConn struct {
 func (c *cutConn) Send(bufs [][]byte, ep transport.Endpoint) error {
 	switch c.mode.Load() {
 	case cutAll:
+		return nil
+	case cutAfterACK:
+		for _, b := range bufs {
+			if len(b) > 0 && wire.Opcode(b[0]) == wire.RCAck {
+				c.mode.Store(cutAll)
+				return c.Conn.Send([][]byte{b}, ep)
+			}
+		}
 		return nil
 	case cutACKs:
 		var kept [][]byte
