@@ -533,6 +533,7 @@ func (q *QP) errorRetry(w *wqe, now time.Time) {
 		q.goBackN()
 		q.comp.startedRetry = true
 		q.rearm(now)
+		q.restartFastTimer(now)
 		return
 	}
 	q.ctr.RetryExceededErr.Add(1)
