@@ -168,33 +168,15 @@ func TestRDMAClientKilledMidPUTLeavesTheValue(t *testing.T) {
 // began. (CI, session AH: the third of TestRDMAServerHostDiesUnderClients's
 // clients waited on its receive for ever, the test's 20 s bound.)
 func TestRDMAServerDiesBetweenACKAndResponse(t *testing.T) {
-	tab, err := NewTable(testTable)
-	require.NoError(t, err)
-	n := transport.NewMemNetwork()
-	sc, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), transport.RoCEv2Port))
-	require.NoError(t, err)
-	cut := &cutConn{Conn: sc}
-	srvDev, err := ib.OpenDevice(ib.Config{Conn: cut})
-	require.NoError(t, err)
-	cmAddr := netip.MustParseAddrPort("10.0.0.1:7471")
-	srv, err := ServeRDMA(NewApp(tab), srvDev, cmAddr, &RDMAServerConfig{KeepAlive: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = srv.Close()
-		_ = srvDev.Close()
-		_ = tab.Close()
-	})
-	cliDev := openDev(t, n, "10.0.0.2")
-	c, err := DialRDMA(ctxT(t), cliDev, cmAddr, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	cut := &cutConn{}
+	c := clientOfServerOn(t, func(sc transport.Conn) transport.Conn { cut.Conn = sc; return cut })
 	require.NoError(t, c.Put(ctxT(t), []byte("k"), []byte("before")))
 
 	cut.mode.Store(cutAfterACK)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	began := time.Now()
-	err = c.Put(ctx, []byte("k"), []byte("after"))
+	err := c.Put(ctx, []byte("k"), []byte("after"))
 	t.Logf("the PUT failed %v after it began: %v", time.Since(began).Round(time.Millisecond), err)
 	require.Equal(t, cutAll, cut.mode.Load(), "the server acknowledged the SEND, then died")
 	require.ErrorIs(t, err, ErrConnLost)
@@ -231,26 +213,8 @@ func (c *dropSends) Send(bufs [][]byte, ep transport.Endpoint) error {
 // waiting: the client probes the server, whose QP acknowledges the probe,
 // and the PUT succeeds with the value stored.
 func TestRDMAClientProbesALateResponseAndWaits(t *testing.T) {
-	tab, err := NewTable(testTable)
-	require.NoError(t, err)
-	n := transport.NewMemNetwork()
-	sc, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), transport.RoCEv2Port))
-	require.NoError(t, err)
-	lossy := &dropSends{Conn: sc}
-	srvDev, err := ib.OpenDevice(ib.Config{Conn: lossy})
-	require.NoError(t, err)
-	cmAddr := netip.MustParseAddrPort("10.0.0.1:7471")
-	srv, err := ServeRDMA(NewApp(tab), srvDev, cmAddr, &RDMAServerConfig{KeepAlive: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = srv.Close()
-		_ = srvDev.Close()
-		_ = tab.Close()
-	})
-	cliDev := openDev(t, n, "10.0.0.2")
-	c, err := DialRDMA(ctxT(t), cliDev, cmAddr, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	lossy := &dropSends{}
+	c := clientOfServerOn(t, func(sc transport.Conn) transport.Conn { lossy.Conn = sc; return lossy })
 
 	lossy.drop.Store(2)
 	require.NoError(t, c.Put(ctxT(t), []byte("k"), []byte("late")))
@@ -260,4 +224,30 @@ func TestRDMAClientProbesALateResponseAndWaits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "late", string(got))
 	require.NoError(t, c.Put(ctxT(t), []byte("k"), []byte("on time")))
+}
+
+// clientOfServerOn serves testTable on 10.0.0.1:7471 (keepalives off)
+// over the link link makes of the server's socket, and returns a client
+// connected from 10.0.0.2.
+func clientOfServerOn(t *testing.T, link func(transport.Conn) transport.Conn) *RDMAClient {
+	t.Helper()
+	tab, err := NewTable(testTable)
+	require.NoError(t, err)
+	n := transport.NewMemNetwork()
+	sc, err := n.Listen(netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), transport.RoCEv2Port))
+	require.NoError(t, err)
+	srvDev, err := ib.OpenDevice(ib.Config{Conn: link(sc)})
+	require.NoError(t, err)
+	cmAddr := netip.MustParseAddrPort("10.0.0.1:7471")
+	srv, err := ServeRDMA(NewApp(tab), srvDev, cmAddr, &RDMAServerConfig{KeepAlive: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = srv.Close()
+		_ = srvDev.Close()
+		_ = tab.Close()
+	})
+	c, err := DialRDMA(ctxT(t), openDev(t, n, "10.0.0.2"), cmAddr, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
