@@ -212,7 +212,8 @@ func OpenDevice(cfg Config) (*Device, error) {
 // waiter wakes: CQ.Wait, CQ.WaitPoll and CompChannel.GetCQEvent return
 // ErrDeviceClosed, CQ.PollCQ returns it once the CQ is empty, and the
 // channels of CQ.Notify and Done are closed. Afterwards every verb that
-// creates, posts or modifies fails with ErrDeviceClosed, while
+// creates, posts, modifies or queries (QP.Query, SRQ.Query) fails with
+// ErrDeviceClosed, while
 // destroying what is left (QP.Destroy, SRQ.Destroy, CQ.Destroy,
 // MR.Dereg, PD.Dealloc) succeeds, so a program can tear down in any
 // order. Close may be called more than once and from several

@@ -325,9 +325,10 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 }
 
 // PostRecv posts receive work requests (ibv_post_srq_recv). It fails with
-// ErrDestroyed after Destroy.
+// ErrDestroyed after Destroy and ErrDeviceClosed after Device.Close, as
+// QP.PostRecv does (ErrDestroyed when both).
 func (s *SRQ) PostRecv(wrs ...RecvWR) error {
-	if err := s.pd.d.checkOpen(); err != nil {
+	if err := s.usable(); err != nil {
 		return &PostError{Err: err}
 	}
 	for i := range wrs {
@@ -342,8 +343,12 @@ func (s *SRQ) PostRecv(wrs ...RecvWR) error {
 // takes a receive and fewer than limit remain, EventSRQLimitReached is
 // raised once and the limit reads 0 again; 0 disarms. A limit above
 // max_wr fails with ErrSRQLimit (rxe_srq_chk_attr), one after Destroy
-// with ErrDestroyed, changing nothing.
+// with ErrDestroyed and one after Device.Close with ErrDeviceClosed,
+// changing nothing.
 func (s *SRQ) ArmLimit(limit int) error {
+	if err := s.usable(); err != nil {
+		return wrap("SRQ.ArmLimit", err)
+	}
 	if err := s.srq.ArmLimit(limit); err != nil {
 		return wrap("SRQ.ArmLimit", srqErr(err))
 	}
@@ -370,13 +375,17 @@ const (
 // the receives queued. A limit above the max_wr before the call's
 // resize, or below 0, fails with ErrSRQLimit. Other mask bits are
 // ignored, as rxe ignores them; nil attr reads as zero values. After
-// Destroy it fails with ErrDestroyed.
+// Destroy it fails with ErrDestroyed, after Device.Close with
+// ErrDeviceClosed.
 //
 // Posts (PostRecv) and the QPs' takes may run meanwhile: the resize is
 // one step between them (pkg/qp SRQ.Modify), so no receive is lost,
 // repeated or reordered; a post that found the old queue full failed
 // with ErrRecvFull.
 func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
+	if err := s.usable(); err != nil {
+		return wrap("SRQ.Modify", err)
+	}
 	var a SRQAttr
 	if attr != nil {
 		a = *attr
@@ -390,13 +399,28 @@ func (s *SRQ) Modify(attr *SRQAttr, mask SRQAttrMask) error {
 // Query returns max_wr, max_sge and srq_limit (ibv_query_srq): the sizes
 // exactly as created or resized (rxe reports the 2^k - 1 it rounded
 // them up to), a max_sge of 0 read as the 1 it got, srq_limit 0 when
-// disarmed or fired. After Destroy it fails with ErrDestroyed.
+// disarmed or fired. After Destroy it fails with ErrDestroyed, after
+// Device.Close with ErrDeviceClosed (as QP.Query).
 func (s *SRQ) Query() (SRQAttr, error) {
+	if err := s.usable(); err != nil {
+		return SRQAttr{}, wrap("SRQ.Query", err)
+	}
 	a, err := s.srq.Query()
 	if err != nil {
 		return SRQAttr{}, wrap("SRQ.Query", srqErr(err))
 	}
 	return a, nil
+}
+
+// usable fails as the QP verbs do on a QP: ErrDestroyed after Destroy,
+// then ErrDeviceClosed after Device.Close. The SRQ itself is pkg/qp's
+// and would still work, but the device it belongs to is gone: its QPs
+// take no more receives, and a program must not be told otherwise.
+func (s *SRQ) usable() error {
+	if s.users.retired() {
+		return errorf(ErrDestroyed, "ib: SRQ destroyed")
+	}
+	return s.pd.d.checkOpen()
 }
 
 // srqErr gives qp's "receive queue destroyed" of a destroyed SRQ this
