@@ -71,8 +71,9 @@ func (d *Device) newCQ(cqe int, ch *CompChannel) (*CQ, error) {
 // changing nothing, while QPs use the CQ. Waiters wake with ErrDestroyed,
 // Notify's channel is closed, no notification handler call starts after
 // it returns, and the CQ's events not yet read from its completion
-// channel are dropped (GetCQEvent never returns a destroyed CQ). It does
-// not wait for events to be acknowledged: there is no ibv_ack_cq_events.
+// channel are dropped (GetCQEvent never returns a destroyed CQ), as are
+// its EventCQErr not yet read from Device.Events. It does not wait for
+// events to be acknowledged: there is no ibv_ack_cq_events.
 // Completions still queued can be polled. Destroying a CQ twice is
 // harmless.
 func (cq *CQ) Destroy() error {
@@ -83,6 +84,8 @@ func (cq *CQ) Destroy() error {
 	cq.d.mu.Lock()
 	delete(cq.d.cqs, cq)
 	cq.d.mu.Unlock()
+	// retire above made eventsGone true: no CQ_ERR of it is queued now.
+	cq.d.async.drop(cq)
 	cq.wake()
 	cq.stopNotify()
 	if cq.channel != nil && !cq.released.Swap(true) {
@@ -106,7 +109,7 @@ type cqSink struct{ cq *CQ }
 func (s cqSink) Push(wc qp.WC) error {
 	err := s.cq.c.Push(wc)
 	if errors.Is(err, qp.ErrCQOverflow) {
-		s.cq.d.post(AsyncEvent{Type: EventCQErr, CQ: s.cq})
+		s.cq.d.post(AsyncEvent{Type: EventCQErr, CQ: s.cq}, s.cq)
 	}
 	return err
 }

@@ -119,14 +119,14 @@ type Config struct {
 // CompChannel): verbs on one object may run concurrently with each other
 // and with the engine; each type's doc says what that means for it.
 type Device struct {
-	eng    *roce.Engine
-	gids   []netip.Addr
-	port   uint16
-	mtu    MTU
-	events chan AsyncEvent
-	down   atomic.Bool   // Close was called (lock-free check for the post path)
-	done   chan struct{} // closed when Close has stopped the engine
-	hooks  closeHooks    // OnClose
+	eng   *roce.Engine
+	gids  []netip.Addr
+	port  uint16
+	mtu   MTU
+	async *asyncQueue   // Events (asyncqueue.go); its pump is joined by Close
+	down  atomic.Bool   // Close was called (lock-free check for the post path)
+	done  chan struct{} // closed when Close has stopped the engine
+	hooks closeHooks    // OnClose
 
 	closeOnce sync.Once
 	closeErr  error
@@ -178,7 +178,7 @@ func OpenDevice(cfg Config) (*Device, error) {
 		}
 		conn = w
 	}
-	d := &Device{events: make(chan AsyncEvent, 64), mtu: cfg.ActiveMTU, done: make(chan struct{})}
+	d := &Device{mtu: cfg.ActiveMTU, done: make(chan struct{})}
 	if d.mtu == 0 {
 		d.mtu = MTU4096
 	}
@@ -197,13 +197,17 @@ func OpenDevice(cfg Config) (*Device, error) {
 		d.port = las[0].Port()
 	}
 	d.eng, err = roce.New(roce.Config{Conn: conn, GIDs: d.gids, Workers: cfg.Workers, Clock: cfg.Clock, IBATimerOnly: cfg.IBATimerOnly,
-		Logger: cfg.Logger, Mem: mr.NewTable(nil), OnEvent: d.engineEvent, BusyPoll: cfg.BusyPoll,
+		Logger: cfg.Logger, Mem: mr.NewTable(nil), BusyPoll: cfg.BusyPoll,
 		DoorbellBatch: cfg.DoorbellBatch})
 	if err != nil {
 		conn.Close()
 		return nil, wrap("OpenDevice", err)
 	}
-	d.post(AsyncEvent{Type: EventPortActive, Port: 1})
+	// The QPs' events come through their own hooks (QP.raiseOn), which
+	// know the QP a destroy drops them with: the engine's OnEvent, which
+	// names it by a number the next QP may get, is not used.
+	d.async = newAsyncQueue()
+	d.post(AsyncEvent{Type: EventPortActive, Port: 1}, nil)
 	return d, nil
 }
 
@@ -211,7 +215,8 @@ func OpenDevice(cfg Config) (*Device, error) {
 // The OnClose hooks run first, while the device still works. Then every
 // waiter wakes: CQ.Wait, CQ.WaitPoll and CompChannel.GetCQEvent return
 // ErrDeviceClosed, CQ.PollCQ returns it once the CQ is empty, and the
-// channels of CQ.Notify and Done are closed. Afterwards every verb that
+// channels of CQ.Notify and Done are closed; the asynchronous events not
+// yet read are dropped (Events). Afterwards every verb that
 // creates, posts, modifies or queries (QP.Query, SRQ.Query) fails with
 // ErrDeviceClosed, while
 // destroying what is left (QP.Destroy, SRQ.Destroy, CQ.Destroy,
@@ -225,6 +230,8 @@ func (d *Device) Close() error {
 		d.runCloseHooks()
 		d.down.Store(true)
 		d.closeErr = d.eng.Close()
+		// After the engine: no worker raises an event any more.
+		d.async.close()
 		close(d.done)
 		d.mu.Lock()
 		cqs := d.cqs
@@ -238,7 +245,8 @@ func (d *Device) Close() error {
 }
 
 // Done returns a channel closed once Close has stopped the device: a
-// goroutine reading Events (which stays open) selects on it too.
+// goroutine reading Events (which stays open and yields nothing after
+// Close) selects on it too.
 func (d *Device) Done() <-chan struct{} { return d.done }
 
 // Name returns the device name, "rxed0".

@@ -1,9 +1,5 @@
 package ib
 
-import (
-	"github.com/rxed/rxed/pkg/roce"
-)
-
 // EventType is enum ibv_event_type (the subset rxed raises).
 type EventType int
 
@@ -61,35 +57,32 @@ type AsyncEvent struct {
 	Port uint8     // EventPortActive
 }
 
-// Events returns the asynchronous event channel (ibv_get_async_event). It
-// is buffered (64 events); events are dropped when nobody reads and it is
-// full, where the kernel queues every event until it is read. There is no
-// ibv_ack_async_event: no destroy waits for events to be acknowledged, and
-// an event of a QP, CQ or SRQ destroyed before it was read is still
-// delivered (the kernel drops those: ib_uverbs_release_uevent).
-func (d *Device) Events() <-chan AsyncEvent { return d.events }
+// Events returns the asynchronous event channel (ibv_get_async_event).
+// Every event raised is queued until it is read, however long the
+// application takes, as the kernel queues them: the queue is bounded only
+// by memory (a program that never reads keeps, for each QP, CQ and SRQ
+// not destroyed, every event raised on it; a CQ that keeps overflowing
+// raises one per completion lost). Events come in the order raised, one
+// at a time: the channel is unbuffered, fed by a goroutine of the device
+// that Close joins. The same channel is returned on every call; it is
+// never closed.
+//
+// There is no ibv_ack_async_event: no destroy waits for events to be
+// acknowledged. Destroying a QP, CQ or SRQ drops its events not read yet,
+// as the kernel does (ib_uverbs_release_uevent, ib_uverbs_release_ucq):
+// once Destroy has returned, Events yields none of that object's. Close
+// drops every event not yet read, as closing the device frees the
+// kernel's async event queue; the channel then stays open and yields
+// nothing, so a reader selects on Done too.
+func (d *Device) Events() <-chan AsyncEvent { return d.async.out }
 
-func (d *Device) post(ev AsyncEvent) {
-	select {
-	case d.events <- ev:
-	default:
-	}
-}
+// post queues ev, raised on src (nil for the port's events), for Events.
+// It is called by engine workers and never waits for the reader: it only
+// appends under the queue's lock, a leaf (asyncqueue.go).
+func (d *Device) post(ev AsyncEvent, src eventSource) { d.async.post(ev, src) }
 
-// engineEvent is the engine's OnEvent, called on the worker that owns the
-// QP: it hands the event over to Events without blocking (the QP's own
-// handlers get it through its hooks: QP.raiseOn).
-func (d *Device) engineEvent(ev roce.Event) {
-	var ae AsyncEvent
-	switch ev.Type {
-	case roce.EventQPFatal:
-		ae = AsyncEvent{Type: EventQPFatal, QPN: ev.QPN}
-	case roce.EventCommEst:
-		ae = AsyncEvent{Type: EventCommEst, QPN: ev.QPN}
-	case roce.EventSQDrained:
-		ae = AsyncEvent{Type: EventSQDrained, QPN: ev.QPN}
-	default:
-		return
-	}
-	d.post(ae)
-}
+// eventsGone (eventSource) is set by each Destroy before it drops the
+// object's events.
+func (q *QP) eventsGone() bool  { return q.eventsOff.Load() }
+func (cq *CQ) eventsGone() bool { return cq.users.retired() }
+func (s *SRQ) eventsGone() bool { return s.users.retired() }

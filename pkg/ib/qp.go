@@ -96,7 +96,8 @@ type QP struct {
 	pd        *PD
 	init      QPInitAttr
 	destroyed atomic.Bool
-	events    qpEvents // OnEvent's handlers (qpevents.go)
+	eventsOff atomic.Bool // Destroy succeeded: Device.Events drops the QP's events
+	events    qpEvents    // OnEvent's handlers (qpevents.go)
 }
 
 // ErrMissingCQ: CreateQP without a send or a receive CQ (rxe_qp_chk_init's
@@ -128,8 +129,8 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SRQ != nil {
 		c.SRQ = attr.SRQ.srq
 	}
-	// The QP's own events reach its handlers (QP.OnEvent) through its
-	// hooks; the engine raises each on Device.Events too.
+	// The QP's own events reach Device.Events and its handlers
+	// (QP.OnEvent) through its hooks.
 	x := &QP{pd: pd, init: attr}
 	c.OnError = x.raiseOn(EventQPFatal)
 	c.OnSQDrained = x.raiseOn(EventSQDrained)
@@ -257,7 +258,8 @@ func (q *QP) PostRecv(wrs ...RecvWR) error {
 
 // Destroy destroys the QP (ibv_destroy_qp). Packets for it are dropped
 // afterwards; no completions are generated. Its PD, CQs and SRQ are
-// released; later operations on it fail with ErrDestroyed. A post racing
+// released, its events not yet read from Device.Events dropped; later
+// operations on it fail with ErrDestroyed. A post racing
 // with Destroy is either refused with ErrDestroyed or accepted before it
 // and discarded with the QP. After Device.Close it only releases the
 // QP's PD, CQs and SRQ (the engine that ran it has stopped), so they can
@@ -275,6 +277,10 @@ func (q *QP) Destroy() error {
 		q.destroyed.Store(false)
 		return err
 	}
+	// The engine has forgotten the QP: no hook of it runs any more. Its
+	// events not read yet go with it (ib_uverbs_release_uevent).
+	q.eventsOff.Store(true)
+	q.pd.d.async.drop(q)
 	releaseQPResources(q.pd, &q.init)
 	q.pd.mu.Lock()
 	delete(q.pd.users.qps, q)
@@ -320,7 +326,7 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 	pd.mu.Lock()
 	pd.users.addSRQ(x)
 	pd.mu.Unlock()
-	s.SetLimitHandler(func() { pd.d.post(AsyncEvent{Type: EventSRQLimitReached, SRQ: x}) })
+	s.SetLimitHandler(func() { pd.d.post(AsyncEvent{Type: EventSRQLimitReached, SRQ: x}, x) })
 	return x, nil
 }
 
@@ -439,7 +445,8 @@ func (s *SRQ) Limit() int { return s.srq.Limit() }
 func (s *SRQ) Len() int { return s.srq.Len() }
 
 // Destroy destroys the SRQ (ibv_destroy_srq). It fails with ErrBusy,
-// changing nothing, while QPs use the SRQ.
+// changing nothing, while QPs use the SRQ. Its EventSRQLimitReached not
+// yet read from Device.Events is dropped.
 func (s *SRQ) Destroy() error {
 	first, err := s.users.retire()
 	if err != nil {
@@ -448,6 +455,9 @@ func (s *SRQ) Destroy() error {
 	if !first {
 		return errorf(ErrDestroyed, "ib: Destroy: SRQ already destroyed")
 	}
+	// retire above made eventsGone true: no limit event of it is queued
+	// now.
+	s.pd.d.async.drop(s)
 	s.pd.pd.Unhold()
 	s.srq.Close()
 	s.pd.mu.Lock()

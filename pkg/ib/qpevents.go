@@ -54,10 +54,17 @@ func (q *QP) OnEvent(fn func(AsyncEvent)) (remove func()) {
 	}
 }
 
-// raiseOn is the qp.Config hook that raises an event of type t for the
-// QP's handlers, on the engine's worker that owns the QP.
+// raiseOn is the qp.Config hook that raises an event of type t on
+// Device.Events and for the QP's handlers, on the engine's worker that
+// owns the QP. Neither waits: Events' queue and the handlers' take the
+// event and return. Device.Events has it first, so it is there before a
+// handler runs.
 func (q *QP) raiseOn(t EventType) func(*qp.QP) {
-	return func(x *qp.QP) { q.raise(AsyncEvent{Type: t, QPN: x.Num()}) }
+	return func(x *qp.QP) {
+		ev := AsyncEvent{Type: t, QPN: x.Num()}
+		q.pd.d.post(ev, q)
+		q.raise(ev)
+	}
 }
 
 // raise queues ev for the QP's handlers. Called by the engine's worker

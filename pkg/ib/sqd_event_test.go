@@ -28,20 +28,17 @@ func nextSQDrained(t *testing.T, d *ib.Device) ib.AsyncEvent {
 	}
 }
 
-// pendingEvents returns the events already queued on d (PORT_ACTIVE
-// skipped), without waiting.
-func pendingEvents(d *ib.Device) []ib.AsyncEvent {
+// pendingEvents returns the events already queued on p's device
+// (PORT_ACTIVE skipped), without waiting for the engine.
+func pendingEvents(t *testing.T, p *peer) []ib.AsyncEvent {
+	t.Helper()
 	var evs []ib.AsyncEvent
-	for {
-		select {
-		case ev := <-d.Events():
-			if ev.Type != ib.EventPortActive {
-				evs = append(evs, ev)
-			}
-		default:
-			return evs
+	for _, ev := range unreadEvents(t, p) {
+		if ev.Type != ib.EventPortActive {
+			evs = append(evs, ev)
 		}
 	}
+	return evs
 }
 
 func sqDraining(t *testing.T, q *ib.QP) bool {
@@ -78,7 +75,7 @@ func TestSQDrainedEventEndToEnd(t *testing.T) {
 	require.Equal(t, ib.QPSSQD, qa.State())
 	require.NoError(t, qa.PostSend(ib.SendWR{ID: 2, Opcode: ib.WRSend, Flags: ib.SendSignaled | ib.SendInline,
 		Inline: []byte("posted in SQD")}))
-	require.Empty(t, pendingEvents(a.dev))
+	require.Empty(t, pendingEvents(t, a))
 
 	require.NoError(t, qb.PostRecv(ib.RecvWR{ID: 10, SGL: []ib.SGE{b.sge(0, 64)}},
 		ib.RecvWR{ID: 11, SGL: []ib.SGE{b.sge(64, 64)}}))
@@ -101,7 +98,7 @@ func TestSQDrainedEventEndToEnd(t *testing.T) {
 	requireWC(t, a, 2, ib.WCSuccess)
 	rwc = requireWC(t, b, 11, ib.WCSuccess)
 	require.Equal(t, "posted in SQD", string(b.buf[64:64+rwc.ByteLen]))
-	require.Empty(t, pendingEvents(a.dev), "one event per move into SQD")
+	require.Empty(t, pendingEvents(t, a), "one event per move into SQD")
 	requireWorks(t, a, qa, b, qb)
 }
 
@@ -133,7 +130,7 @@ func TestSQDrainedOnlyWhenAsked(t *testing.T) {
 	ev := nextSQDrained(t, a.dev)
 	require.Equal(t, ud.Num(), ev.QPN, "the first SQ_DRAINED is the UD QP's: the RC QP asked for none")
 	require.False(t, sqDraining(t, ud))
-	require.Empty(t, pendingEvents(a.dev))
+	require.Empty(t, pendingEvents(t, a))
 
 	// Both resume.
 	require.NoError(t, qa.Modify(&ib.QPAttr{State: ib.QPSRTS}, ib.AttrState))
