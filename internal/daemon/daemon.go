@@ -110,7 +110,9 @@ type Config struct {
 	// Ticker, if set, paces the idle reaper's scans instead of a
 	// time.Ticker (every IdleTimeout/4): a test that injects Now injects
 	// this with it, so that a scan reads the test's clock when the test
-	// says, not at a real tick. stop ends the ticker.
+	// says, not at a real tick. The accept loops' backoff after a failed
+	// Accept waits for its first tick too (every: the delay; backoff.go).
+	// stop ends the ticker.
 	Ticker func(every time.Duration) (c <-chan time.Time, stop func())
 }
 
@@ -133,8 +135,8 @@ type Daemon struct {
 	exports []*Export
 	target  *Export
 
-	oobLn     *oob.PerftestListener
-	cm        cmServe // the rdma_cm listener (rdmacm_serve.go)
+	oobLn     tcpListener // *oob.PerftestListener (backoff.go)
+	cm        cmServe     // the rdma_cm listener (rdmacm_serve.go)
 	metricsLn net.Listener
 	http      *http.Server
 	traffic   *trafficConn
@@ -293,11 +295,14 @@ func (d *Daemon) open() (err error) {
 		if d.target == nil {
 			return errors.New("perftest clients need an export to target (give --export)")
 		}
-		d.oobLn, err = oob.ListenPerftest(cfg.OOBAddr, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.StepTimeout, Logger: cfg.Logger},
+		// Through ln: a nil *PerftestListener in d.oobLn would not be a
+		// nil tcpListener.
+		ln, err := oob.ListenPerftest(cfg.OOBAddr, &oob.SessionConfig{Options: oob.Options{Timeout: cfg.StepTimeout, Logger: cfg.Logger},
 			Ext: &oob.ExtConfig{Token: cfg.Token, Serves: d.servesTest}})
 		if err != nil {
 			return err
 		}
+		d.oobLn = ln
 	}
 	if err := d.openRDMACM(); err != nil {
 		return err
@@ -377,29 +382,36 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		go d.reapLoop()
 	}
 	if d.oobLn != nil {
-		go d.acceptLoop()
+		go d.acceptLoop(ctx)
 		d.log.Info("perftest exchange", "addr", d.oobLn.Addr().String(), "export", d.target.Spec.Name)
 	} else {
 		close(d.acceptDone)
 	}
-	d.startRDMACM()
+	d.startRDMACM(ctx)
 	d.log.Info("serving", "addrs", fmt.Sprint(d.cfg.Addrs), "udp_port", d.dev.UDPPort())
 	<-ctx.Done()
 	return d.shutdown()
 }
 
-func (d *Daemon) acceptLoop() {
+// acceptLoop admits the TCP exchange's clients until the listener
+// closes; a failed Accept backs off (backoff.go) until Run's ctx ends.
+func (d *Daemon) acceptLoop(ctx context.Context) {
 	defer close(d.acceptDone)
+	var backoff acceptBackoff
 	for {
 		sess, err := d.oobLn.Accept(d.sessCtx)
 		if err != nil {
-			if errors.Is(err, oob.ErrCanceled) || errors.Is(err, net.ErrClosed) || d.sessCtx.Err() != nil {
+			if errors.Is(err, oob.ErrCanceled) || errors.Is(err, net.ErrClosed) || d.sessCtx.Err() != nil || ctx.Err() != nil {
 				return
 			}
-			d.log.Warn("accept failed", "err", err)
-			time.Sleep(50 * time.Millisecond)
+			delay := backoff.next()
+			d.log.Warn("accept failed", "err", err, "retry_in", delay)
+			if !d.wait(ctx, delay) {
+				return
+			}
 			continue
 		}
+		backoff.reset()
 		if d.afterAccept != nil {
 			d.afterAccept()
 		}

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/rxed/rxed/pkg/oob"
 	"github.com/rxed/rxed/pkg/rdmacm"
@@ -164,12 +163,12 @@ func (d *Daemon) openRDMACM() error {
 	return nil
 }
 
-// startRDMACM runs the accept loop (Run).
-func (d *Daemon) startRDMACM() {
+// startRDMACM runs the accept loop (Run, whose ctx ends its backoff).
+func (d *Daemon) startRDMACM(ctx context.Context) {
 	if d.cm.ln == nil {
 		return
 	}
-	go d.cmAcceptLoop()
+	go d.cmAcceptLoop(ctx)
 	d.log.Info("perftest rdma_cm exchange", "port", d.cfg.RDMACMPort, "export", d.target.Spec.Name)
 }
 
@@ -190,18 +189,25 @@ func (d *Daemon) RDMACMAddr() netip.AddrPort {
 	return d.cm.ln.Addr()
 }
 
-func (d *Daemon) cmAcceptLoop() {
+// cmAcceptLoop takes the rdma_cm listener's requests until it closes; a
+// failed Accept backs off (backoff.go) until Run's ctx ends.
+func (d *Daemon) cmAcceptLoop(ctx context.Context) {
 	defer close(d.cm.done)
+	var backoff acceptBackoff
 	for {
 		req, err := d.cm.ln.Accept(d.sessCtx)
 		if err != nil {
-			if errors.Is(err, rdmacm.ErrClosed) || d.sessCtx.Err() != nil {
+			if errors.Is(err, rdmacm.ErrClosed) || d.sessCtx.Err() != nil || ctx.Err() != nil {
 				return
 			}
-			d.log.Warn("rdma_cm accept failed", "err", err)
-			time.Sleep(50 * time.Millisecond)
+			delay := backoff.next()
+			d.log.Warn("rdma_cm accept failed", "err", err, "retry_in", delay)
+			if !d.wait(ctx, delay) {
+				return
+			}
 			continue
 		}
+		backoff.reset()
 		peer, remote := cmPeer(req, req.Remote)
 		if d.cm.waiters.deliver(peer, req) {
 			continue

@@ -14,7 +14,7 @@ import (
 
 // cmServe is the daemon's rdma_cm listener state (rdmacm_serve.go).
 type cmServe struct {
-	ln      *rdmacm.Listener
+	ln      cmListener    // *rdmacm.Listener (backoff.go)
 	done    chan struct{} // closed when the accept loop has returned
 	waiters cmWaiters
 }
