@@ -191,9 +191,10 @@ type Daemon struct {
 	// grant, before the session goes on.
 	afterGrant func()
 	// gathering runs inside each gather of the metrics, with the device
-	// still open; awaitingScrapes as release starts waiting for the
-	// gathers in progress.
-	gathering, awaitingScrapes func()
+	// still open; scraped as a /metrics page has been made, still inside
+	// the fence; awaitingScrapes as release starts waiting for the pages
+	// in progress (only when one is).
+	gathering, scraped, awaitingScrapes func()
 }
 
 // New maps and registers the exports, opens the engine and the listeners.

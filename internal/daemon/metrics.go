@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
 )
 
@@ -265,11 +263,7 @@ func (d *Daemon) Metrics() string {
 
 // metricsHandler serves GET and HEAD /metrics from the daemon's registry.
 func (d *Daemon) metricsHandler() http.Handler {
-	h := promhttp.HandlerFor(d.gatherer(), promhttp.HandlerOpts{
-		ErrorLog:      slogPromLogger{d},
-		ErrorHandling: promhttp.ContinueOnError,
-		Timeout:       10 * time.Second,
-	})
+	h := d.pageHandler() // scrapes.go
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
