@@ -25,7 +25,8 @@ import (
 // which waits for the pages in progress (bounded: the collectors only
 // read counters, and the page is written into TimeoutHandler's buffer,
 // not to the network), and sets scrapesOff. A handler that outlives Run
-// then serves an error and touches nothing. The fence once held the
+// then answers 503 Service Unavailable ("the daemon has stopped") and
+// touches nothing. The fence once held the
 // gather only, and the encoding after it, logging each family it could
 // not write to the daemon's logger, ran on after Run had returned.
 
@@ -64,6 +65,12 @@ func (d *Daemon) pageHandler() http.Handler {
 	fenced := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.scrapeMu.RLock()
 		defer d.scrapeMu.RUnlock()
+		if d.scrapesOff {
+			// A target shutting down, as a scraper expects it (promhttp
+			// would answer the failed gather with a 500 and log it).
+			http.Error(w, errStopped.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		page.ServeHTTP(w, r)
 		if d.scraped != nil {
 			d.scraped()

@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,4 +119,42 @@ func TestRunWaitsForTheScrapeWritingItsPage(t *testing.T) {
 	require.True(t, ended, "Run returned with a scrape still making its page")
 	<-scraped
 	leaks.CheckNoneLeft(t)
+}
+
+// TestMetricsAfterStopIs503: once the daemon has stopped, /metrics
+// answers 503 Service Unavailable, what a Prometheus scraper expects of
+// a target shutting down, with a one-line body saying so, and logs
+// nothing (the daemon is gone). The handler is called directly: it is
+// the one a request that outlives Run (or reaches a daemon closed before
+// Run) runs. Bug (lifetime audit, session AH; fixed session AI): it
+// answered 500 "An error has occurred while serving metrics:\n\nthe
+// daemon has stopped" (promhttp's answer to a failed gather) and logged
+// "metrics: error gathering metrics" after Run had returned.
+func TestMetricsAfterStopIs503(t *testing.T) {
+	logs := newLogWatch()
+	cfg := closeTestConfig(t, "127.0.3.175")
+	cfg.Logger = slog.New(logs)
+	d, err := New(cfg)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	logs.waitFor(t, "serving", 1)
+	require.NoError(t, d.Close())
+	require.NoError(t, <-done)
+	logged := func() []string {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		return append([]string(nil), logs.msgs...)
+	}
+	before := logged()
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		rec := httptest.NewRecorder()
+		d.metricsHandler().ServeHTTP(rec, httptest.NewRequest(method, "/metrics", nil))
+		require.Equal(t, http.StatusServiceUnavailable, rec.Code, method)
+		require.Equal(t, "text/plain; charset=utf-8", rec.Header().Get("Content-Type"), method)
+		if method == http.MethodGet {
+			require.Equal(t, "the daemon has stopped\n", rec.Body.String())
+		}
+	}
+	require.Equal(t, before, logged(), "a scrape after the daemon stopped was logged")
 }
