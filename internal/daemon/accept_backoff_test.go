@@ -197,3 +197,26 @@ func TestCloseEndsTheAcceptBackoff(t *testing.T) {
 		})
 	}
 }
+
+// TestCMAcceptLoopEndsWithTheDevice: the rdma_cm accept loop of a
+// daemon whose device is closed under it (Device().Close()) returns
+// instead of backing off and retrying, and Run still shuts down. Bug
+// (found with the backoff, session AI): the loop took the listener's
+// ib.ErrDeviceClosed for a failed Accept and retried it for ever, a
+// warning every 50 ms (now every second at the backoff's cap).
+func TestCMAcceptLoopEndsWithTheDevice(t *testing.T) {
+	clock := newBackoffClock()
+	d, err := New(Config{Addrs: addrs(t, "127.0.3.176"), RDMACMPort: DefaultRDMACMPort, IdleTimeout: -1, ShutdownGrace: -1,
+		Ticker: clock.ticker, Exports: []ExportSpec{{Name: "data", Kind: ExportAnon, Size: 1 << 16}}})
+	require.NoError(t, err)
+	stop := runDaemon(t, d)
+	require.NoError(t, d.Device().Close())
+	select {
+	case <-d.cm.done:
+	case delay := <-clock.delays:
+		t.Fatalf("the loop backs off (%v) to retry an Accept on a closed device", delay)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the rdma_cm accept loop did not return")
+	}
+	require.NoError(t, stop())
+}

@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/oob"
 	"github.com/rxed/rxed/pkg/rdmacm"
 )
@@ -198,6 +199,13 @@ func (d *Daemon) cmAcceptLoop(ctx context.Context) {
 		req, err := d.cm.ln.Accept(d.sessCtx)
 		if err != nil {
 			if errors.Is(err, rdmacm.ErrClosed) || d.sessCtx.Err() != nil || ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, ib.ErrDeviceClosed) {
+				// Closed under the daemon (Device().Close()): nothing
+				// can arrive any more, and a retry would fail and log
+				// once a second for ever.
+				d.log.Error("rdma_cm listener: the device has closed", "err", err)
 				return
 			}
 			delay := backoff.next()
