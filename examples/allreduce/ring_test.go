@@ -17,11 +17,15 @@ import (
 
 const cmPort = 7600
 
+// rdmaBase is rank 0's address in the tests' address plan (rank i's is
+// the i-th after it).
+var rdmaBase = netip.MustParseAddr("10.0.1.1")
+
 // memDev opens rank's device on n; wrap, if not nil, stands between the
 // engine and the network.
 func memDev(t *testing.T, n *transport.MemNetwork, rank int, wrap func(int, transport.Conn) transport.Conn) *ib.Device {
 	t.Helper()
-	a := CMAddr(netip.MustParseAddr("10.0.1.1"), rank, transport.RoCEv2Port)
+	a := CMAddr(rdmaBase, rank, transport.RoCEv2Port)
 	c, err := n.Listen(a)
 	require.NoError(t, err)
 	if wrap != nil {
@@ -48,7 +52,7 @@ func rdmaDialerOver(t *testing.T, net *transport.MemNetwork, wrap func(int, tran
 // rdmaDialerWith dials rank i of n with cfgOf(i), each rank on its own
 // device (wrap as in memDev).
 func rdmaDialerWith(t *testing.T, net *transport.MemNetwork, wrap func(int, transport.Conn) transport.Conn, n int, cfgOf func(i int) Config) func(context.Context, int) (Member, error) {
-	base := netip.MustParseAddr("10.0.1.1")
+	base := rdmaBase
 	devs := make([]*ib.Device, n)
 	for i := range devs { // every engine up before anyone dials
 		devs[i] = memDev(t, net, i, wrap)
