@@ -113,11 +113,11 @@ func (r *ring) allReduce(ctx context.Context) error {
 		sctx, scancel := context.WithTimeout(ctx, r.cfg.Timeout)
 		defer scancel()
 		if err := r.l.send(sctx, step, f32bytes(r.data[slo:shi]), s == n-2); err != nil {
-			return r.stepErr(ctx, name, s, err)
+			return r.stepErr(ctx, name, s, err, toNext)
 		}
 		b, err := r.l.recv(sctx, step, (rhi-rlo)*4)
 		if err != nil {
-			return r.stepErr(ctx, name, s, err)
+			return r.stepErr(ctx, name, s, err, toPrev)
 		}
 		dst := r.data[rlo:rhi]
 		if reduce {
@@ -144,7 +144,7 @@ func (r *ring) allReduce(ctx context.Context) error {
 		sctx, scancel := context.WithTimeout(ctx, r.cfg.Timeout)
 		defer scancel()
 		if err := r.l.waitSent(sctx); err != nil {
-			return r.stepErr(ctx, name, n-2, err)
+			return r.stepErr(ctx, name, n-2, err, toNext)
 		}
 		return nil
 	}
@@ -164,11 +164,19 @@ func (r *ring) allReduce(ctx context.Context) error {
 	return sent("all-gather")
 }
 
-func (r *ring) stepErr(ctx context.Context, phase string, s int, err error) error {
+// stepErr says which step failed and why. A step's deadline means that
+// the neighbour the wait was for (side) did not answer: the previous rank
+// for a chunk (recv), the next rank for ours (send's wait for room in the
+// send queue, waitSent: our WRITEs unacknowledged, or over TCP our writes
+// not read). Bug (workload audit): every timeout blamed the previous rank,
+// so a ring whose next rank stopped taking data named the wrong one.
+func (r *ring) stepErr(ctx context.Context, phase string, s int, err error, side int) error {
 	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
 		err = c
-	} else if errors.Is(err, context.DeadlineExceeded) {
+	} else if errors.Is(err, context.DeadlineExceeded) && side == toPrev {
 		err = fmt.Errorf("no data from rank %d within %v (did it die?)", r.cfg.prev(), r.cfg.Timeout)
+	} else if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("rank %d did not take this rank's data within %v (did it die?)", r.cfg.next(), r.cfg.Timeout)
 	}
 	return fmt.Errorf("allreduce: rank %d, %s step %d: %w", r.cfg.Rank, phase, s, err)
 }
