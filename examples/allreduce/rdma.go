@@ -273,8 +273,12 @@ func (l *rdmaLink) acceptPrev(ctx context.Context) error {
 	// The listener outlives ctx until we return: after a mismatch (which
 	// may cancel ctx) refuseLate still answers the previous rank.
 	lctx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopListening()
-	reqs := listenRequests(lctx, l.l)
+	reqs, readerDone := listenRequests(lctx, l.l)
+	defer func() {
+		stopListening()
+		hook(reqReaderJoined)
+		<-readerDone
+	}()
 	var cur *acceptAttempt
 	defer func() {
 		if cur != nil { // an error return: the attempt goes with it
@@ -415,10 +419,13 @@ type incomingRequest struct {
 }
 
 // listenRequests reads lis until ctx ends, the first error included; a
-// request that arrives as ctx ends is rejected.
-func listenRequests(ctx context.Context, lis *rdmacm.Listener) <-chan incomingRequest {
-	ch := make(chan incomingRequest)
+// request that arrives as ctx ends is rejected. done is closed once the
+// reader has returned (acceptPrev waits for it after ending ctx).
+func listenRequests(ctx context.Context, lis *rdmacm.Listener) (reqs <-chan incomingRequest, done <-chan struct{}) {
+	ch, exited := make(chan incomingRequest), make(chan struct{})
 	go func() {
+		defer close(exited)
+		defer hook(reqReaderExits)
 		for {
 			req, err := lis.Accept(ctx)
 			select {
@@ -434,7 +441,7 @@ func listenRequests(ctx context.Context, lis *rdmacm.Listener) <-chan incomingRe
 			}
 		}
 	}()
-	return ch
+	return ch, exited
 }
 
 // refuseLate keeps refusing with reason, for refuseLinger, the REQs that

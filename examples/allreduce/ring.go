@@ -97,13 +97,23 @@ type ring struct {
 func (r *ring) allReduce(ctx context.Context) error {
 	n, me := r.cfg.Ranks, r.cfg.Rank
 	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	// The watcher turns a neighbour's leaving into the steps' cause; the
+	// call returns only once it has ended (docs/DESIGN.md: goroutines end
+	// with their owner).
+	watched := make(chan struct{})
 	go func() {
+		defer close(watched)
+		defer hook(watcherExits)
 		select {
 		case <-r.done:
 			cancel(r.doneE())
 		case <-ctx.Done():
 		}
+	}()
+	defer func() {
+		cancel(nil)
+		hook(watcherJoined)
+		<-watched
 	}()
 	phase := func(name string, s int, sendChunk, recvChunk int, reduce bool) error {
 		step := r.step

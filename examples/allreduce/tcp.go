@@ -15,8 +15,9 @@ import (
 )
 
 // tcpLink sends each step's chunk as step u32 | length u32 | bytes on a
-// stream to the next rank; the send runs in its own goroutine so two
-// neighbours writing large chunks at each other cannot deadlock.
+// stream to the next rank; the send runs in its own goroutine (the
+// writer) so two neighbours writing large chunks at each other cannot
+// deadlock.
 type tcpLink struct {
 	cfg     Config
 	next    net.Conn
@@ -25,6 +26,10 @@ type tcpLink struct {
 	buf     []byte
 	sendErr chan error
 	sending bool // a send's goroutine has not reported to sendErr yet
+	// writers are the sends' goroutines, which close joins: a writer a
+	// failed step left behind (waitSent gave up on it) ends only once
+	// close has closed its stream or its deadline passed.
+	writers sync.WaitGroup
 }
 
 // TCPConfig says where a rank listens and where its next rank is.
@@ -53,14 +58,11 @@ func DialTCP(ctx context.Context, cfg Config, tc TCPConfig) (*Ring, error) {
 		}
 		accepted <- err
 	}()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	dialErr := l.dialNext(ctx, tc.Next)
 	if dialErr != nil {
 		cancel()
 	}
-	accErr := <-accepted
-	stop()
-	ln.Close()
+	accErr := <-accepted // acceptPrev closed ln
 	if err := firstCause(dialErr, accErr); err != nil {
 		l.close()
 		return nil, err
@@ -77,7 +79,8 @@ func DialTCP(ctx context.Context, cfg Config, tc TCPConfig) (*Ring, error) {
 // not a ring's (a port scanner, a health check, an HTTP client at the
 // wrong port) is closed and passed over, and one that says nothing does
 // not hold the neighbour's back, as the RDMA ring passes over a REQ that
-// is not a ring's. The connections not taken are closed on return.
+// is not a ring's. On return ln and the connections not taken are closed,
+// and the goroutines that accepted and read them have ended.
 func (l *tcpLink) acceptPrev(ctx context.Context, ln net.Listener) error {
 	type arrival struct {
 		c   net.Conn
@@ -90,16 +93,20 @@ func (l *tcpLink) acceptPrev(ctx context.Context, ln net.Listener) error {
 	var open []net.Conn // closed on return, but for the one taken
 	var taken net.Conn
 	returned := false
+	var acceptors sync.WaitGroup // the accept loop and each connection's hello reader
 	defer func() {
 		close(quit)
+		_ = ln.Close() // ends the accept loop
 		mu.Lock()
 		returned = true
 		for _, c := range open {
 			if c != taken {
-				c.Close()
+				c.Close() // ends its hello reader
 			}
 		}
 		mu.Unlock()
+		hook(acceptorsJoined)
+		acceptors.Wait()
 	}()
 	deliver := func(a arrival) {
 		select {
@@ -111,7 +118,10 @@ func (l *tcpLink) acceptPrev(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	dl, _ := ctx.Deadline()
+	acceptors.Add(1)
 	go func() {
+		defer acceptors.Done()
+		defer hook(acceptorsExit)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -125,8 +135,11 @@ func (l *tcpLink) acceptPrev(ctx context.Context, ln net.Listener) error {
 				return
 			}
 			open = append(open, c)
+			acceptors.Add(1) // the loop's own count is held: Wait cannot have returned
 			mu.Unlock()
 			go func() {
+				defer acceptors.Done()
+				defer hook(acceptorsExit)
 				_ = c.SetDeadline(dl)
 				var b [helloLen]byte
 				if _, err := io.ReadFull(c, b[:]); err != nil {
@@ -241,7 +254,10 @@ func (l *tcpLink) send(ctx context.Context, step uint32, b []byte, _ bool) error
 	l.sending = true
 	dl, _ := ctx.Deadline()
 	_ = l.next.SetWriteDeadline(dl)
+	l.writers.Add(1)
 	go func() {
+		defer l.writers.Done()
+		defer hook(writerExits)
 		var h [8]byte
 		binary.LittleEndian.PutUint32(h[:], step)
 		binary.LittleEndian.PutUint32(h[4:], uint32(len(b)))
@@ -309,11 +325,15 @@ func (l *tcpLink) leave(context.Context) error { return nil }
 // it, and it waits for nothing.
 func (l *tcpLink) hangUp() { _ = l.close() }
 
+// close closes both streams and returns once the writers have ended
+// (closing the stream ends a blocked write).
 func (l *tcpLink) close() error {
 	for _, c := range []net.Conn{l.next, l.prev} {
 		if c != nil {
 			c.Close()
 		}
 	}
+	hook(writersJoined)
+	l.writers.Wait()
 	return nil
 }
