@@ -89,11 +89,15 @@ func (s *TCPServer) serve(c net.Conn) {
 			// reason, as the RDMA client refuses it before sending. A
 			// body the server can read past cheaply is discarded, so
 			// the connection goes on; a longer claim (up to 4 GiB) ends
-			// it after the answer. Nothing is allocated for either.
+			// it after the answer, lingering so that the answer is not
+			// lost to a reset (lingeringClose). Nothing is allocated for
+			// either.
 			s.app.tcp.bad.Add(1)
 			out = appendResponse(out[:0], oversizeStatus(msg), binary.LittleEndian.Uint32(msg[8:]), nil)
 			if n > maxDiscard {
-				_, _ = c.Write(out)
+				if _, err := c.Write(out); err == nil {
+					lingeringClose(c, r, int64(n))
+				}
 				return
 			}
 			if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
