@@ -19,17 +19,25 @@ import (
 // writer) so two neighbours writing large chunks at each other cannot
 // deadlock.
 type tcpLink struct {
-	cfg     Config
-	next    net.Conn
-	prev    net.Conn
-	r       *bufio.Reader
-	buf     []byte
-	sendErr chan error
-	sending bool // a send's goroutine has not reported to sendErr yet
+	cfg  Config
+	next net.Conn
+	prev net.Conn
+	r    *bufio.Reader
+	buf  []byte
+	// sent receives the result of the last send's writer, until waitSent
+	// took it (nil then). One channel per writer, with room for its one
+	// result: a writer whose waitSent gave up (its context ended) never
+	// blocks on its result, so close's wait for the writers cannot hang.
+	sent chan error
 	// writers are the sends' goroutines, which close joins: a writer a
 	// failed step left behind (waitSent gave up on it) ends only once
 	// close has closed its stream or its deadline passed.
 	writers sync.WaitGroup
+}
+
+// newTCPLink is a rank's link before its streams are connected.
+func newTCPLink(cfg Config) *tcpLink {
+	return &tcpLink{cfg: cfg, buf: make([]byte, maxChunk(cfg.Count, cfg.Ranks)*4)}
 }
 
 // TCPConfig says where a rank listens and where its next rank is.
@@ -47,7 +55,7 @@ func DialTCP(ctx context.Context, cfg Config, tc TCPConfig) (*Ring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("allreduce: rank %d listening on %s: %w", cfg.Rank, tc.Listen, err)
 	}
-	l := &tcpLink{cfg: cfg, buf: make([]byte, maxChunk(cfg.Count, cfg.Ranks)*4), sendErr: make(chan error, 1)}
+	l := newTCPLink(cfg)
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	accepted := make(chan error, 1)
@@ -251,7 +259,8 @@ func (l *tcpLink) send(ctx context.Context, step uint32, b []byte, _ bool) error
 	if err := l.waitSent(ctx); err != nil { // one write at a time on the stream
 		return err
 	}
-	l.sending = true
+	sent := make(chan error, 1)
+	l.sent = sent
 	dl, _ := ctx.Deadline()
 	_ = l.next.SetWriteDeadline(dl)
 	l.writers.Add(1)
@@ -265,7 +274,7 @@ func (l *tcpLink) send(ctx context.Context, step uint32, b []byte, _ bool) error
 		if err != nil {
 			err = fmt.Errorf("sending to rank %d: %w", l.cfg.next(), err)
 		}
-		l.sendErr <- err
+		sent <- err
 	}()
 	return nil
 }
@@ -303,12 +312,13 @@ func (l *tcpLink) recvErr(err error) error {
 }
 
 func (l *tcpLink) waitSent(ctx context.Context) error {
-	if !l.sending {
+	sent := l.sent
+	if sent == nil {
 		return nil
 	}
-	l.sending = false
+	l.sent = nil
 	select {
-	case err := <-l.sendErr:
+	case err := <-sent:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
