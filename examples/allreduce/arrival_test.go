@@ -89,3 +89,22 @@ func allReduceWithin(t *testing.T, m Member, d time.Duration) error {
 		return nil
 	}
 }
+
+// The TCP ring names the previous rank and its address too when it sends
+// a step other than the one expected (its stream keeps the order, so any
+// other step is wrong). Bug (workload audit): the error named the rank
+// without its address, which the RDMA ring's now gives.
+func TestTCPChunkOfAnotherStepNamesItsSender(t *testing.T) {
+	const timeout = 10 * time.Second
+	n := 2
+	ctx := context.Background()
+	ms, err := Join(ctx, n, tcpDialer(freePortBase(t, n), same(n, n), same(n, 300), timeout))
+	require.NoError(t, err)
+	defer closeAll(ms)
+	prev := ms[1].(*Ring).l.(*tcpLink)
+	require.NoError(t, prev.send(ctx, 1000, f32bytes(ms[1].Data()[:150]), true))
+	require.NoError(t, prev.waitSent(ctx))
+	err = allReduceWithin(t, ms[0], timeout/2)
+	require.ErrorContains(t, err, fmt.Sprintf("rank 1 (%v) sent step 1000 (600 bytes) while expecting step 0 (600 bytes)",
+		ms[0].(*Ring).l.(*tcpLink).prev.RemoteAddr()))
+}

@@ -295,7 +295,7 @@ func (l *tcpLink) recv(ctx context.Context, step uint32, n int) (b []byte, err e
 		return nil, l.recvErr(err)
 	}
 	if s, m := binary.LittleEndian.Uint32(h[:]), int(binary.LittleEndian.Uint32(h[4:])); s != step || m != n {
-		return nil, fmt.Errorf("rank %d sent step %d (%d bytes) while expecting step %d (%d bytes)", l.cfg.prev(), s, m, step, n)
+		return nil, fmt.Errorf("rank %d (%v) sent step %d (%d bytes) while expecting step %d (%d bytes)", l.cfg.prev(), l.prev.RemoteAddr(), s, m, step, n)
 	}
 	if _, err := io.ReadFull(l.r, l.buf[:n]); err != nil {
 		return nil, l.recvErr(err)
