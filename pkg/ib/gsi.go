@@ -25,9 +25,8 @@ import (
 // index to 0: Modify accepts IBV_QP_QKEY and IBV_QP_PKEY_INDEX (INIT
 // requires them, as for any GSI QP) and ignores their values, as rxe
 // checks and sends QP1's packets with GSI_QKEY whatever qkey was set.
-// A send WR whose RemoteQKey has the high bit set (GSIQKey does) sends
-// the QP's Q_Key, as for UD; rxe would send GSI_QKEY even for a WR that
-// names another Q_Key, rxed sends the WR's.
+// Its SENDs carry GSIQKey whatever RemoteQKey the WR names, as rxe's
+// (init_req_packet): a GSI peer drops any other Q_Key.
 //
 // Receive checks follow rxe's check_keys for QP1: the BTH P_Key must
 // match the default P_Key (0xFFFF or 0x7FFF) and the DETH Q_Key must be

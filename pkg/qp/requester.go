@@ -369,10 +369,7 @@ func (q *QP) requestHeaders(w *wqe) (request, WCStatus) {
 		h.InvRKey = wr.InvalidateRKey
 		if q.typ.Datagram() {
 			h.DestQP = wr.RemoteQPN
-			h.QKey = wr.RemoteQKey
-			if h.QKey&0x80000000 != 0 {
-				h.QKey = q.attr.QKey // IBA 10.2.5: the high bit asks for the QP's own Q_Key
-			}
+			h.QKey = q.sendQKey(wr.RemoteQKey)
 			h.SrcQP = q.num
 			r.av = &wr.AV
 		}

@@ -244,7 +244,7 @@ type SendWR struct {
 
 	AV         AddrVector // UD/GSI: destination path (ibv_ah)
 	RemoteQPN  uint32     // UD/GSI: destination QPN
-	RemoteQKey uint32     // UD/GSI: Q_Key; high bit set means use the QP's own Q_Key
+	RemoteQKey uint32     // UD: Q_Key, high bit set means the QP's own (qkey.go); GSI: always GSIQKey
 
 	Bind MWBindInfo // BIND_MW
 	Reg  RegMRInfo  // REG_MR
