@@ -459,7 +459,7 @@ func (q *QP) executeSend(env Env, p *wire.Packet, ri *RecvInfo, psn PSN, start b
 	r.recvOff += len(p.Payload)
 	if end {
 		wc := WC{ID: r.recv.ID, Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(r.recvOff),
-			QPNum: q.num, Solicited: p.BTH.SE()}
+			QPNum: q.num, Flags: recvWCFlags, Solicited: p.BTH.SE()}
 		if p.ImmDt != nil {
 			wc.Imm = p.ImmDt.Imm()
 			wc.Flags |= WCWithImm
@@ -476,7 +476,6 @@ func (q *QP) executeSend(env Env, p *wire.Packet, ri *RecvInfo, psn PSN, start b
 		}
 		if q.typ.Datagram() {
 			wc.SrcQP = p.DETH.SrcQP()
-			wc.Flags |= WCWithGRH
 		}
 		r.recvValid = false
 		q.ctr.RDMARecvs.Add(1)
@@ -603,7 +602,7 @@ func (q *QP) executeWrite(env Env, p *wire.Packet, psn PSN, start bool) {
 	}
 	if end && fl&wire.FlagImm != 0 {
 		wc := WC{ID: r.recv.ID, Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.length),
-			QPNum: q.num, Imm: p.ImmDt.Imm(), Flags: WCWithImm, Solicited: p.BTH.SE()}
+			QPNum: q.num, Imm: p.ImmDt.Imm(), Flags: recvWCFlags | WCWithImm, Solicited: p.BTH.SE()}
 		r.recvValid = false
 		if q.rcq.Push(wc) != nil {
 			q.cqOverflow()

@@ -152,7 +152,7 @@ type WCFlags uint32
 
 // Completion flags.
 const (
-	WCWithGRH     WCFlags = 1 << 0 // IBV_WC_GRH: the first 40 bytes hold a GRH (UD)
+	WCWithGRH     WCFlags = 1 << 0 // IBV_WC_GRH: on every successful receive (recvWCFlags); UD's first 40 bytes hold the GRH
 	WCWithImm     WCFlags = 1 << 1 // IBV_WC_WITH_IMM: WC.Imm is valid
 	WCIPCsumOK    WCFlags = 1 << 2 // IBV_WC_IP_CSUM_OK
 	WCWithInv     WCFlags = 1 << 3 // IBV_WC_WITH_INV: WC.InvalidatedRKey is valid
@@ -160,6 +160,13 @@ const (
 	WCTMMatch     WCFlags = 1 << 5 // IBV_WC_TM_MATCH
 	WCTMDataValid WCFlags = 1 << 6 // IBV_WC_TM_DATA_VALID
 )
+
+// recvWCFlags are the flags of every successful receive completion, of
+// any QP type: rxe's do_complete starts a user CQE's wc_flags at
+// IB_WC_GRH whatever the QP (every RoCE packet came with its IP header,
+// and mlx5 sets the flag from the CQE's GRH bits on RC too). Only UD and
+// GSI place the GRH in the buffer.
+const recvWCFlags = WCWithGRH
 
 // WC is a work completion, like struct ibv_wc. It holds no pointers so a
 // CQ can keep completions in a flat ring without allocating.
