@@ -448,7 +448,18 @@ type PortAttr struct {
 	LinkLayer   string    // "Ethernet"
 	ActiveSpeed string    // active speed; "software" for a software device
 	UDPPort     uint16    // UDP port the device receives on (4791 unless configured)
+	// BadPKeyCntr and QKeyViolCntr are bad_pkey_cntr and qkey_viol_cntr:
+	// the packets a QP refused for their P_Key or Q_Key (the drop_pkey
+	// and drop_qkey counters; a multicast datagram counts once per
+	// attached QP that refuses it), stopping at 0xFFFF, as rxe's
+	// check_keys counts them (set_bad_pkey_cntr, set_qkey_viol_cntr).
+	// The device advertises both (DeviceBadPKeyCntr, DeviceBadQKeyCntr).
+	BadPKeyCntr, QKeyViolCntr uint32
 }
+
+// portCntrMax is where rxe's port counters stop (16-bit PortCounters
+// fields: set_bad_pkey_cntr's min(0xffff, cntr + 1)).
+const portCntrMax = 0xFFFF
 
 // QueryPort returns port 1's attributes (ibv_query_port).
 func (d *Device) QueryPort(port uint8) (PortAttr, error) {
@@ -460,7 +471,8 @@ func (d *Device) QueryPort(port uint8) (PortAttr, error) {
 	}
 	l := &qp.DefaultLimits
 	return PortAttr{State: PortActive, MaxMTU: l.MaxMTU, ActiveMTU: d.mtu, GIDTblLen: l.GIDTableLen,
-		PKeyTblLen: int(l.PKeyTableLen), MaxMsgSz: portMaxMsgSz, LinkLayer: "Ethernet", ActiveSpeed: "software", UDPPort: d.port}, nil
+		PKeyTblLen: int(l.PKeyTableLen), MaxMsgSz: portMaxMsgSz, LinkLayer: "Ethernet", ActiveSpeed: "software", UDPPort: d.port,
+		BadPKeyCntr: uint32(min(d.eng.Drops(qp.DropPKey), portCntrMax)), QKeyViolCntr: uint32(min(d.eng.Drops(qp.DropQKey), portCntrMax))}, nil
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).

@@ -31,8 +31,8 @@ import (
 // Receive checks follow rxe's check_keys for QP1: the BTH P_Key must
 // match the default P_Key (0xFFFF or 0x7FFF) and the DETH Q_Key must be
 // GSIQKey; other packets are dropped and counted as drop_pkey and
-// drop_qkey (rxe counts them in the port's bad_pkey_cntr and
-// qkey_viol_cntr).
+// drop_qkey, which QueryPort reports as the port's bad_pkey_cntr and
+// qkey_viol_cntr, where rxe counts them.
 //
 // Most programs do not use the QP directly but through a MADAgent
 // (mad.go), which owns it, keeps receives posted and recycles send

@@ -39,9 +39,10 @@ import (
 // attach fail.
 //
 // Differences from rxe: a datagram refused by an attached QP is counted
-// under the drop reason (rxe counts a Q_Key refusal in the port's
-// qkey_viol_cntr and the rest nowhere); a datagram for a group that has no
-// QP attached counts as drop_qp.
+// under the drop reason (rxe counts a P_Key or Q_Key refusal in the
+// port's bad_pkey_cntr or qkey_viol_cntr, which pkg/ib's QueryPort reports
+// from drop_pkey and drop_qkey, and the rest nowhere); a datagram for a
+// group that has no QP attached counts as drop_qp.
 
 // McastQPN is the destination QP number of a multicast datagram
 // (IB_MULTICAST_QPN).
