@@ -50,6 +50,12 @@ type Env interface {
 // check and for the GRH a UD receive completion carries.
 type RecvInfo struct {
 	Src, Dst netip.AddrPort
+	// IPv4ID and IPv4DFClear are the IPv4 header's Identification and
+	// DF flag (clear: false means DF set, what Linux and rxe send) as the
+	// ICRC check solved them (wire.Flow.VerifyIPv4): a UDP socket does
+	// not see the header, and a UD GRH holds it whole (grh.go).
+	IPv4ID      uint16
+	IPv4DFClear bool
 }
 
 // Config creates a QP (ibv_qp_init_attr plus what the engine supplies).

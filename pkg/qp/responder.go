@@ -527,23 +527,6 @@ func (q *QP) udRecvError(st WCStatus) {
 	}
 }
 
-// writeGRH fills the first 40 bytes of a UD receive buffer with the GRH,
-// or for IPv4 with 20 zero bytes and the IPv4 header, as rxe does.
-func (q *QP) writeGRH(ri *RecvInfo, udpPayload int) bool {
-	var grh [40]byte // the headers Linux sent, which the ICRC covered
-	fl := wire.Flow{Src: ri.Src, Dst: ri.Dst}
-	if fl.IsIPv4() {
-		fl.PutIPHeader(grh[20:], 8+udpPayload)
-	} else {
-		fl.PutIPHeader(grh[:], 8+udpPayload)
-	}
-	if q.resp.recvLen < len(grh) || !q.scatter(q.resp.recv.SGL, grh[:], 0) {
-		return false
-	}
-	q.resp.recvOff = len(grh)
-	return true
-}
-
 func (q *QP) executeWrite(env Env, p *wire.Packet, psn PSN, start bool) {
 	r := &q.resp
 	fl := p.Info.Flags

@@ -323,6 +323,8 @@ func (w *worker) handleMcast(pkt []byte, ep *transport.Endpoint) {
 		e.drop(r)
 		return
 	}
+	ri := w.ri // the solved IPv4 header fields, for each member's GRH
+	ri.Src, ri.Dst = ep.Remote, ep.Local
 	members := e.mcast.members(dst.Unmap())
 	if len(members) == 0 {
 		if transport.IsGroup(dst) {
@@ -339,15 +341,15 @@ func (w *worker) handleMcast(pkt []byte, ep *transport.Endpoint) {
 	for _, q := range members {
 		tw := e.workerFor(q.Num())
 		if tw == w {
-			w.deliverMcast(q, p, ep)
+			w.deliverMcast(q, p, &ri)
 			continue
 		}
 		// Another shard: a copy, handed over without waiting (two workers
 		// fanning out to each other must not block on each other's full
 		// inbox). UD is unreliable; a full inbox drops the copy.
 		cp := append([]byte(nil), pkt...)
-		cep := *ep
-		if !tw.offer(event{kind: evCall, fn: func() { tw.deliverMcastCopy(q, cp, &cep) }}) {
+		cri := ri
+		if !tw.offer(event{kind: evCall, fn: func() { tw.deliverMcastCopy(q, cp, &cri) }}) {
 			e.drop(qp.DropOverrun)
 		}
 	}
@@ -355,22 +357,22 @@ func (w *worker) handleMcast(pkt []byte, ep *transport.Endpoint) {
 
 // deliverMcastCopy parses a copy handed over by another shard's
 // handleMcast and delivers it (on tw, the QP's worker).
-func (w *worker) deliverMcastCopy(q *qp.QP, pkt []byte, ep *transport.Endpoint) {
+func (w *worker) deliverMcastCopy(q *qp.QP, pkt []byte, ri *qp.RecvInfo) {
 	if err := w.pkt.Parse(pkt); err != nil {
 		w.e.drop(parseDrop(err)) // parsed once already: cannot happen
 		return
 	}
-	w.deliverMcast(q, &w.pkt, ep)
+	w.deliverMcast(q, &w.pkt, ri)
 }
 
 // deliverMcast runs one attached QP's checks and receive for a multicast
-// datagram (on the QP's worker).
-func (w *worker) deliverMcast(q *qp.QP, p *wire.Packet, ep *transport.Endpoint) {
+// datagram (on the QP's worker); ri is what handleMcast learnt of it.
+func (w *worker) deliverMcast(q *qp.QP, p *wire.Packet, ri *qp.RecvInfo) {
 	ent := w.entryOf(q)
 	if ent == nil {
 		return // destroyed meanwhile
 	}
-	w.ri = qp.RecvInfo{Src: ep.Remote, Dst: ep.Local}
+	w.ri = *ri
 	if r := q.Check(p, &w.ri, netip.Addr{}); r != qp.DropNone {
 		w.e.drop(r)
 		return

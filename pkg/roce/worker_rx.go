@@ -81,12 +81,14 @@ func (w *worker) handlePacket(pkt []byte, ep *transport.Endpoint) {
 // checkICRC verifies the ICRC of a received packet and, over IPv4, that
 // the Identification it solved to is one the peer could have sent (see
 // ipv4id.go): without that check a corrupted IPv4 packet passes with
-// probability 2^-15.
+// probability 2^-15. The solved Identification and DF flag go to w.ri,
+// for the GRH of a UD receive (pkg/qp's grh.go).
 func (w *worker) checkICRC(raw []byte, ep *transport.Endpoint) qp.DropReason {
-	v, id := (wire.Flow{Src: ep.Remote, Dst: ep.Local}).Verify(raw)
+	v, id, dfClear := (wire.Flow{Src: ep.Remote, Dst: ep.Local}).VerifyIPv4(raw)
 	if v != wire.ICRCOK {
 		return qp.DropICRC
 	}
+	w.ri.IPv4ID, w.ri.IPv4DFClear = id, dfClear
 	src := ep.Remote.Addr()
 	if !src.Unmap().Is4() {
 		return qp.DropNone
