@@ -503,7 +503,10 @@ func (q *QP) invalidateFailed(env Env, p *wire.Packet, psn PSN, wc WC, st WCStat
 	q.enterError()
 }
 
-// recvLengthError: the SEND is longer than the receive WR.
+// recvLengthError: the SEND is longer than the receive WR. On UD the
+// receive completes with LOC_LEN_ERR and the QP goes on; rxe 6.1 fails it
+// as a malformed WQE (copy_data's -EINVAL: LOC_QP_OP_ERR, the QP in
+// ERR), a deliberate difference (docs/DESIGN.md).
 func (q *QP) recvLengthError(env Env, psn PSN) {
 	if q.typ == RC {
 		q.nakError(env, psn, wire.NAKInvalidRequest, WCLocLenErr)
