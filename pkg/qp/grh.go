@@ -13,7 +13,9 @@ const grhLen = 40
 // (RecvInfo), and what the ICRC masks as Linux sends it unless told
 // otherwise (TTL / hop limit 64, TOS / traffic class and flow label 0,
 // what rxe's peers sent in every capture), with a valid header checksum
-// (libibverbs' ibv_init_ah_from_wc tells IPv4 from IPv6 by it).
+// (libibverbs' ibv_init_ah_from_wc tells IPv4 from IPv6 by it). The
+// receive has room for it (the caller checked); false means its SGL
+// could not take it (malformedRecv).
 func (q *QP) writeGRH(ri *RecvInfo, udpPayload int) bool {
 	var grh [grhLen]byte
 	fl := wire.Flow{Src: ri.Src, Dst: ri.Dst}
@@ -24,8 +26,8 @@ func (q *QP) writeGRH(ri *RecvInfo, udpPayload int) bool {
 	} else {
 		fl.PutIPHeader(grh[:], 8+udpPayload)
 	}
-	if q.resp.recvLen < len(grh) || !q.scatter(q.resp.recv.SGL, grh[:], 0) {
-		return false
+	if !q.scatter(q.resp.recv.SGL, grh[:], 0) {
+		return false // the caller checked the room: the SGL is malformed
 	}
 	q.resp.recvOff = len(grh)
 	return true

@@ -438,8 +438,12 @@ func (q *QP) executeSend(env Env, p *wire.Packet, ri *RecvInfo, psn PSN, start b
 		}
 		r.recvOff = 0
 		if q.typ.Datagram() {
-			if !q.writeGRH(ri, len(p.Raw)) {
+			if r.recvLen < grhLen {
 				q.udRecvError(WCLocLenErr)
+				return
+			}
+			if !q.writeGRH(ri, len(p.Raw)) {
+				q.malformedRecv()
 				return
 			}
 		}
@@ -452,7 +456,7 @@ func (q *QP) executeSend(env Env, p *wire.Packet, ri *RecvInfo, psn PSN, start b
 		if q.typ == RC {
 			q.nakError(env, psn, wire.NAKRemoteOp, WCLocQPOpErr)
 		} else {
-			q.udRecvError(WCLocQPOpErr)
+			q.malformedRecv()
 		}
 		return
 	}
@@ -513,6 +517,21 @@ func (q *QP) recvLengthError(env Env, psn PSN) {
 		return
 	}
 	q.udRecvError(WCLocLenErr)
+}
+
+// malformedRecv is rxe's RESPST_ERR_MALFORMED_WQE on UC and UD ("All,
+// Class A"): the receive WR's own SGL cannot take the data (an lkey that
+// names no MR of the QP's PD, a region without local write, an address
+// outside it), so the receive completes with LOC_QP_OP_ERR and the QP
+// enters ERR, as on RC (nakError, which also NAKs). The application's
+// WR is at fault, not the packet: the QP does not go on with it.
+func (q *QP) malformedRecv() {
+	q.setState(Err) // before any completion is visible
+	if q.resp.recvValid {
+		q.rcq.Push(WC{ID: q.resp.recv.ID, Status: WCLocQPOpErr, QPNum: q.num})
+		q.resp.recvValid = false
+	}
+	q.enterError()
 }
 
 // udRecvError completes the receive WR in progress with st (UC/UD keep
