@@ -496,11 +496,12 @@ func (q *QP) executeSend(env Env, p *wire.Packet, ri *RecvInfo, psn PSN, start b
 // receive completes with the error, the SEND is still acknowledged if it
 // asked for an ACK (at its PSN, the MSN not advanced: rxe goes through
 // do_complete and acknowledge without execute's PSN and MSN update), and
-// the QP then enters ERR. The requester's SEND succeeds.
+// the QP then enters ERR. The requester's SEND succeeds. The failed
+// completion carries wr_id, status and qp_num only, as do_complete fills
+// one whose status is not SUCCESS.
 func (q *QP) invalidateFailed(env Env, p *wire.Packet, psn PSN, wc WC, st WCStatus) {
-	wc.Status = st
 	q.resp.recvValid = false
-	q.rcq.Push(wc)
+	q.rcq.Push(WC{ID: wc.ID, Status: st, QPNum: wc.QPNum})
 	if q.typ == RC && p.BTH.AckReq() {
 		q.sendAck(env, ackUnlimited, psn)
 	}
