@@ -56,3 +56,20 @@ func TestUDGRHIsTheIPv4HeaderRxeWrites(t *testing.T) {
 	require.Equal(t, make([]byte, 20), l.b.buf[:20])
 	require.Equal(t, hex.EncodeToString(ipv4), hex.EncodeToString(l.b.buf[20:40]))
 }
+
+// Over IPv6 the GRH is the packet's IPv6 header, as rxe's execute copies
+// ipv6_hdr(skb): the header of shared/pcaps/rc_pingpong_send_4096_ipv6.pcap
+// frame 11 (fd77::12 -> fd77::11, traffic class and flow label 0, hop
+// limit 64, payload length 1048), which a UD SEND of 1016 bytes matches
+// byte for byte.
+func TestUDGRHIsTheIPv6HeaderRxeWrites(t *testing.T) {
+	ipv6 := unhex(t, "6000000004181140 fd770000000000000000000000000012 fd770000000000000000000000000011")
+	l := connectLink(t, UD, 0, 0, newEnd(t, UD, 0x11, "fd77::12"), newEnd(t, UD, 0x12, "fd77::11"))
+	require.NoError(t, l.b.q.PostRecv(&RecvWR{ID: 1, SGL: []SGE{l.b.sge(0, 40+1016)}}))
+	l.udSend(1, 1016)
+	l.deliver(l.b, l.a, l.a.env.take()...)
+	wc := poll(t, l.b.rcq)
+	require.Len(t, wc, 1)
+	require.Equal(t, uint32(40+1016), wc[0].ByteLen)
+	require.Equal(t, hex.EncodeToString(ipv6), hex.EncodeToString(l.b.buf[:40]))
+}
