@@ -118,6 +118,14 @@ func (q *QP) Check(p *wire.Packet, ri *RecvInfo, local netip.Addr) DropReason {
 // packet's memory may be reused once Receive returns.
 func (q *QP) Receive(env Env, p *wire.Packet, ri *RecvInfo, now time.Time) {
 	q.ctr.RcvdPkts.Add(1)
+	q.ReceiveCopy(env, p, ri, now)
+}
+
+// ReceiveCopy is Receive without counting the packet in rcvd_pkts, for
+// a QP's copy of a multicast datagram: rxe_rcv counts the datagram once,
+// before rxe_rcv_mcast_pkt hands it to the attached QPs, and so does the
+// engine.
+func (q *QP) ReceiveCopy(env Env, p *wire.Packet, ri *RecvInfo, now time.Time) {
 	if p.Info.Flags&wire.FlagRequest != 0 {
 		q.handleRequest(env, p, ri)
 		return

@@ -323,6 +323,9 @@ func (w *worker) handleMcast(pkt []byte, ep *transport.Endpoint) {
 		e.drop(r)
 		return
 	}
+	// rcvd_pkts counts the datagram once, whoever takes it, as rxe_rcv
+	// does before rxe_rcv_mcast_pkt looks for the group.
+	w.ctr.RcvdPkts.Add(1)
 	ri := w.ri // the solved IPv4 header fields, for each member's GRH
 	ri.Src, ri.Dst = ep.Remote, ep.Local
 	members := e.mcast.members(dst.Unmap())
@@ -377,6 +380,6 @@ func (w *worker) deliverMcast(q *qp.QP, p *wire.Packet, ri *qp.RecvInfo) {
 		w.e.drop(r)
 		return
 	}
-	q.Receive(w, p, &w.ri, w.clockNow())
+	q.ReceiveCopy(w, p, &w.ri, w.clockNow()) // counted once in handleMcast
 	w.runQP(ent)
 }
