@@ -40,7 +40,7 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 	// the configured one. The port shown is the configured one.
 	dev, err := ib.OpenDevice(ib.Config{Addrs: ef.addrs, EphemeralPort: true})
 	if err != nil {
-		return fail(stderr, "devinfo", fmt.Errorf("opening the device on %s: %v", ef.addrs.String(), err))
+		return fail(stderr, "devinfo", engineOpenError("the device", ef.addrs.String(), 0, err))
 	}
 	defer dev.Close()
 	writeDevinfo(stdout, dev, uint16(ef.port), *verbose)

@@ -177,7 +177,7 @@ func (e *engineFlags) open(log *slog.Logger) (*engine, error) {
 		if pcapFile != nil {
 			pcapFile.Close()
 		}
-		return nil, fmt.Errorf("opening the RoCE engine on %s udp/%d: %v", e.addrs.String(), e.port, err)
+		return nil, engineOpenError("the RoCE engine", e.addrs.String(), e.port, err)
 	}
 	// Every engine answers the IB CM on QP 1, as a kernel device does: a
 	// peer's rdma_cm REQ gets its REP, or REJ 8 when nobody listens.
@@ -300,7 +300,7 @@ func parseArgsAnywhere(fs *flag.FlagSet, args []string, stderr io.Writer) (rest 
 
 // fail prints the one-line error of command name and returns status 1.
 func fail(stderr io.Writer, name string, err error) int {
-	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	msg := strings.ReplaceAll(err.Error(), "\n", " ") + nextStep(err)
 	fmt.Fprintf(stderr, "rxed %s: %s\n", name, msg)
 	return 1
 }

@@ -273,7 +273,7 @@ func (d *Daemon) open() (err error) {
 	}
 	d.dev, err = ib.OpenDevice(ib.Config{Addrs: cfg.Addrs, Port: cfg.Port, Conn: cfg.Conn, Fault: cfg.Fault, Wrap: wrap, Pcap: cfg.Pcap, Logger: cfg.Logger})
 	if err != nil {
-		return fmt.Errorf("opening the RoCE engine: %v", err)
+		return fmt.Errorf("opening the RoCE engine: %w", err)
 	}
 	// The device answers the IB CM on QP 1 as a kernel device does (REJ 8
 	// when nobody listens; --rdma-cm-port adds a listener).
@@ -312,7 +312,7 @@ func (d *Daemon) open() (err error) {
 	if cfg.MetricsAddr != "" {
 		d.metricsLn, err = net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
-			return fmt.Errorf("metrics listener: %v", unwrapOp(err))
+			return fmt.Errorf("metrics listener: %w", unwrapOp(err))
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", d.metricsHandler())
@@ -324,7 +324,7 @@ func (d *Daemon) open() (err error) {
 func unwrapOp(err error) error {
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Err != nil {
-		return fmt.Errorf("%s %s: %v", oe.Op, oe.Addr, oe.Err)
+		return fmt.Errorf("%s %s: %w", oe.Op, oe.Addr, oe.Err)
 	}
 	return err
 }
