@@ -94,9 +94,9 @@ func parseCma(name, tool string, defPort uint, args []string, stderr io.Writer) 
 	}
 	server := !o.dst.IsValid()
 	if server {
-		err = o.ef.pickAddrs(true, o.bind, netip.Addr{})
+		err = o.ef.pickAddrs(true, o.bind, netip.Addr{}, "-b")
 	} else {
-		err = o.ef.pickAddrs(false, o.dst, o.bind)
+		err = o.ef.pickAddrs(false, o.dst, o.bind, "-b")
 	}
 	if err != nil {
 		return bad("%v", err)

@@ -82,7 +82,7 @@ func parseMckey(args []string, stderr io.Writer) (*mckeyOpts, int, bool) {
 		return bad("-p %q: not a port space number", *ps)
 	}
 	o.ps = mad.PortSpace(v)
-	if err := o.ef.pickAddrs(true, o.bind, netip.Addr{}); err != nil {
+	if err := o.ef.pickAddrs(true, o.bind, netip.Addr{}, "-b"); err != nil {
 		return bad("%v", err)
 	}
 	if err := o.ef.check(); err != nil {

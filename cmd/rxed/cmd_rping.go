@@ -123,7 +123,11 @@ func parseRping(args []string, stderr io.Writer) (*rpingOpts, int, bool) {
 			return bad("%v", err)
 		}
 	}
-	if err := o.ef.pickAddrs(o.server, o.addr, o.src); err != nil {
+	bindFlag := "-I"
+	if o.server {
+		bindFlag = "-a"
+	}
+	if err := o.ef.pickAddrs(o.server, o.addr, o.src, bindFlag); err != nil {
 		return bad("%v", err)
 	}
 	if err := o.ef.check(); err != nil {
@@ -134,8 +138,12 @@ func parseRping(args []string, stderr io.Writer) (*rpingOpts, int, bool) {
 
 // pickAddrs fills --addr when it was not given, from the tools' own
 // address flags: a server binds its listen address, a client its source
-// address, or the address the host would send from to the server.
-func (e *engineFlags) pickAddrs(server bool, addr, src netip.Addr) error {
+// address, or the address the host would send from to the server. flag
+// is the tool's own name for the address it binds (rping's -a for a
+// server and -I for a client, cmatose's, udaddy's and mckey's -b), which
+// the errors name: rping's "-a" sent a cmatose or mckey user to a flag
+// their command does not have.
+func (e *engineFlags) pickAddrs(server bool, addr, src netip.Addr, flag string) error {
 	if len(e.addrs) > 0 {
 		return nil
 	}
@@ -143,13 +151,13 @@ func (e *engineFlags) pickAddrs(server bool, addr, src netip.Addr) error {
 	case server && addr.IsValid() && !addr.IsUnspecified():
 		e.addrs = addrList{addr}
 	case server:
-		return errors.New("--addr is required when the server binds any address (or give -a)")
+		return fmt.Errorf("--addr or %s is required: the address this engine binds", flag)
 	case src.IsValid():
 		e.addrs = addrList{src}
 	default:
 		a, err := sourceFor(addr)
 		if err != nil {
-			return fmt.Errorf("%v (give -I or --addr)", err)
+			return fmt.Errorf("%v (give %s or --addr)", err, flag)
 		}
 		e.addrs = addrList{a}
 	}
