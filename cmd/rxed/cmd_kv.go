@@ -20,6 +20,7 @@ import (
 
 	"github.com/rxed/rxed/examples/kv"
 	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/rdmacm"
 )
 
 func init() {
@@ -278,10 +279,17 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 // kvDialErr is a failed connect to a kv server in one line: the REJ's
 // reason, or, when the wait ran out, that nobody answered within
 // --timeout, as perf -R and the rdma_cm tools say it (it was Go's
-// "context deadline exceeded").
+// "context deadline exceeded"). The client's REQ gives up on its own
+// before the default --timeout (kv.DialRDMA's CM timeout, 10 s), and
+// that says the same with its cause: it was "no answer from the peer
+// (CM timeout)", which did not name the peer nor what should answer.
 func kvDialErr(ctx context.Context, raddr netip.AddrPort, timeout time.Duration, err error) error {
-	if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("connect %v: no answer within --timeout %v (is rxed kv serve running there?)", raddr, timeout)
+	const hint = "(is rxed kv serve running there?)"
+	switch {
+	case ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("connect %v: no answer within --timeout %v %s", raddr, timeout, hint)
+	case errors.Is(err, rdmacm.ErrTimeout):
+		return fmt.Errorf("connect %v: no answer (CM timeout) %s", raddr, hint)
 	}
 	return cmError(err)
 }

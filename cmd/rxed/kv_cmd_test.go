@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/netip"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rxed/rxed/examples/kv"
+	"github.com/rxed/rxed/pkg/rdmacm"
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/stretchr/testify/require"
 )
@@ -189,4 +191,22 @@ func TestKVSpin(t *testing.T) {
 	require.Contains(t, kvDoorbellDescr(0), "sent at once")
 	require.Contains(t, kvServeArgs(o, "127.0.2.2:7472"), "--handler-cpu=true", "the spawned server measures what the bench reports")
 	requireOneLineError(t, runCmd("kv", "serve", "--addr", "127.0.2.1", "--spin", "fast"), "invalid value \"fast\" for flag -spin")
+}
+
+// TestKVDialErrNamesTheServerOnACMTimeout: a kv client whose REQ ran out
+// of the CM's own retries (kv.DialRDMA's 10 s, before the default
+// --timeout) names the server and what should answer there, as when
+// --timeout runs out. Bug (newcomer walkthrough of docs/workloads.md):
+// `rxed kv get --addr A B k` with nothing at B said "no answer from the
+// peer (CM timeout)" after 10 s.
+func TestKVDialErrNamesTheServerOnACMTimeout(t *testing.T) {
+	raddr := netip.MustParseAddrPort("10.0.0.1:7471")
+	err := kvDialErr(context.Background(), raddr, 30*time.Second, fmt.Errorf("kv: connect: %w", rdmacm.ErrTimeout))
+	require.EqualError(t, err, "connect 10.0.0.1:7471: no answer (CM timeout) (is rxed kv serve running there?)")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 0)
+	defer cancel()
+	<-ctx.Done()
+	err = kvDialErr(ctx, raddr, time.Second, fmt.Errorf("kv: connect: %w", context.DeadlineExceeded))
+	require.EqualError(t, err, "connect 10.0.0.1:7471: no answer within --timeout 1s (is rxed kv serve running there?)")
 }
