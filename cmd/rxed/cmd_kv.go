@@ -41,11 +41,24 @@ const (
 )
 
 func runKV(args []string, stdout, stderr io.Writer) int {
+	const kvUsageLine = "usage: rxed kv serve|get|put|del|bench [flags] [args]"
+	// rxed kv -h is the subcommands' synopses (it was `unknown subcommand
+	// "-h"`, exit 2); a bare rxed kv, a usage error, is one line.
+	kvUsage := func() {
+		fmt.Fprintln(stderr, kvUsageLine+" (rxed kv SUBCOMMAND -h lists its flags)")
+		fmt.Fprintln(stderr, "  rxed kv serve --addr IP                 serve the table: rdma_cm port 7471, TCP 7472")
+		fmt.Fprintln(stderr, "  rxed kv get|del --addr IP SERVER KEY    one GET or DELETE over RDMA (--tcp ADDR: over TCP)")
+		fmt.Fprintln(stderr, "  rxed kv put --addr IP SERVER KEY VALUE  one PUT over RDMA (--tcp ADDR: over TCP)")
+		fmt.Fprintln(stderr, "  rxed kv bench --addr IP --server IP     RDMA against TCP, every cell")
+	}
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: rxed kv serve|get|put|del|bench [flags] (see rxed kv serve -h)")
+		fmt.Fprintln(stderr, kvUsageLine+" (rxed kv -h says more)")
 		return 2
 	}
 	switch args[0] {
+	case "-h", "--help", "help":
+		kvUsage()
+		return 0
 	case "serve":
 		return runKVServe(args[1:], stdout, stderr)
 	case "get", "put", "del":
@@ -219,7 +232,7 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 	want := map[string]int{"get": 2, "put": 3, "del": 2}[name]
 	if len(rest) != want {
 		usage := map[string]string{"get": "SERVER KEY", "put": "SERVER KEY VALUE", "del": "SERVER KEY"}[name]
-		return usageErr(fmt.Errorf("want %s", usage))
+		return usageErr(fmt.Errorf("want %s after the flags, got %d argument(s) %q (flags after them are taken for arguments)", usage, len(rest), rest))
 	}
 	// The context is the --timeout: a zero or negative one is refused
 	// before it is made, for --tcp too (ef.check, which the RDMA path

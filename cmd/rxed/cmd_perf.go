@@ -89,10 +89,10 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(stderr, "usage: rxed perf write|read|send|atomic|tcp [--lat] [flags] [server]")
+			fmt.Fprintln(stderr, "usage: rxed perf write|read|send|atomic|tcp [--lat] [flags] [SERVER]   (no SERVER: the server; rxed perf TEST -h lists the flags)")
 			return nil, 0, false
 		}
-		return bad("missing test: usage: rxed perf write|read|send|atomic [--lat] [flags] [server]")
+		return bad("missing test: usage: rxed perf write|read|send|atomic|tcp [--lat] [flags] [SERVER] (the test comes first)")
 	}
 	o := &perfOpts{}
 	switch args[0] {

@@ -266,7 +266,7 @@ func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (rest []string
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
-			fmt.Fprintf(stderr, "usage: rxed %s [flags]\n", fs.Name())
+			fmt.Fprintf(stderr, "usage: rxed %s [flags]%s\n", fs.Name(), argSynopsis(fs.Name()))
 			fs.PrintDefaults()
 			return nil, 0, false
 		}
@@ -274,6 +274,23 @@ func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (rest []string
 		return nil, 2, false
 	}
 	return fs.Args(), 0, true
+}
+
+// argSynopsis is what follows "[flags]" in the usage line of command name
+// (its FlagSet's name): the positional arguments. Bug (newcomer
+// walkthrough of docs/tools.md): every -h said "usage: rxed NAME [flags]",
+// so nothing said that a pingpong or perf client is the same command with
+// the server's address, or what kv get wants after its flags.
+func argSynopsis(name string) string {
+	switch {
+	case name == "pingpong", strings.HasPrefix(name, "perf "):
+		return " [SERVER]   (no SERVER: the server; SERVER: a client of it)"
+	case name == "kv get", name == "kv del":
+		return " SERVER KEY   (SERVER: the server's IP address, any word with --tcp)"
+	case name == "kv put":
+		return " SERVER KEY VALUE   (SERVER: the server's IP address, any word with --tcp)"
+	}
+	return ""
 }
 
 // parseArgsAnywhere is parseArgs for the commands that mirror perftest

@@ -41,6 +41,7 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
+	fmt.Fprintln(w, "rxed COMMAND -h (or rxed help COMMAND) lists its flags and arguments; docs/tools.md has examples")
 }
 
 func main() {
@@ -51,6 +52,16 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// rxed help COMMAND [SUB] is COMMAND [SUB] -h, as go help and git
+	// help go on to the command's own help (it printed the list again).
+	if len(args) > 1 && args[0] == "help" {
+		c, ok := commands[args[1]]
+		if !ok {
+			fmt.Fprintf(stderr, "rxed help: unknown command %q (rxed help lists them)\n", args[1])
+			return 2
+		}
+		return c.run(append(args[2:], "-h"), stdout, stderr)
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {
