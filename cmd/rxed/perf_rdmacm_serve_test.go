@@ -23,7 +23,10 @@ func TestServeRDMACM(t *testing.T) {
 	w := client("write", "-s", "65536", "-n", "50", "--validate")
 	requireOK(t, "perf write -R", w)
 	require.Regexp(t, bwRow(65536, 50), w.stdout)
-	require.Contains(t, w.stderr, "not rxed") // an export is no rxed perf server
+	// An export is no rxed perf server; the note says it may be rxed
+	// serve (newcomer walkthrough of docs/tools.md: it said "the peer is
+	// not rxed" of rxed serve).
+	require.Contains(t, w.stderr, "the peer is not rxed perf (perftest, or rxed serve over -R)")
 
 	r := client("read", "-s", "4096", "-n", "50", "-q", "2")
 	requireOK(t, "perf read -R", r)

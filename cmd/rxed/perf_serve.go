@@ -79,5 +79,8 @@ func (r *perfRun) validateNote() string {
 		_, note := r.serveValidation()
 		return note
 	}
-	return "the peer is not rxed, so only sizes, counts and consistency were checked"
+	// Over -R rxed serve speaks no extension either, so "the peer is not
+	// rxed" told a user of rxed serve --rdma-cm-port the opposite of
+	// what they ran.
+	return "the peer is not rxed perf (perftest, or rxed serve over -R), so only sizes, counts and consistency were checked"
 }
