@@ -70,8 +70,10 @@ func TestExportFileProblems(t *testing.T) {
 		export string
 		want   []string
 	}{
-		{"d=file:" + missing, []string{"missing.img", "does not exist"}},
-		{"d=file:" + small + ",size=1M", []string{"small.img", "too small", "4096"}},
+		// Each says what to do (newcomer walkthrough of docs/tools.md: a
+		// missing or short file was named, with no way out given).
+		{"d=file:" + missing, []string{"missing.img", "does not exist (create it first, e.g. truncate -s 1G " + missing}},
+		{"d=file:" + small + ",size=1M", []string{"small.img", "too small", "4096", "(grow it: truncate -s 1048576 " + small + ")"}},
 		{"d=file:" + empty, []string{"empty.img", "empty"}},
 	} {
 		r := runCmd("serve", "--addr", a, "-p", port, "--export", c.export)

@@ -202,14 +202,16 @@ func mapPath(spec ExportSpec, p string) (*mr.Mapping, error) {
 	case err == nil:
 		return m, nil
 	case errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("export %s: file %s does not exist", spec.Name, p)
+		// The hints say what to do, as the empty file's does: the file is
+		// the operator's to create (the daemon never makes one up).
+		return nil, fmt.Errorf("export %s: file %s does not exist (create it first, e.g. truncate -s 1G %s, or export anon or shm memory)", spec.Name, p, p)
 	case errors.Is(err, mr.ErrFileTooSmall):
 		fi, _ := os.Stat(p)
 		have := int64(0)
 		if fi != nil {
 			have = fi.Size()
 		}
-		return nil, fmt.Errorf("export %s: file %s is too small: %d bytes, size=%d requested", spec.Name, p, have, spec.Size)
+		return nil, fmt.Errorf("export %s: file %s is too small: %d bytes, size=%d requested (grow it: truncate -s %d %s)", spec.Name, p, have, spec.Size, spec.Size, p)
 	case errors.Is(err, mr.ErrEmptyBuffer):
 		return nil, fmt.Errorf("export %s: file %s is empty (give it a size, e.g. truncate -s 1G %s)", spec.Name, p, p)
 	}
