@@ -34,7 +34,7 @@ const DefaultMetricsAddr = "127.0.0.1:9479"
 
 func runStat(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stat", flag.ContinueOnError)
-	addr := fs.String("metrics", DefaultMetricsAddr, "the daemon's metrics `address` (host:port) or URL")
+	addr := fs.String("metrics", DefaultMetricsAddr, "the daemon's metrics `address` (host:port, host:port/path) or URL")
 	asJSON := fs.Bool("json", false, "print {\"counter\": value} JSON")
 	all := fs.Bool("all", false, "also show counters that are zero")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this `duration`")
@@ -172,14 +172,16 @@ func rootCause(err error) error {
 }
 
 // metricsURL is the page --metrics names: a host:port is its /metrics
-// over HTTP; a URL is taken as given, except that one with no path (or
-// "/") means its /metrics too, as Prometheus's scrape target does.
+// over HTTP; a URL, or a host:port/path without a scheme (HTTP), is
+// taken as given, except that one with no path (or "/") means its
+// /metrics too, as Prometheus's scrape target does.
 func metricsURL(addr string) string {
-	if !strings.Contains(addr, "://") {
-		return "http://" + addr + "/metrics"
+	scheme, rest, ok := strings.Cut(addr, "://")
+	if !ok {
+		scheme, rest = "http", addr
 	}
-	if scheme, rest, _ := strings.Cut(addr, "://"); !strings.Contains(strings.TrimSuffix(rest, "/"), "/") {
-		return scheme + "://" + strings.TrimSuffix(rest, "/") + "/metrics"
+	if host := strings.TrimSuffix(rest, "/"); !strings.Contains(host, "/") {
+		return scheme + "://" + host + "/metrics"
 	}
-	return addr
+	return scheme + "://" + rest
 }

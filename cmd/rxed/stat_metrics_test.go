@@ -124,8 +124,13 @@ func TestStatParseBadPages(t *testing.T) {
 // TestStatMetricsURL: --metrics takes a host:port or a URL; a URL without
 // a path is the daemon's /metrics too. Bug (found by the tools audit,
 // session AF): http://host:port/ was fetched as given and got a 404.
+// And (newcomer walk, session AI) host:port/path without a scheme asked
+// for host:port/path/metrics.
 func TestStatMetricsURL(t *testing.T) {
 	for in, want := range map[string]string{
+		"127.0.0.1:9479/":                    "http://127.0.0.1:9479/metrics",
+		"127.0.0.1:9479/metrics":             "http://127.0.0.1:9479/metrics",
+		"127.0.0.1:9479/rxed/metrics":        "http://127.0.0.1:9479/rxed/metrics",
 		"127.0.0.1:9479":                     "http://127.0.0.1:9479/metrics",
 		"[::1]:9479":                         "http://[::1]:9479/metrics",
 		"http://127.0.0.1:9479":              "http://127.0.0.1:9479/metrics",
