@@ -200,6 +200,20 @@ func (c *CMControl) errorf(cause error, what, format string, a ...any) error {
 	return fmt.Errorf("rdma_cm control connection with %s: %s: %s: %w", c.peer, what, fmt.Sprintf(format, a...), cause)
 }
 
+// refusedf is errorf for a refusal whose words already say so: it wraps
+// oob.ErrRefused without appending its text, which read "...: refused;
+// run the same test on both sides: refused by the server" (and said "by
+// the server" of the server's own refusal).
+func (c *CMControl) refusedf(what, format string, a ...any) error {
+	return &refusal{msg: fmt.Sprintf("rdma_cm control connection with %s: %s: %s", c.peer, what, fmt.Sprintf(format, a...))}
+}
+
+// refusal is an error that is oob.ErrRefused in other words.
+type refusal struct{ msg string }
+
+func (e *refusal) Error() string { return e.msg }
+func (e *refusal) Unwrap() error { return oob.ErrRefused }
+
 // wait handles the next completions: at most the step timeout when
 // bounded, never longer than ctx or the connection.
 func (c *CMControl) wait(ctx context.Context, bounded bool, what string) error {
@@ -456,9 +470,9 @@ func (c *CMControl) Negotiate(ctx context.Context, localMTU int) (oob.Negotiated
 	}
 	if theirs, known, ok := oob.OtherTest(m); ok && c.cfg.Role == oob.Client && c.cfg.Test != nil {
 		if !known {
-			return neg, c.errorf(oob.ErrRefused, "version", "the server runs another test: refused; run the same test on both sides")
+			return neg, c.refusedf("version", "the server runs another test: refused; run the same test on both sides")
 		}
-		return neg, c.errorf(oob.ErrRefused, "version", "the server runs %s, we run %s: refused; run the same test on both sides",
+		return neg, c.refusedf("version", "the server runs %s, we run %s: refused; run the same test on both sides",
 			theirs, *c.cfg.Test)
 	}
 	rv, err := oob.ParseVersion(m)
@@ -511,7 +525,7 @@ func (c *CMControl) versionCheckingTest(ctx context.Context, v []byte) ([]byte, 
 		return nil, err
 	}
 	if other {
-		return nil, c.errorf(oob.ErrRefused, "version", "the client runs %s, this server %s: refused; run the same test on both sides",
+		return nil, c.refusedf("version", "the client runs %s, this server %s: refused; run the same test on both sides",
 			theirs, mine)
 	}
 	return m, nil

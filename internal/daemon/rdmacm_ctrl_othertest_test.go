@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +45,11 @@ func TestCMControlRefusesAnotherTest(t *testing.T) {
 			require.ErrorContains(t, cerr, "version: the server runs ib_write_bw, we run ib_read_bw: refused; run the same test on both sides")
 			require.ErrorIs(t, serr, oob.ErrRefused)
 			require.ErrorContains(t, serr, "version: the client runs ib_read_bw, this server ib_write_bw: refused")
+			// Said once (newcomer walk, session AI: "...: refused; run the
+			// same test on both sides: refused by the server").
+			for _, err := range []error{cerr, serr} {
+				require.True(t, strings.HasSuffix(err.Error(), "refused; run the same test on both sides"), err.Error())
+			}
 		})
 	}
 }
