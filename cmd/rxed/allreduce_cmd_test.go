@@ -27,6 +27,8 @@ func TestAllreduceCommand(t *testing.T) {
 	require.Contains(t, r.stdout, "busbw")
 	// ranks in one process keep the runtime's choice of CPUs, and say it
 	require.Contains(t, r.stdout, fmt.Sprintf(", GOMAXPROCS %d, load", runtime.GOMAXPROCS(0)))
+	// -n 1 is one iteration (newcomer walk, session AI: "1 iterations").
+	require.Contains(t, r.stdout, "(mem), 1 iteration per size, ")
 }
 
 func TestAllreduceBadFlags(t *testing.T) {

@@ -126,7 +126,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	}
 	failed := false
 	for _, n := range o.ranks {
-		fmt.Fprintf(stdout, "# ring allreduce, %d ranks in one process (%s), %d iterations per size, %s, %s, load %s\n", n, o.net, o.iters, rankWaitDescr(o.spin), o.procs, loadAvg())
+		fmt.Fprintf(stdout, "# ring allreduce, %d ranks in one process (%s), %s per size, %s, %s, load %s\n", n, o.net, iterations(o.iters), rankWaitDescr(o.spin), o.procs, loadAvg())
 		fmt.Fprint(stdout, allreduce.FormatHeader("rdma", "tcp"))
 		for size := o.minBytes; size <= o.maxBytes; size *= 2 {
 			count := size / 4
@@ -295,7 +295,7 @@ func (o *allreduceOpts) runRank(ctx context.Context, stdout io.Writer) error {
 	}
 	defer dev.Close()
 	next := o.peers[(me+1)%n]
-	fmt.Fprintf(stdout, "# ring allreduce, rank %d of %d (pid %d, %v), %d iterations per size, %s, %s, load %s\n", me, n, os.Getpid(), o.peers[me], o.iters, rankWaitDescr(o.spin), o.procs, loadAvg())
+	fmt.Fprintf(stdout, "# ring allreduce, rank %d of %d (pid %d, %v), %s per size, %s, %s, load %s\n", me, n, os.Getpid(), o.peers[me], iterations(o.iters), rankWaitDescr(o.spin), o.procs, loadAvg())
 	fmt.Fprint(stdout, allreduce.FormatHeader("rdma", "tcp"))
 	var cpu []string // the CPU lines printed after the table
 	for size := o.minBytes; size <= o.maxBytes; size *= 2 {
@@ -387,4 +387,12 @@ func rankProcessSpin(ranks, cpus int) time.Duration {
 		return 0
 	}
 	return defaultSpin
+}
+
+// iterations counts the header's iterations ("1 iteration", "5 iterations").
+func iterations(n int) string {
+	if n == 1 {
+		return "1 iteration"
+	}
+	return fmt.Sprintf("%d iterations", n)
 }
