@@ -24,24 +24,37 @@ import (
 // audit, session AH): Run gave http.Shutdown 2 s, then closed the device
 // with any scrape still running.
 func TestRunWaitsForTheScrapeReadingTheDevice(t *testing.T) {
+	d, ended := scrapeHeldThroughClose(t, "127.0.3.231", func(d *Daemon, hold func()) { d.gathering = hold })
+	require.True(t, ended, "Run returned with a scrape still gathering")
+	// A scrape after Run reads nothing of the closed device.
+	require.Contains(t, d.Metrics(), errStopped.Error())
+}
+
+// scrapeHeldThroughClose runs a daemon on addr whose first scrape is
+// held at the hook set installs (the gather, the page) until release
+// starts waiting for the scrapes in progress, or Run has returned; the
+// daemon is closed meanwhile. It reports whether the scrape was let go
+// before Run returned, and checks that no goroutine of the daemon is
+// left.
+func scrapeHeldThroughClose(t *testing.T, addr string, set func(d *Daemon, hold func())) (*Daemon, bool) {
 	leaks := testenv.SnapshotGoroutines(rxedPkgs...)
-	d, err := New(closeTestConfig(t, "127.0.3.231"))
+	d, err := New(closeTestConfig(t, addr))
 	require.NoError(t, err)
 	d.httpShutdown = time.Millisecond
-	gathering, awaiting, runReturned := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var gathers atomic.Int32
-	var gatherEnded atomic.Bool
-	d.gathering = func() {
-		if gathers.Add(1) != 1 {
+	held, awaiting, runReturned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var scrapes atomic.Int32
+	var heldEnded atomic.Bool
+	set(d, func() {
+		if scrapes.Add(1) != 1 {
 			return
 		}
-		close(gathering)
+		close(held)
 		select {
 		case <-awaiting:
 		case <-runReturned:
 		}
-		gatherEnded.Store(true)
-	}
+		heldEnded.Store(true)
+	})
 	d.awaitingScrapes = func() { close(awaiting) }
 	done := make(chan error, 1)
 	go func() { done <- d.Run(context.Background()) }()
@@ -53,18 +66,16 @@ func TestRunWaitsForTheScrapeReadingTheDevice(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	<-gathering
+	<-held
 	closed := make(chan error, 1)
 	go func() { closed <- d.Close() }()
 	require.NoError(t, <-done)
-	ended := gatherEnded.Load()
+	ended := heldEnded.Load()
 	close(runReturned)
 	require.NoError(t, <-closed)
-	require.True(t, ended, "Run returned with a scrape still gathering")
 	<-scraped
 	leaks.CheckNoneLeft(t)
-	// A scrape after Run reads nothing of the closed device.
-	require.Contains(t, d.Metrics(), errStopped.Error())
+	return d, ended
 }
 
 // TestRunWaitsForTheScrapeWritingItsPage: a scrape that has gathered and
@@ -80,45 +91,8 @@ func TestRunWaitsForTheScrapeReadingTheDevice(t *testing.T) {
 // encoding and logging "metrics: error encoding and sending metric
 // family: context canceled" to the daemon's logger, once per family.
 func TestRunWaitsForTheScrapeWritingItsPage(t *testing.T) {
-	leaks := testenv.SnapshotGoroutines(rxedPkgs...)
-	d, err := New(closeTestConfig(t, "127.0.3.174"))
-	require.NoError(t, err)
-	d.httpShutdown = time.Millisecond
-	made, awaiting, runReturned := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var pages atomic.Int32
-	var pageEnded atomic.Bool
-	d.scraped = func() {
-		if pages.Add(1) != 1 {
-			return
-		}
-		close(made)
-		select {
-		case <-awaiting:
-		case <-runReturned:
-		}
-		pageEnded.Store(true)
-	}
-	d.awaitingScrapes = func() { close(awaiting) }
-	done := make(chan error, 1)
-	go func() { done <- d.Run(context.Background()) }()
-	scraped := make(chan struct{})
-	go func() {
-		defer close(scraped)
-		resp, err := http.Get("http://" + d.MetricsAddr().String() + "/metrics")
-		if err == nil {
-			resp.Body.Close()
-		}
-	}()
-	<-made
-	closed := make(chan error, 1)
-	go func() { closed <- d.Close() }()
-	require.NoError(t, <-done)
-	ended := pageEnded.Load()
-	close(runReturned)
-	require.NoError(t, <-closed)
+	_, ended := scrapeHeldThroughClose(t, "127.0.3.174", func(d *Daemon, hold func()) { d.scraped = hold })
 	require.True(t, ended, "Run returned with a scrape still making its page")
-	<-scraped
-	leaks.CheckNoneLeft(t)
 }
 
 // TestMetricsAfterStopIs503: once the daemon has stopped, /metrics
