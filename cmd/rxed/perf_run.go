@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -178,11 +179,7 @@ func (r *perfRun) runBW(ctx context.Context, size int) (oob.BWReport, error) {
 		cqMod = 1 // the run may stop anywhere: every WR reports itself
 	}
 	st := make([]bwQP, len(r.qps))
-	var posted, completed []time.Duration
-	if o.duration == 0 { // one sample per WR: no growing (and garbage) in the loop
-		posted = make([]time.Duration, 0, o.iters*uint64(len(r.qps)))
-		completed = make([]time.Duration, 0, o.iters*uint64(len(r.qps)))
-	}
+	rec := o.bwRecord(len(r.qps))
 	start := time.Now()
 	stopAt := start.Add(o.duration)
 	nextProgress := start.Add(o.progress)
@@ -201,9 +198,7 @@ func (r *perfRun) runBW(ctx context.Context, size int) (oob.BWReport, error) {
 				seq := s.posted
 				last := o.duration == 0 && seq+1 == o.iters
 				wr := r.sendWR(q, seq, size, (seq+1)%cqMod == 0 || last)
-				idx := len(posted)
-				posted = append(posted, time.Since(start))
-				completed = append(completed, 0)
+				idx := rec.post(time.Since(start))
 				if err := q.qp.PostSend(wr); err != nil {
 					return oob.BWReport{}, fmt.Errorf("posting %s %d on QP %#x: %v", wr.Opcode, seq, q.qp.Num(), err)
 				}
@@ -230,7 +225,7 @@ func (r *perfRun) runBW(ctx context.Context, size int) (oob.BWReport, error) {
 			q, s := r.qps[i], &st[i]
 			for s.done <= wc.ID && len(s.pending) > 0 {
 				seq := s.done
-				completed[s.pending[0]] = at
+				rec.complete(s.pending[0], at)
 				s.pending = s.pending[1:]
 				s.done++
 				total++
@@ -253,15 +248,17 @@ func (r *perfRun) runBW(ctx context.Context, size int) (oob.BWReport, error) {
 			return oob.BWReport{}, err
 		}
 	}
-	return computeBW(uint64(size), posted, completed, int(cqMod), o.gbits)
+	return rec.report(uint64(size), int(cqMod), o.gbits)
 }
+
+var errNoIterations = errors.New("no iterations completed")
 
 // computeBW finds the figures perftest prints; the peak search is
 // quadratic, so very long runs report no peak.
 func computeBW(size uint64, posted, completed []time.Duration, cqMod int, gbits bool) (oob.BWReport, error) {
 	n := len(posted)
 	if n == 0 {
-		return oob.BWReport{}, fmt.Errorf("no iterations completed")
+		return oob.BWReport{}, errNoIterations
 	}
 	s := oob.BWSamples{Size: size, Posted: posted, Completed: completed, CQMod: cqMod, Gbits: gbits}
 	if float64(n)*float64(n)/float64(cqMod) > 5e7 {
