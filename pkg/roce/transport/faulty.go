@@ -140,6 +140,10 @@ type Faulty struct {
 
 	once     sync.Once
 	pumpDone chan struct{}
+	// feedMu orders what enters the receive injector when it can be
+	// polled: the pump holds it from taking a batch until the batch is
+	// queued, a poller while it feeds one (faulty_poll.go).
+	feedMu sync.Mutex
 }
 
 // NewFaulty wraps inner. It panics if cfg does not Validate: configurations
@@ -176,7 +180,11 @@ func NewFaulty(inner Conn, cfg FaultConfig) *Faulty {
 		if !cfg.inline() {
 			f.rxq = newPktQueue(cfg.QueueLen)
 			f.pumpDone = make(chan struct{})
-			go f.pump()
+			if p, ok := inner.(Poller); ok && p.CanPoll() {
+				go f.pumpLent(p) // and pollers feed the injector too
+			} else {
+				go f.pump()
+			}
 		}
 	}
 	f.initReceive()

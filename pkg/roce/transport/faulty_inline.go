@@ -33,7 +33,8 @@ func (c *FaultConfig) inline() bool {
 // initReceive picks how f receives: through the inner Conn's lending and
 // polling, filtered by the injector when its receive faults are inline
 // (or untouched when there are none), or, when they are queued, copies of
-// what Receive pops from the queue, with nothing to poll.
+// what Receive pops from the queue, polled when the inner Conn can be
+// (faulty_poll.go).
 func (f *Faulty) initReceive() {
 	switch {
 	case f.rx == nil:
@@ -41,7 +42,7 @@ func (f *Faulty) initReceive() {
 	case f.rxq == nil:
 		f.RxFilterConn = NewRxFilterConn(f.inner, f.rx)
 	default:
-		f.RxFilterConn = NewRxFilterConn(receiveOnly{f}, nil)
+		f.RxFilterConn = NewRxFilterConn(newQueuedRx(f), nil)
 	}
 }
 

@@ -188,15 +188,16 @@ func TestFaultyInlineLendsAndPollsTheInnerConn(t *testing.T) {
 }
 
 // Faults that hold datagrams back or add some keep the pump and its
-// queue: the Faulty lends copies and cannot be polled, and with no
-// receive faults it lends what the inner Conn lends.
+// queue: the Faulty lends copies (polled only when the inner Conn can be:
+// TestFaultyQueuedFaultsCanBePolled), and with no receive faults it
+// lends what the inner Conn lends.
 func TestFaultyLendsCopiesWhenFaultsQueue(t *testing.T) {
 	inner := newFakeLender(t)
 	f := NewFaulty(inner, FaultConfig{Direction: DirReceive, Dup: 1, Seed: 1})
-	require.False(t, f.CanPoll())
 	require.NotNil(t, f.rxq)
-	_, copies := f.lender.(*copyLender)
-	require.True(t, copies)
+	q, queued := f.lender.(*queuedRx)
+	require.True(t, queued)
+	require.NotNil(t, q.wait, "copies of the queue's datagrams")
 	f.Close()
 
 	mn := NewMemNetwork()
@@ -207,6 +208,7 @@ func TestFaultyLendsCopiesWhenFaultsQueue(t *testing.T) {
 	g := NewFaulty(b, FaultConfig{Direction: DirReceive, Dup: 1, Seed: 1})
 	defer g.Close()
 	defer a.Close()
+	require.False(t, g.CanPoll(), "an in-memory Conn cannot be polled, nor its Faulty")
 	require.NoError(t, a.Send(numbered(0, 3), Endpoint{Remote: ap("10.0.0.2:1")}))
 	pkts, eps, leases := make([][]byte, 8), make([]Endpoint, 8), make([]*Lease, 8)
 	var got []int
@@ -223,7 +225,7 @@ func TestFaultyLendsCopiesWhenFaultsQueue(t *testing.T) {
 	h := NewFaulty(newFakeLender(t), FaultConfig{Direction: DirSend, Loss: 0.5})
 	defer h.Close()
 	require.True(t, h.CanPoll(), "receives untouched: polled through")
-	_, copies = h.lender.(*copyLender)
+	_, copies := h.lender.(*copyLender)
 	require.False(t, copies)
 }
 

@@ -106,3 +106,54 @@ func (q *pktQueue) pop(bufs [][]byte, sizes []int, eps []Endpoint) (n int, nbyte
 		}
 	}
 }
+
+// tryPop is pop that never waits: 0 datagrams (and a nil error) when the
+// queue is empty and open, or when another popper is at it.
+func (q *pktQueue) tryPop(bufs [][]byte, sizes []int, eps []Endpoint) (n int, oversize uint64, err error) {
+	if !q.popMu.TryLock() {
+		return 0, 0, nil
+	}
+	defer q.popMu.Unlock()
+	q.mu.Lock()
+	for n < len(bufs) && q.count > 0 {
+		s := &q.slots[q.head]
+		q.head = (q.head + 1) % len(q.slots)
+		q.count--
+		if len(s.buf) > len(bufs[n]) {
+			oversize++
+			continue
+		}
+		sizes[n] = copy(bufs[n], s.buf)
+		eps[n] = s.ep
+		n++
+	}
+	more, down, qerr := q.count > 0, q.down, q.err
+	q.mu.Unlock()
+	if more {
+		q.wake() // a waiter may take the rest
+	}
+	if n == 0 && down && !more {
+		return 0, oversize, qerr
+	}
+	return n, oversize, nil
+}
+
+// wait blocks until a datagram is queued (nil) or the queue is shut and
+// empty (its error), taking nothing.
+func (q *pktQueue) wait() error {
+	for {
+		q.mu.Lock()
+		count, down, qerr := q.count, q.down, q.err
+		q.mu.Unlock()
+		if count > 0 {
+			return nil
+		}
+		if down {
+			return qerr
+		}
+		select {
+		case <-q.notify:
+		case <-q.closed:
+		}
+	}
+}
