@@ -1,0 +1,422 @@
+package hostile
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/cm/cmtest"
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/rdmacm"
+	"github.com/rxed/rxed/pkg/roce"
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/rxed/rxed/pkg/wire"
+)
+
+// A world is a target device under attack and its real peer, each on the
+// in-memory network of one address family, with:
+//   - an RC QP on the target connected to the peer's RC QP, a UC QP
+//     connected to the peer's UC QP and a UD QP attached to a multicast
+//     group, each with receives posted;
+//   - QP 1 answering for an rdma_cm listener that never accepts (a server
+//     slow to accept: its requests wait in the backlog);
+//   - regions: w (remote read, write and atomic: the one the peer uses),
+//     ro (remote read only), loc (local only) and recv (the receives);
+//   - attackers: the peer's own socket (peer:4791), the peer's address on
+//     another port, and two strangers.
+//
+// Both engines and the CM run on fake clocks that never move, so nothing
+// is sent but what a packet provokes: a world is deterministic up to the
+// engines' goroutine scheduling, which the waits below do not depend on.
+type world struct {
+	tb  testing.TB
+	net *transport.MemNetwork
+	v6  bool
+
+	tgtAddr, peerAddr, group, barrierAddr netip.Addr
+	tgt, peer                             *ib.Device
+	tgtTap, peerTap                       *tap
+
+	// Sources, by the fuzzer's selector: srcs[0] is the peer's own
+	// socket (through its tap, so its sends are the peer's).
+	srcs [4]transport.Conn
+	// The barrier: a REQ for a service nobody listens on, from its own
+	// address, answered with a REJ after every MAD before it (barrier).
+	barrier   transport.Conn
+	barrierID uint32
+
+	rc, uc, ud    *ib.QP
+	prc, puc      *ib.QP
+	pcq           *ib.CQ
+	w, ro, loc    *ib.MR
+	wBuf, roBuf   []byte
+	locBuf        []byte
+	peerBuf       []byte
+	peerMR        *ib.MR
+	unusedQPN     uint32
+	listener      *rdmacm.Listener
+	injected      uint64 // datagrams the attackers sent the target
+	barriersSent  uint64
+	peerSentTgt   uint64
+	legitChecksOK int
+}
+
+const (
+	tgtSQPSN  = 0x100000 // the target's first request PSN
+	peerSQPSN = 0x200000 // the peer's: the target RC responder's first ePSN
+	udQKey    = 0x11111111
+	cmPort    = 7471 // ucmatose's port: the seeds' REQs from the captures hit the listener
+	wLen      = 64 << 10
+	smallLen  = 4 << 10
+	recvSlot  = 40 + 4096 + 256
+	recvDepth = 16
+	// legitOff is where the peer's own WRITE/READ lands in w.
+	legitOff = 0x8000
+	legitLen = 512
+)
+
+var (
+	wFill   = byte(0xA5)
+	roFill  = byte(0x5A)
+	locFill = byte(0x3C)
+)
+
+// newWorld builds a world of one address family.
+func newWorld(tb testing.TB, v6 bool) *world {
+	tb.Helper()
+	w := &world{tb: tb, net: transport.NewMemNetwork(), v6: v6}
+	if v6 {
+		w.tgtAddr, w.peerAddr = netip.MustParseAddr("fd00:9::1"), netip.MustParseAddr("fd00:9::2")
+		w.group, w.barrierAddr = netip.MustParseAddr("ff0e::9:9"), netip.MustParseAddr("fd00:9::99")
+	} else {
+		w.tgtAddr, w.peerAddr = netip.MustParseAddr("10.9.0.1"), netip.MustParseAddr("10.9.0.2")
+		w.group, w.barrierAddr = netip.MustParseAddr("239.9.9.9"), netip.MustParseAddr("10.9.0.99")
+	}
+	stranger := func(i byte) netip.Addr {
+		if v6 {
+			return netip.AddrFrom16([16]byte{0xfd, 0, 0, 9, 15: 0x60 + i})
+		}
+		return netip.AddrFrom4([4]byte{10, 9, 0, 0x60 + i})
+	}
+	start := time.Unix(1_700_000_000, 0)
+	open := func(a netip.Addr, workers int) (*ib.Device, *tap) {
+		c, err := w.net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
+		must(tb, err)
+		var tp *tap
+		dev, err := ib.OpenDevice(ib.Config{Conn: c, Workers: workers, IBATimerOnly: true,
+			Clock: roce.NewFakeClock(start),
+			Wrap: func(c transport.Conn) (transport.Conn, error) {
+				tp = &tap{Conn: c}
+				return tp, nil
+			}})
+		must(tb, err)
+		tb.Cleanup(func() { _ = dev.Close() })
+		must(tb, rdmacm.Enable(dev, &rdmacm.Config{Clock: cmtest.NewFakeClock(start)}))
+		return dev, tp
+	}
+	w.tgt, w.tgtTap = open(w.tgtAddr, 2)
+	w.peer, w.peerTap = open(w.peerAddr, 1)
+	w.srcs[0] = w.peerTap.Conn // the peer's socket itself: the tap records only what the peer sends
+	for i, ap := range []netip.AddrPort{
+		netip.AddrPortFrom(w.peerAddr, 50000),
+		netip.AddrPortFrom(stranger(1), transport.RoCEv2Port),
+		netip.AddrPortFrom(stranger(2), 50001),
+	} {
+		c, err := w.net.Listen(ap)
+		must(tb, err)
+		tb.Cleanup(func() { _ = c.Close() })
+		w.srcs[i+1] = c
+	}
+	var err error
+	w.barrier, err = w.net.Listen(netip.AddrPortFrom(w.barrierAddr, transport.RoCEv2Port))
+	must(tb, err)
+	tb.Cleanup(func() { _ = w.barrier.Close() })
+
+	// The target's memory and QPs.
+	pd, err := w.tgt.AllocPD()
+	must(tb, err)
+	cq, err := w.tgt.CreateCQ(1024)
+	must(tb, err)
+	w.wBuf, w.roBuf, w.locBuf = bytes.Repeat([]byte{wFill}, wLen), bytes.Repeat([]byte{roFill}, smallLen), bytes.Repeat([]byte{locFill}, smallLen)
+	w.w, err = pd.RegMR(w.wBuf, ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic)
+	must(tb, err)
+	w.ro, err = pd.RegMR(w.roBuf, ib.AccessRemoteRead)
+	must(tb, err)
+	w.loc, err = pd.RegMR(w.locBuf, ib.AccessLocalWrite)
+	must(tb, err)
+	recvBuf := make([]byte, 3*recvDepth*recvSlot)
+	recv, err := pd.RegMR(recvBuf, ib.AccessLocalWrite)
+	must(tb, err)
+	mk := func(pd *ib.PD, cq *ib.CQ, typ ib.QPType) *ib.QP {
+		q, err := pd.CreateQP(ib.QPInitAttr{Type: typ, SendCQ: cq, RecvCQ: cq,
+			Cap: ib.QPCap{MaxSendWR: 64, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		must(tb, err)
+		return q
+	}
+	w.rc, w.uc, w.ud = mk(pd, cq, ib.RC), mk(pd, cq, ib.UC), mk(pd, cq, ib.UD)
+
+	// The peer's.
+	ppd, err := w.peer.AllocPD()
+	must(tb, err)
+	w.pcq, err = w.peer.CreateCQ(1024)
+	must(tb, err)
+	w.peerBuf = make([]byte, wLen)
+	for i := range w.peerBuf {
+		w.peerBuf[i] = byte(i * 7)
+	}
+	w.peerMR, err = ppd.RegMR(w.peerBuf, ib.AccessLocalWrite|ib.AccessRemoteWrite|ib.AccessRemoteRead|ib.AccessRemoteAtomic)
+	must(tb, err)
+	w.prc, w.puc = mk(ppd, w.pcq, ib.RC), mk(ppd, w.pcq, ib.UC)
+
+	acc := ib.AccessRemoteWrite | ib.AccessRemoteRead | ib.AccessRemoteAtomic
+	attr := func(psn uint32) ib.ConnectAttr {
+		return ib.ConnectAttr{SGIDIndex: -1, PSN: psn, AccessFlags: acc, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+			MinRNRTimer: 1, MaxRdAtomic: 16, MaxDestRdAtomic: 16}
+	}
+	remote := func(q *ib.QP, gid netip.Addr, psn uint32) ib.RemoteQP {
+		return ib.RemoteQP{QPN: q.Num(), PSN: psn, GID: gid, MTU: ib.MTU1024}
+	}
+	must(tb, ib.ConnectQP(w.rc, remote(w.prc, w.peerAddr, peerSQPSN), attr(tgtSQPSN)))
+	must(tb, ib.ConnectQP(w.prc, remote(w.rc, w.tgtAddr, tgtSQPSN), attr(peerSQPSN)))
+	must(tb, ib.ConnectQP(w.uc, remote(w.puc, w.peerAddr, peerSQPSN), ib.ConnectAttr{SGIDIndex: -1, PSN: tgtSQPSN, AccessFlags: ib.AccessRemoteWrite}))
+	must(tb, ib.ConnectQP(w.puc, remote(w.uc, w.tgtAddr, tgtSQPSN), ib.ConnectAttr{SGIDIndex: -1, PSN: peerSQPSN, AccessFlags: ib.AccessRemoteWrite}))
+	must(tb, ib.ConnectQP(w.ud, ib.RemoteQP{}, ib.ConnectAttr{QKey: udQKey}))
+	must(tb, w.ud.AttachMcast(w.group, 0))
+	for i, q := range []*ib.QP{w.rc, w.uc, w.ud} {
+		for j := range recvDepth {
+			o := (i*recvDepth + j) * recvSlot
+			must(tb, q.PostRecv(ib.RecvWR{ID: uint64(o), SGL: []ib.SGE{{Addr: recv.IOVA() + uint64(o), Length: recvSlot, LKey: recv.LKey()}}}))
+		}
+	}
+	w.listener, err = rdmacm.Listen(w.tgt, netip.AddrPortFrom(w.tgtAddr, cmPort), nil)
+	must(tb, err)
+	w.unusedQPN = 0x00ABCDEF
+	for _, q := range []*ib.QP{w.rc, w.uc, w.ud} {
+		if q.Num() == w.unusedQPN {
+			w.unusedQPN++
+		}
+	}
+	return w
+}
+
+func must(tb testing.TB, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// handled is every datagram an engine has judged: accepted, dropped under
+// a reason, a CNP, or a multicast datagram for a group nobody joined.
+func handled(d *ib.Device) uint64 {
+	var n uint64
+	for k, v := range d.Counters() {
+		if k == "rcvd_pkts" || k == "cnp_rcvd" || k == roce.CounterMcastNoMember ||
+			len(k) > 5 && k[:5] == "drop_" && k != "drop_overrun" {
+			n += v
+		}
+	}
+	return n
+}
+
+// settle waits until both engines have judged every datagram sent to
+// them (by the attackers, the barrier and each other) and, when mads,
+// until the target's CM has answered everything before a barrier REQ.
+// The engines' counters and the taps' records are the events; the
+// deadline only turns a hang into a failure.
+func (w *world) settle(mads bool) {
+	w.tb.Helper()
+	if mads {
+		w.sendBarrier()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		toPeer := w.tgtTap.countTo(w.peerAddr, transport.RoCEv2Port)
+		toTgt := w.peerTap.countTo(w.tgtAddr, transport.RoCEv2Port)
+		ht, hp := handled(w.tgt), handled(w.peer)
+		wantT := w.injected + toTgt
+		done := ht == wantT && hp == toPeer && w.tgtTap.countTo(w.barrierAddr, 0) >= w.barriersSent
+		if ht > wantT || hp > toPeer {
+			w.tb.Fatalf("a datagram was judged twice: target judged %d of %d, peer %d of %d; target counters %v",
+				ht, wantT, hp, toPeer, nonZero(w.tgt.Counters()))
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.tb.Fatalf("hung: target judged %d of %d, peer %d of %d, barrier answers %d of %d; target counters %v",
+				ht, wantT, hp, toPeer, w.tgtTap.countTo(w.barrierAddr, 0), w.barriersSent, nonZero(w.tgt.Counters()))
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+func nonZero(m map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range m {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// sendBarrier sends the target a REQ for a service nobody listens on,
+// which its CM answers with a REJ once it has handled every MAD before.
+func (w *world) sendBarrier() {
+	w.tb.Helper()
+	w.barrierID++
+	pkt := barrierREQ(w.tb, w.barrierID)
+	src := netip.AddrPortFrom(w.barrierAddr, transport.RoCEv2Port)
+	dst := netip.AddrPortFrom(w.tgtAddr, transport.RoCEv2Port)
+	wire.Flow{Src: src, Dst: dst}.Seal(pkt)
+	must(w.tb, w.barrier.Send([][]byte{pkt}, transport.Endpoint{Remote: dst}))
+	w.injected++
+	w.barriersSent++
+}
+
+// send injects one datagram from source i.
+func (w *world) send(i int, pkt []byte) {
+	w.tb.Helper()
+	dst := netip.AddrPortFrom(w.tgtAddr, transport.RoCEv2Port)
+	must(w.tb, w.srcs[i].Send([][]byte{pkt}, transport.Endpoint{Remote: dst}))
+	w.injected++
+}
+
+// srcAddr is source i's address and port.
+func (w *world) srcAddr(i int) netip.AddrPort { return w.srcs[i].LocalAddrs()[0] }
+
+// rqPSN is the PSN the target's RC responder expects next.
+func (w *world) rqPSN() uint32 {
+	a, _, err := w.rc.Query()
+	must(w.tb, err)
+	return uint32(a.RQPSN) & 0xFFFFFF
+}
+
+// sqPSN is the next PSN the target's RC requester sends.
+func (w *world) sqPSN() uint32 {
+	a, _, err := w.rc.Query()
+	must(w.tb, err)
+	return uint32(a.SQPSN) & 0xFFFFFF
+}
+
+// legit has the real peer WRITE legitLen bytes into w and READ them back,
+// and fails unless both complete with the bytes intact.
+func (w *world) legit(seed byte) error {
+	for i := range legitLen {
+		w.peerBuf[i] = seed + byte(i)
+	}
+	sge := func(off int) []ib.SGE {
+		return []ib.SGE{{Addr: w.peerMR.IOVA() + uint64(off), Length: legitLen, LKey: w.peerMR.LKey()}}
+	}
+	base := w.w.IOVA() + legitOff
+	if err := w.prc.PostSend(
+		ib.SendWR{ID: 1, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled, SGL: sge(0), RemoteAddr: base, RKey: w.w.RKey()},
+		ib.SendWR{ID: 2, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled, SGL: sge(legitLen), RemoteAddr: base, RKey: w.w.RKey()}); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wcs := make([]ib.WC, 2)
+	for got := 0; got < 2; {
+		n, err := w.pcq.WaitPoll(ctx, wcs[got:])
+		if err != nil {
+			return fmt.Errorf("the peer's WRITE and READ did not complete: %w (target counters %v)", err, nonZero(w.tgt.Counters()))
+		}
+		for _, wc := range wcs[got : got+n] {
+			if wc.Status != ib.WCSuccess {
+				return fmt.Errorf("the peer's WR %d completed with %v", wc.ID, wc.Status)
+			}
+		}
+		got += n
+	}
+	if !bytes.Equal(w.peerBuf[:legitLen], w.peerBuf[legitLen:2*legitLen]) {
+		return fmt.Errorf("the peer READ back other bytes than it wrote")
+	}
+	return nil
+}
+
+// tap records what an engine sends: one record per datagram.
+type tap struct {
+	transport.Conn
+	mu  sync.Mutex
+	out []sent
+}
+
+type sent struct {
+	to     netip.AddrPort
+	n      int
+	destQP uint32
+	op     wire.Opcode
+}
+
+func (t *tap) Send(bufs [][]byte, ep transport.Endpoint) error {
+	t.mu.Lock()
+	for _, b := range bufs {
+		s := sent{to: netip.AddrPortFrom(ep.Remote.Addr().Unmap(), ep.Remote.Port()), n: len(b)}
+		if len(b) >= wire.BTHLen {
+			s.destQP, s.op = wire.BTH(b[:wire.BTHLen]).DestQP(), wire.BTH(b[:wire.BTHLen]).Opcode()
+		}
+		t.out = append(t.out, s)
+	}
+	t.mu.Unlock()
+	return t.Conn.Send(bufs, ep)
+}
+
+// JoinGroup lets the engine join groups through the tap.
+func (t *tap) JoinGroup(g netip.Addr) (*transport.Membership, error) {
+	return transport.JoinGroup(t.Conn, g)
+}
+
+// Stats passes the Conn's counters on (drop_overrun).
+func (t *tap) Stats() transport.Stats {
+	if sr, ok := t.Conn.(transport.StatsReporter); ok {
+		return sr.Stats()
+	}
+	return transport.Stats{}
+}
+
+// countTo counts the datagrams sent to addr (and port, unless 0).
+func (t *tap) countTo(addr netip.Addr, port uint16) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var n uint64
+	for _, s := range t.out {
+		if s.to.Addr() == addr.Unmap() && (port == 0 || s.to.Port() == port) {
+			n++
+		}
+	}
+	return n
+}
+
+// since returns the records from index i on.
+func (t *tap) since(i int) []sent {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]sent(nil), t.out[i:]...)
+}
+
+func (t *tap) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.out)
+}
+
+// barrierREQ is the REQ of rdmacm_ucmatose.pcap frame 1, a UD SEND to
+// QP 1, for service 0x1060001 (rdma_cm's TCP port 1, where nobody
+// listens) and with local comm ID id, without its ICRC slot filled.
+func barrierREQ(tb testing.TB, id uint32) []byte {
+	b := captureREQ(tb)
+	d := b[wire.BTHLen+wire.DETHLen+madHeaderLen:]
+	binary.BigEndian.PutUint32(d[0:], id)
+	binary.BigEndian.PutUint64(d[8:], 0x0000000001060001)
+	return b
+}
+
+// madHeaderLen is the common MAD header before a CM message's data.
+const madHeaderLen = 24
