@@ -95,17 +95,9 @@ func runHostile(t *testing.T, v6 bool, pkts []hostilePkt) *world {
 		}
 		exempt := valid && fromPeer && toRC && (flags.Has(wire.FlagRead) || flags.Has(wire.FlagAtomic)) && flags.Has(wire.FlagRequest)
 
-		before := w.tgtTap.len()
-		dstConn := w.srcs[p.src]
-		must(t, dstConn.Send([][]byte{pkt}, transport.Endpoint{Remote: dst}))
-		w.injected++
-		w.settle(destQP == 1)
-		var outBytes int
-		for _, s := range w.tgtTap.since(before) {
-			if s.to.Addr() == w.barrierAddr {
-				continue
-			}
-			outBytes += s.n
+		out := w.inject(p.src, pkt, dst)
+		outBytes := bytesOf(out)
+		for _, s := range out {
 			if !fromPeer && (s.to.Addr() != src.Addr() || s.destQP != 1) {
 				t.Fatalf("packet %d from %v (%s) made the device send %d bytes to %v (QP %#x, %v): a host that is not the peer gets nothing but QP 1's answers",
 					i, src, hex.EncodeToString(pkt), s.n, s.to, s.destQP, s.op)
