@@ -95,7 +95,11 @@ func runHostile(t *testing.T, v6 bool, pkts []hostilePkt) *world {
 		}
 		exempt := valid && fromPeer && toRC && (flags.Has(wire.FlagRead) || flags.Has(wire.FlagAtomic)) && flags.Has(wire.FlagRequest)
 
+		before := w.tgt.Counters()
 		out := w.inject(p.src, pkt, dst)
+		if valid && parseErr == nil && fromPeer {
+			w.took(&parsed, before, w.tgt.Counters(), out)
+		}
 		outBytes := bytesOf(out)
 		for _, s := range out {
 			if !fromPeer && (s.to.Addr() != src.Addr() || s.destQP != 1) {

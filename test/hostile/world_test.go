@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ type world struct {
 	peerMR        *ib.MR
 	unusedQPN     uint32
 	listener      *rdmacm.Listener
-	injected      uint64 // datagrams the attackers sent the target
+	epsn          uint32 // the RC responder's ePSN (rqPSN)
 	barriersSent  uint64
 	peerSentTgt   uint64
 	legitChecksOK int
@@ -119,8 +120,9 @@ func newWorld(tb testing.TB, v6 bool) *world {
 		must(tb, rdmacm.Enable(dev, &rdmacm.Config{Clock: cmtest.NewFakeClock(start)}))
 		return dev, tp
 	}
-	// One worker: a multicast datagram is then handled whole (its copy to
-	// the attached QP included) before the next datagram (mcastMarker).
+	// One worker each: datagrams are handled in arrival order, a
+	// multicast datagram whole (its copy to the attached QP included),
+	// which settle's markers rely on.
 	w.tgt, w.tgtTap = open(w.tgtAddr, 1)
 	w.peer, w.peerTap = open(w.peerAddr, 1)
 	w.srcs[0] = w.peerTap.Conn // the peer's socket itself: the tap records only what the peer sends
@@ -195,6 +197,7 @@ func newWorld(tb testing.TB, v6 bool) *world {
 			must(tb, q.PostRecv(ib.RecvWR{ID: uint64(o), SGL: []ib.SGE{{Addr: recv.IOVA() + uint64(o), Length: recvSlot, LKey: recv.LKey()}}}))
 		}
 	}
+	w.epsn = peerSQPSN
 	w.listener, err = rdmacm.Listen(w.tgt, netip.AddrPortFrom(w.tgtAddr, cmPort), nil)
 	must(tb, err)
 	w.unusedQPN = 0x00ABCDEF
@@ -213,23 +216,15 @@ func must(tb testing.TB, err error) {
 	}
 }
 
-// handled is every datagram an engine has judged: accepted, dropped under
-// a reason, a CNP, or a multicast datagram for a group nobody joined.
-func handled(d *ib.Device) uint64 {
-	var n uint64
-	for k, v := range d.Counters() {
-		if k == "rcvd_pkts" || k == "cnp_rcvd" || k == roce.CounterMcastNoMember ||
-			len(k) > 5 && k[:5] == "drop_" && k != "drop_overrun" {
-			n += v
-		}
-	}
-	return n
-}
-
-// settle waits until both engines have judged every datagram sent to
-// them (by the attackers, the barrier and each other) and, when mads,
-// until the target's CM has answered everything before a barrier REQ.
-// The engines' counters and the taps' records are the events; the
+// settle waits until the target has handled everything sent to it so
+// far (by the attackers and by the peer), and the peer everything the
+// target sent it, answers to answers included, and, when mads, until the
+// target's CM has answered everything before a barrier REQ. Each engine
+// runs one worker, which handles datagrams in arrival order: a marker
+// datagram that does not parse, counted under drop_bad_opcode once
+// handled, says that everything before it was handled (and, the counter
+// being an atomic, makes its effects on memory visible here). Rounds of
+// markers go on until neither engine sent anything during one. The
 // deadline only turns a hang into a failure.
 func (w *world) settle(mads bool) {
 	w.tb.Helper()
@@ -237,25 +232,49 @@ func (w *world) settle(mads bool) {
 		w.sendBarrier()
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		// The judged counts first: a datagram is in its sender's tap
-		// before anyone can judge it.
-		ht, hp := handled(w.tgt), handled(w.peer)
-		toPeer := w.tgtTap.countTo(w.peerAddr, transport.RoCEv2Port)
-		toTgt := w.peerTap.countTo(w.tgtAddr, transport.RoCEv2Port)
-		wantT := w.injected + toTgt
-		done := ht == wantT && hp == toPeer && w.tgtTap.countTo(w.barrierAddr, 0) >= w.barriersSent
-		if ht > wantT || hp > toPeer {
-			w.tb.Fatalf("a datagram was judged twice: target judged %d of %d, peer %d of %d; target counters %v",
-				ht, wantT, hp, toPeer, nonZero(w.tgt.Counters()))
+	for round := 0; ; round++ {
+		if mads {
+			for w.tgtTap.countTo(w.barrierAddr, 0) < w.barriersSent {
+				w.checkDeadline(deadline, "the CM's answer to the barrier")
+				time.Sleep(20 * time.Microsecond)
+			}
 		}
-		if done {
+		t0, p0 := w.tgtTap.len(), w.peerTap.len()
+		w.marker(w.peer, w.peerAddr, deadline)
+		w.marker(w.tgt, w.tgtAddr, deadline)
+		// The first round's quiet proves nothing: what a batch provokes
+		// leaves when the batch ends, after its last datagram (the
+		// marker, perhaps) was counted; a later round's markers come in
+		// later batches.
+		if round > 0 && w.tgtTap.len() == t0 && w.peerTap.len() == p0 {
 			return
 		}
-		if time.Now().After(deadline) {
-			w.tb.Fatalf("hung: target judged %d of %d, peer %d of %d, barrier answers %d of %d; target counters %v",
-				ht, wantT, hp, toPeer, w.tgtTap.countTo(w.barrierAddr, 0), w.barriersSent, nonZero(w.tgt.Counters()))
-		}
+	}
+}
+
+func (w *world) checkDeadline(deadline time.Time, what string) {
+	w.tb.Helper()
+	if time.Now().After(deadline) {
+		w.tb.Fatalf("hung waiting for %s: target counters %v, peer counters %v", what, nonZero(w.tgt.Counters()), nonZero(w.peer.Counters()))
+	}
+}
+
+// marker sends dev (at addr) a datagram to a QP number nobody uses from
+// the barrier's address and waits until dev counted it under
+// drop_bad_opcode: a BTH with opcode 0xFF (reserved: nothing parses it)
+// and an ICRC slot, to a QP number nobody uses.
+func (w *world) marker(dev *ib.Device, addr netip.Addr, deadline time.Time) {
+	w.tb.Helper()
+	dq := dev.Counters()["drop_bad_opcode"]
+	pkt := make([]byte, wire.BTHLen+wire.ICRCLen)
+	bth := wire.BTH(pkt[:wire.BTHLen])
+	bth.SetOpcode(0xFF)
+	bth.SetPKey(0xFFFF)
+	bth.SetDestQP(w.unusedQPN)
+	dst := netip.AddrPortFrom(addr, transport.RoCEv2Port)
+	must(w.tb, w.barrier.Send([][]byte{pkt}, transport.Endpoint{Remote: dst}))
+	for dev.Counters()["drop_bad_opcode"] == dq {
+		w.checkDeadline(deadline, "a marker")
 		time.Sleep(20 * time.Microsecond)
 	}
 }
@@ -270,32 +289,6 @@ func nonZero(m map[string]uint64) map[string]uint64 {
 	return out
 }
 
-// settleMcast settles after a multicast datagram, which the engine
-// counts once in rcvd_pkts and again under the attached QP's drop reason
-// when that QP refuses it (rxe_rcv_mcast_pkt's per-QP checks): a marker
-// to a QP number nobody uses (one drop_qp) after it tells when it is
-// through, and the count it made is taken as it is.
-func (w *world) settleMcast() {
-	w.tb.Helper()
-	dq := w.tgt.Counters()["drop_qp"]
-	h := wire.Headers{Opcode: wire.UDSendOnly, PKey: 0xFFFF, DestQP: w.unusedQPN, QKey: udQKey, SrcQP: 7}
-	pkt := make([]byte, h.Len(0))
-	_, err := h.Encode(pkt, nil)
-	must(w.tb, err)
-	src := netip.AddrPortFrom(w.barrierAddr, transport.RoCEv2Port)
-	dst := netip.AddrPortFrom(w.tgtAddr, transport.RoCEv2Port)
-	wire.Flow{Src: src, Dst: dst}.Seal(pkt)
-	must(w.tb, w.barrier.Send([][]byte{pkt}, transport.Endpoint{Remote: dst}))
-	deadline := time.Now().Add(20 * time.Second)
-	for w.tgt.Counters()["drop_qp"] == dq {
-		if time.Now().After(deadline) {
-			w.tb.Fatalf("hung after a multicast datagram: target counters %v", nonZero(w.tgt.Counters()))
-		}
-		time.Sleep(20 * time.Microsecond)
-	}
-	w.injected = handled(w.tgt) - w.peerTap.countTo(w.tgtAddr, transport.RoCEv2Port)
-}
-
 // sendBarrier sends the target a REQ for a service nobody listens on,
 // which its CM answers with a REJ once it has handled every MAD before.
 func (w *world) sendBarrier() {
@@ -306,7 +299,6 @@ func (w *world) sendBarrier() {
 	dst := netip.AddrPortFrom(w.tgtAddr, transport.RoCEv2Port)
 	wire.Flow{Src: src, Dst: dst}.Seal(pkt)
 	must(w.tb, w.barrier.Send([][]byte{pkt}, transport.Endpoint{Remote: dst}))
-	w.injected++
 	w.barriersSent++
 }
 
@@ -325,10 +317,6 @@ func (w *world) inject(i int, pkt []byte, dst netip.AddrPort) []sent {
 	}
 	before := w.tgtTap.len()
 	must(w.tb, w.srcs[i].Send([][]byte{pkt}, transport.Endpoint{Remote: dst}))
-	w.injected++
-	if destQP == 0xFFFFFF {
-		w.settleMcast()
-	}
 	w.settle(destQP == 1)
 	var out []sent
 	for _, s := range w.tgtTap.since(before) {
@@ -368,11 +356,34 @@ func bytesOf(out []sent) int {
 // srcAddr is source i's address and port.
 func (w *world) srcAddr(i int) netip.AddrPort { return w.srcs[i].LocalAddrs()[0] }
 
-// rqPSN is the PSN the target's RC responder expects next.
-func (w *world) rqPSN() uint32 {
-	a, _, err := w.rc.Query()
-	must(w.tb, err)
-	return uint32(a.RQPSN) & 0xFFFFFF
+// rqPSN is the PSN the target's RC responder expects next, as the world
+// tracks it (Query reports the attribute the QP was moved to RTR with):
+// the peer's WRITE and READ of legit, and the requests in sequence taken
+// (took).
+func (w *world) rqPSN() uint32 { return w.epsn }
+
+// took advances the tracked ePSN past p if the target took it as a new
+// request: p was in sequence and the target neither dropped it nor
+// counted it a duplicate or out of sequence, nor NAKed it.
+func (w *world) took(p *wire.Packet, before, after map[string]uint64, out []sent) {
+	if p.Info == nil || !p.Info.Flags.Has(wire.FlagRequest) || p.BTH.DestQP() != w.rc.Num() || p.BTH.PSN() != w.epsn {
+		return
+	}
+	for k, v := range after {
+		if v != before[k] && (strings.HasPrefix(k, "drop_") || k == "duplicate_request" || k == "out_of_seq_request") {
+			return
+		}
+	}
+	for _, s := range out {
+		if s.op == wire.RCAck && wire.Syndrome(s.syn).Kind() != wire.SynACK {
+			return
+		}
+	}
+	n := uint32(1)
+	if p.Info.Flags.Has(wire.FlagRead) && p.RETH != nil {
+		n = max(1, (p.RETH.DMALen()+1023)/1024) // path MTU 1024
+	}
+	w.epsn = (w.epsn + n) & 0xFFFFFF
 }
 
 // sqPSN is the next PSN the target's RC requester sends.
@@ -412,6 +423,7 @@ func (w *world) legit(seed byte) error {
 		}
 		got += n
 	}
+	w.epsn = (w.epsn + 2) & 0xFFFFFF // one WRITE and one READ packet
 	if !bytes.Equal(w.peerBuf[:legitLen], w.peerBuf[legitLen:2*legitLen]) {
 		return fmt.Errorf("the peer READ back other bytes than it wrote")
 	}
@@ -430,19 +442,26 @@ type sent struct {
 	n      int
 	destQP uint32
 	op     wire.Opcode
+	syn    byte // an ACK's AETH syndrome
 }
 
+// Send records the datagrams once sent: a record seen means the datagram
+// is in its receiver's queue (MemNetwork delivers synchronously).
 func (t *tap) Send(bufs [][]byte, ep transport.Endpoint) error {
+	err := t.Conn.Send(bufs, ep)
 	t.mu.Lock()
 	for _, b := range bufs {
 		s := sent{to: netip.AddrPortFrom(ep.Remote.Addr().Unmap(), ep.Remote.Port()), n: len(b)}
 		if len(b) >= wire.BTHLen {
 			s.destQP, s.op = wire.BTH(b[:wire.BTHLen]).DestQP(), wire.BTH(b[:wire.BTHLen]).Opcode()
+			if (s.op == wire.RCAck || s.op == wire.RCAtomicAck) && len(b) > wire.BTHLen {
+				s.syn = b[wire.BTHLen]
+			}
 		}
 		t.out = append(t.out, s)
 	}
 	t.mu.Unlock()
-	return t.Conn.Send(bufs, ep)
+	return err
 }
 
 // JoinGroup lets the engine join groups through the tap.
@@ -492,6 +511,7 @@ func barrierREQ(tb testing.TB, id uint32) []byte {
 	d := b[wire.BTHLen+wire.DETHLen+madHeaderLen:]
 	binary.BigEndian.PutUint32(d[0:], id)
 	binary.BigEndian.PutUint64(d[8:], 0x0000000001060001)
+	d[32], d[33], d[34] = 0xBB, byte(id>>8), byte(id) // local QPN: not stale against another barrier
 	return b
 }
 
