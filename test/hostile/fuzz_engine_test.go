@@ -90,7 +90,10 @@ func runHostile(t *testing.T, v6 bool, pkts []hostilePkt) *world {
 				wAllowed = append(wAllowed, span{a.VA(), 8})
 			}
 			if fromPeer && toRC && flags.Has(wire.FlagRequest) && parsed.BTH.PSN() == epsn {
-				targeted = true
+				targeted = true // the responder's next request
+			}
+			if fromPeer && toRC && !flags.Has(wire.FlagRequest) && inReqWindow(parsed.BTH.PSN()) {
+				targeted = true // an answer to a request the requester sent
 			}
 		}
 		exempt := valid && fromPeer && toRC && (flags.Has(wire.FlagRead) || flags.Has(wire.FlagAtomic)) && flags.Has(wire.FlagRequest)
@@ -118,6 +121,9 @@ func runHostile(t *testing.T, v6 bool, pkts []hostilePkt) *world {
 		if err := w.legit(0x40); err != nil {
 			t.Fatalf("the device no longer serves its peer: %v", err)
 		}
+		if err := w.requesterLegit(); err != nil {
+			t.Fatalf("the device's own requests fail: %v", err)
+		}
 	}
 	return w
 }
@@ -125,8 +131,8 @@ func runHostile(t *testing.T, v6 bool, pkts []hostilePkt) *world {
 // span is a range of w's addresses a hostile header had the key for.
 type span struct{ va, n uint64 }
 
-// checkMemory fails if ro, loc, the peer's buffer, or w outside allowed
-// changed.
+// checkMemory fails if ro, loc, the peer's buffer (but for the target's
+// own WRITE), or w outside allowed changed.
 func (w *world) checkMemory(t *testing.T, allowed []span) {
 	t.Helper()
 	if i := bytes.IndexFunc(w.roBuf, func(r rune) bool { return r != rune(roFill) }); i >= 0 {
@@ -139,7 +145,7 @@ func (w *world) checkMemory(t *testing.T, allowed []span) {
 		t.Fatal("the local-only region changed")
 	}
 	for i, b := range w.peerBuf {
-		if b != byte(i*7) {
+		if b != byte(i*7) && (i < reqOff || i >= reqOff+reqLen || b != locFill) {
 			t.Fatalf("the peer's memory changed at %d", i)
 		}
 	}

@@ -59,9 +59,11 @@ func TestSpoofedReadToRCGetsNothing(t *testing.T) {
 
 // NAKs (RNR, remote access, invalid request, PSN sequence error) and ACKs
 // from a host that is not the peer are dropped before the requester sees
-// them; from the peer's address, for PSNs the requester never sent, they
-// are ghosts (IBA 9.9.1) and ignored. Either way nothing is sent and the
-// QP still serves its peer.
+// them, even at PSNs it is waiting for; from the peer's address, for PSNs
+// the requester never sent (ghosts, IBA 9.9.1) or long answered, they are
+// ignored. Either way nothing is sent, the requester's outstanding WRITE
+// and READ complete once the peer answers, and the QP still serves its
+// peer.
 func TestForgedNAKsDoNothing(t *testing.T) {
 	syndromes := []wire.Syndrome{
 		wire.ACKSyndrome(31),
@@ -72,9 +74,14 @@ func TestForgedNAKsDoNothing(t *testing.T) {
 		wire.NAKSyndrome(wire.NAKRemoteOp),
 	}
 	bothFamilies(t, func(t *testing.T, w *world) {
+		next := w.sqPSN()
 		for _, syn := range syndromes {
 			for _, src := range []int{srcStranger, srcStrangerPort, srcPeer, srcPeerPort} {
-				for _, psn := range []uint32{w.sqPSN(), w.sqPSN() + 1, w.sqPSN() + 0x10000, w.sqPSN() - 1} {
+				psns := []uint32{next, next + 1, next + 0x10000, next - 0x100}
+				if src == srcStranger || src == srcStrangerPort {
+					psns = append(psns, next-1, tgtSQPSN)
+				}
+				for _, psn := range psns {
 					nak := w.craft(src, wire.Headers{Opcode: wire.RCAck, DestQP: w.rc.Num(), PSN: psn & 0xFFFFFF,
 						Syndrome: syn, MSN: 1}, nil, netip.AddrPort{})
 					require.Empty(t, w.inject(src, nak, netip.AddrPort{}), "syndrome %v from %v at PSN %#x", syn, w.srcAddr(src), psn)
@@ -83,6 +90,7 @@ func TestForgedNAKsDoNothing(t *testing.T) {
 		}
 		require.Equal(t, ib.QPSRTS, w.rc.State())
 		require.NoError(t, w.legit(2))
+		require.NoError(t, w.requesterLegit())
 	})
 }
 

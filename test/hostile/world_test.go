@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -52,6 +53,9 @@ type world struct {
 	barrierID uint32
 
 	rc, uc, ud    *ib.QP
+	tscq          *ib.CQ // the target RC QP's send completions
+	tclock        *roce.FakeClock
+	rdBuf         []byte // where the target's own READ lands
 	prc, puc      *ib.QP
 	pcq           *ib.CQ
 	w, ro, loc    *ib.MR
@@ -79,6 +83,11 @@ const (
 	// legitOff is where the peer's own WRITE/READ lands in w.
 	legitOff = 0x8000
 	legitLen = 512
+	// The target's own WRITE and READ of reqLen bytes at reqOff in the
+	// peer's memory: reqWindow PSNs at path MTU 1024.
+	reqOff    = 0x4000
+	reqLen    = 2048
+	reqWindow = 4
 )
 
 var (
@@ -105,12 +114,12 @@ func newWorld(tb testing.TB, v6 bool) *world {
 		return netip.AddrFrom4([4]byte{10, 9, 0, 0x60 + i})
 	}
 	start := time.Unix(1_700_000_000, 0)
-	open := func(a netip.Addr, workers int) (*ib.Device, *tap) {
+	open := func(a netip.Addr, workers int, clk *roce.FakeClock) (*ib.Device, *tap) {
 		c, err := w.net.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
 		must(tb, err)
 		var tp *tap
 		dev, err := ib.OpenDevice(ib.Config{Conn: c, Workers: workers, IBATimerOnly: true,
-			Clock: roce.NewFakeClock(start),
+			Clock: clk,
 			Wrap: func(c transport.Conn) (transport.Conn, error) {
 				tp = &tap{Conn: c}
 				return tp, nil
@@ -123,8 +132,9 @@ func newWorld(tb testing.TB, v6 bool) *world {
 	// One worker each: datagrams are handled in arrival order, a
 	// multicast datagram whole (its copy to the attached QP included),
 	// which settle's markers rely on.
-	w.tgt, w.tgtTap = open(w.tgtAddr, 1)
-	w.peer, w.peerTap = open(w.peerAddr, 1)
+	w.tclock = roce.NewFakeClock(start)
+	w.tgt, w.tgtTap = open(w.tgtAddr, 1, w.tclock)
+	w.peer, w.peerTap = open(w.peerAddr, 1, roce.NewFakeClock(start))
 	w.srcs[0] = w.peerTap.Conn // the peer's socket itself: the tap records only what the peer sends
 	for i, ap := range []netip.AddrPort{
 		netip.AddrPortFrom(w.peerAddr, 50000),
@@ -163,6 +173,12 @@ func newWorld(tb testing.TB, v6 bool) *world {
 		return q
 	}
 	w.rc, w.uc, w.ud = mk(pd, cq, ib.RC), mk(pd, cq, ib.UC), mk(pd, cq, ib.UD)
+	w.tscq, err = w.tgt.CreateCQ(64)
+	must(tb, err)
+	must(tb, w.rc.Destroy())
+	w.rc, err = pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: w.tscq, RecvCQ: cq,
+		Cap: ib.QPCap{MaxSendWR: 64, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	must(tb, err)
 
 	// The peer's.
 	ppd, err := w.peer.AllocPD()
@@ -200,6 +216,22 @@ func newWorld(tb testing.TB, v6 bool) *world {
 	w.epsn = peerSQPSN
 	w.listener, err = rdmacm.Listen(w.tgt, netip.AddrPortFrom(w.tgtAddr, cmPort), nil)
 	must(tb, err)
+
+	// The target's own WRITE and READ to the peer, whose answers the
+	// peer's tap holds back until requesterLegit: the requester has its
+	// window (reqWindow PSNs from tgtSQPSN) outstanding while the hostile
+	// packets come.
+	w.rdBuf = make([]byte, reqLen)
+	rd, err := pd.RegMR(w.rdBuf, ib.AccessLocalWrite)
+	must(tb, err)
+	w.peerTap.setHold(true, w.tgtAddr)
+	must(tb, w.rc.PostSend(
+		ib.SendWR{ID: 101, Opcode: ib.WRRDMAWrite, Flags: ib.SendSignaled,
+			SGL:        []ib.SGE{{Addr: w.loc.IOVA(), Length: reqLen, LKey: w.loc.LKey()}},
+			RemoteAddr: w.peerMR.IOVA() + reqOff, RKey: w.peerMR.RKey()},
+		ib.SendWR{ID: 102, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
+			SGL:        []ib.SGE{{Addr: rd.IOVA(), Length: reqLen, LKey: rd.LKey()}},
+			RemoteAddr: w.peerMR.IOVA() + reqOff, RKey: w.peerMR.RKey()}))
 	w.unusedQPN = 0x00ABCDEF
 	for _, q := range []*ib.QP{w.rc, w.uc, w.ud} {
 		if q.Num() == w.unusedQPN {
@@ -234,9 +266,9 @@ func (w *world) settle(mads bool) {
 	deadline := time.Now().Add(20 * time.Second)
 	for round := 0; ; round++ {
 		if mads {
-			for w.tgtTap.countTo(w.barrierAddr, 0) < w.barriersSent {
+			for i := 0; w.tgtTap.countTo(w.barrierAddr, 0) < w.barriersSent; i++ {
 				w.checkDeadline(deadline, "the CM's answer to the barrier")
-				time.Sleep(20 * time.Microsecond)
+				pause(i)
 			}
 		}
 		t0, p0 := w.tgtTap.len(), w.peerTap.len()
@@ -273,10 +305,20 @@ func (w *world) marker(dev *ib.Device, addr netip.Addr, deadline time.Time) {
 	bth.SetDestQP(w.unusedQPN)
 	dst := netip.AddrPortFrom(addr, transport.RoCEv2Port)
 	must(w.tb, w.barrier.Send([][]byte{pkt}, transport.Endpoint{Remote: dst}))
-	for dev.Counters()["drop_bad_opcode"] == dq {
+	for i := 0; dev.Counters()["drop_bad_opcode"] == dq; i++ {
 		w.checkDeadline(deadline, "a marker")
-		time.Sleep(20 * time.Microsecond)
+		pause(i)
 	}
+}
+
+// pause is the i-th wait of a polling loop: a yield at first (a marker
+// takes microseconds; a sleep would take a timer tick), then sleeps.
+func pause(i int) {
+	if i < 100 {
+		runtime.Gosched()
+		return
+	}
+	time.Sleep(50 * time.Microsecond)
 }
 
 func nonZero(m map[string]uint64) map[string]uint64 {
@@ -386,16 +428,44 @@ func (w *world) took(p *wire.Packet, before, after map[string]uint64, out []sent
 	w.epsn = (w.epsn + n) & 0xFFFFFF
 }
 
-// sqPSN is the next PSN the target's RC requester sends.
-func (w *world) sqPSN() uint32 {
-	a, _, err := w.rc.Query()
-	must(w.tb, err)
-	return uint32(a.SQPSN) & 0xFFFFFF
+// sqPSN is the next PSN the target's RC requester sends: its WRITE and
+// READ took reqWindow.
+func (w *world) sqPSN() uint32 { return tgtSQPSN + reqWindow }
+
+// inReqWindow reports whether psn is one the target's requester sent and
+// has not seen answered.
+func inReqWindow(psn uint32) bool { return psn-tgtSQPSN < reqWindow }
+
+// requesterLegit lets the peer's answers through again and moves the
+// target's clock on until its requester has retried its WRITE and READ:
+// both must complete, the READ with the bytes the WRITE put there.
+func (w *world) requesterLegit() error {
+	w.peerTap.setHold(false, netip.Addr{})
+	wcs := make([]ib.WC, 2)
+	got := 0
+	for range 60 {
+		got += w.tscq.Poll(wcs[got:])
+		if got == 2 {
+			for _, wc := range wcs {
+				if wc.Status != ib.WCSuccess {
+					return fmt.Errorf("the target's own WR %d completed with %v", wc.ID, wc.Status)
+				}
+			}
+			if !bytes.Equal(w.rdBuf, bytes.Repeat([]byte{locFill}, reqLen)) {
+				return fmt.Errorf("the target's READ got other bytes than its WRITE put")
+			}
+			return nil
+		}
+		w.tclock.Advance(100 * time.Millisecond)
+		w.settle(false)
+	}
+	return fmt.Errorf("the target's own WRITE and READ did not complete (%d of 2; counters %v)", got, nonZero(w.tgt.Counters()))
 }
 
 // legit has the real peer WRITE legitLen bytes into w and READ them back,
 // and fails unless both complete with the bytes intact.
 func (w *world) legit(seed byte) error {
+	w.peerTap.setHold(false, netip.Addr{})
 	for i := range legitLen {
 		w.peerBuf[i] = seed + byte(i)
 	}
@@ -435,6 +505,11 @@ type tap struct {
 	transport.Conn
 	mu  sync.Mutex
 	out []sent
+	// hold drops (records but does not send) what goes to holdTo: the
+	// peer's answers to the target's own requests while the hostile
+	// packets come, so that its requester has a window outstanding.
+	hold   bool
+	holdTo netip.Addr
 }
 
 type sent struct {
@@ -448,7 +523,13 @@ type sent struct {
 // Send records the datagrams once sent: a record seen means the datagram
 // is in its receiver's queue (MemNetwork delivers synchronously).
 func (t *tap) Send(bufs [][]byte, ep transport.Endpoint) error {
-	err := t.Conn.Send(bufs, ep)
+	t.mu.Lock()
+	hold := t.hold && ep.Remote.Addr().Unmap() == t.holdTo
+	t.mu.Unlock()
+	var err error
+	if !hold {
+		err = t.Conn.Send(bufs, ep)
+	}
 	t.mu.Lock()
 	for _, b := range bufs {
 		s := sent{to: netip.AddrPortFrom(ep.Remote.Addr().Unmap(), ep.Remote.Port()), n: len(b)}
@@ -495,6 +576,12 @@ func (t *tap) since(i int) []sent {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]sent(nil), t.out[i:]...)
+}
+
+func (t *tap) setHold(on bool, to netip.Addr) {
+	t.mu.Lock()
+	t.hold, t.holdTo = on, to.Unmap()
+	t.mu.Unlock()
 }
 
 func (t *tap) len() int {
