@@ -437,13 +437,18 @@ func (w *world) sqPSN() uint32 { return tgtSQPSN + reqWindow }
 func inReqWindow(psn uint32) bool { return psn-tgtSQPSN < reqWindow }
 
 // requesterLegit lets the peer's answers through again and moves the
-// target's clock on until its requester has retried its WRITE and READ:
-// both must complete, the READ with the bytes the WRITE put there.
+// target's clock on, to each armed deadline in turn, until its requester
+// has retried its WRITE and READ: both must complete, the READ with the
+// bytes the WRITE put there. A fired timer is the target's worker's to
+// handle, and that goroutine may not have run yet (fake time goes as fast
+// as this loop): while no timer is armed, the loop waits in real time,
+// bounded by a deadline that only turns a hang into a failure.
 func (w *world) requesterLegit() error {
 	w.peerTap.setHold(false, netip.Addr{})
 	wcs := make([]ib.WC, 2)
 	got := 0
-	for range 60 {
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
 		got += w.tscq.Poll(wcs[got:])
 		if got == 2 {
 			for _, wc := range wcs {
@@ -456,10 +461,18 @@ func (w *world) requesterLegit() error {
 			}
 			return nil
 		}
-		w.tclock.Advance(100 * time.Millisecond)
-		w.settle(false)
+		if time.Now().After(deadline) {
+			break
+		}
+		if next, armed := w.tclock.NextDeadline(); armed {
+			w.tclock.Advance(max(next.Sub(w.tclock.Now()), 0))
+			w.settle(false)
+			continue
+		}
+		pause(i)
 	}
-	return fmt.Errorf("the target's own WRITE and READ did not complete (%d of 2; counters %v)", got, nonZero(w.tgt.Counters()))
+	return fmt.Errorf("the target's own WRITE and READ did not complete (%d of 2; QP %v; counters %v; peer's %v)",
+		got, w.rc.State(), nonZero(w.tgt.Counters()), nonZero(w.peer.Counters()))
 }
 
 // legit has the real peer WRITE legitLen bytes into w and READ them back,
@@ -518,6 +531,7 @@ type sent struct {
 	destQP uint32
 	op     wire.Opcode
 	syn    byte // an ACK's AETH syndrome
+	psn    uint32
 }
 
 // Send records the datagrams once sent: a record seen means the datagram
@@ -534,7 +548,7 @@ func (t *tap) Send(bufs [][]byte, ep transport.Endpoint) error {
 	for _, b := range bufs {
 		s := sent{to: netip.AddrPortFrom(ep.Remote.Addr().Unmap(), ep.Remote.Port()), n: len(b)}
 		if len(b) >= wire.BTHLen {
-			s.destQP, s.op = wire.BTH(b[:wire.BTHLen]).DestQP(), wire.BTH(b[:wire.BTHLen]).Opcode()
+			s.destQP, s.op, s.psn = wire.BTH(b[:wire.BTHLen]).DestQP(), wire.BTH(b[:wire.BTHLen]).Opcode(), wire.BTH(b[:wire.BTHLen]).PSN()
 			if (s.op == wire.RCAck || s.op == wire.RCAtomicAck) && len(b) > wire.BTHLen {
 				s.syn = b[wire.BTHLen]
 			}
