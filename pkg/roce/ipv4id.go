@@ -68,8 +68,13 @@ type idWindow struct {
 	seen bool
 	// zero: every ID admitted so far was 0 (an rxed-like peer).
 	zero bool
-	max  uint16    // highest ID admitted, in serial arithmetic
-	at   time.Time // when an ID was last admitted
+	// zeroSeen: the pair has been in zero mode. Its 0 stays admitted, and
+	// puts the window back in zero mode, whatever re-anchored it since:
+	// two forged packets with consecutive IDs (the ICRC is no secret)
+	// would otherwise make the real peer lose its next packet.
+	zeroSeen bool
+	max      uint16    // highest ID admitted, in serial arithmetic
+	at       time.Time // when an ID was last admitted
 
 	// The last rejected ID, a candidate for re-anchoring.
 	cand    uint16
@@ -102,7 +107,7 @@ func follows(id, anchor uint16, t, now time.Time) bool {
 func (w *idWindow) admit(id uint16, now time.Time) idVerdict {
 	switch {
 	case !w.seen:
-		*w = idWindow{seen: true, zero: id == 0, max: id, at: now}
+		*w = idWindow{seen: true, zero: id == 0, zeroSeen: id == 0, max: id, at: now}
 		return idFirst
 	case w.zero && id == 0:
 		w.at, w.candSet = now, false
@@ -113,9 +118,15 @@ func (w *idWindow) admit(id uint16, now time.Time) idVerdict {
 		}
 		w.at, w.candSet = now, false
 		return idOK
+	case w.zeroSeen && id == 0:
+		// A zero-mode peer whose window something re-anchored: a forger
+		// of its address, or a corrupted pair. Its 0 is still its ID.
+		*w = idWindow{seen: true, zero: true, zeroSeen: true, at: now}
+		return idOK
 	case w.candSet && follows(id, w.cand, w.candAt, now):
 		// Two packets agree on a new sequence: the sender moved on.
-		*w = idWindow{seen: true, zero: id == 0 && w.cand == 0, max: id, at: now}
+		zero := id == 0 && w.cand == 0
+		*w = idWindow{seen: true, zero: zero, zeroSeen: w.zeroSeen || zero, max: id, at: now}
 		return idResync
 	}
 	w.cand, w.candAt, w.candSet = id, now, true

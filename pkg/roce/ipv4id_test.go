@@ -66,6 +66,14 @@ func TestIDWindowAdmit(t *testing.T) {
 			{9000, 0, idFirst}, {0, 0, idReject}, {0, 0, idResync}, {0, time.Hour, idOK},
 			{9001, 0, idReject},
 		}},
+		{"a forged pair re-anchors a zero-mode peer's window: its next 0 is still admitted", []step{
+			{0, 0, idFirst}, {0x7000, 0, idReject}, {0x7001, 0, idResync}, {0, 0, idOK}, {0, 0, idOK},
+			{0x7002, 0, idReject},
+		}},
+		{"an rxed peer replaced by rdma_rxe keeps its 0 admissible, the counter too", []step{
+			{0, 0, idFirst}, {5000, 0, idReject}, {5001, 0, idResync}, {5002, 0, idOK}, {0, 0, idOK},
+			{5003, 0, idReject}, {5004, 0, idResync},
+		}},
 		{"long idle: the window is capped below half the ID space", []step{
 			{0x1000, 0, idFirst}, {0x1000 + idAheadMax, time.Hour, idOK},
 			{(0x1000 + 2*idAheadMax + idAheadBase + 1) % 65536, 0, idReject},

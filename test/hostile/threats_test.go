@@ -251,3 +251,38 @@ func TestUCTakesAForgedWriteAtAnyPSN(t *testing.T) {
 		require.Equal(t, []byte("FORGED!!"), w.wBuf[0x200:0x208])
 	})
 }
+
+// sealIPv4ID writes pkt's ICRC as sent from source i to the target with
+// IPv4 Identification id (Seal assumes 0, what rxed and Linux send).
+func (w *world) sealIPv4ID(i int, pkt []byte, id uint16) {
+	f := wire.Flow{Src: w.srcAddr(i), Dst: netip.AddrPortFrom(w.tgtAddr, transport.RoCEv2Port)}
+	var hdr [28]byte
+	n := f.PutHeaders(hdr[:], len(pkt))
+	wire.SetIPv4ID(hdr[:n], id)
+	crc := wire.ICRC(hdr[:n], hdr[n:n+8], pkt[:len(pkt)-wire.ICRCLen])
+	binary.LittleEndian.PutUint32(pkt[len(pkt)-wire.ICRCLen:], crc)
+}
+
+// Two datagrams forged with the peer's address and consecutive IPv4
+// Identifications (here stray duplicates to the RC QP: no PSN, rkey or
+// Q_Key needed, only the QP number) re-anchored the target's ID window
+// for the peer, an rxed peer that only ever sends ID 0, so the peer's
+// next packet was dropped (drop_ipv4_id): a loss per forged pair, for
+// free. Once a pair has shown ID 0 (an rxed peer, or any sender on an
+// unconnected DF socket), a 0 is admitted for good and puts the window
+// back (hostile-peer review).
+func TestForgedIPv4IDsDoNotDropThePeersPackets(t *testing.T) {
+	w := newWorld(t, false)
+	require.NoError(t, w.legit(1)) // the window knows the peer: ID 0
+	for round := range 3 {
+		for _, id := range []uint16{0x7000, 0x7001} {
+			dup := w.craft(srcPeerPort, wire.Headers{Opcode: wire.RCSendOnly, DestQP: w.rc.Num(),
+				PSN: (peerSQPSN - 0x1000) & 0xFFFFFF}, nil, netip.AddrPort{})
+			w.sealIPv4ID(srcPeerPort, dup, id)
+			w.inject(srcPeerPort, dup, netip.AddrPort{})
+		}
+		d0 := w.tgt.Counters()["drop_ipv4_id"]
+		require.NoError(t, w.legit(byte(2+round)), "round %d", round)
+		require.Equal(t, d0, w.tgt.Counters()["drop_ipv4_id"], "the peer's packets were dropped for their ID")
+	}
+}
