@@ -232,6 +232,15 @@ func newWorld(tb testing.TB, v6 bool) *world {
 		ib.SendWR{ID: 102, Opcode: ib.WRRDMARead, Flags: ib.SendSignaled,
 			SGL:        []ib.SGE{{Addr: rd.IOVA(), Length: reqLen, LKey: rd.LKey()}},
 			RemoteAddr: w.peerMR.IOVA() + reqOff, RKey: w.peerMR.RKey()}))
+	// The engine sends posted WRs when it gets to them: wait for the
+	// three request packets (WRITE FIRST and LAST, READ), so that what
+	// a test injects next is not charged with them, then for the peer.
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; w.tgtTap.countTo(w.peerAddr, transport.RoCEv2Port) < 3; i++ {
+		w.checkDeadline(deadline, "the target's own requests")
+		pause(i)
+	}
+	w.settle(false)
 	w.unusedQPN = 0x00ABCDEF
 	for _, q := range []*ib.QP{w.rc, w.uc, w.ud} {
 		if q.Num() == w.unusedQPN {
