@@ -68,7 +68,7 @@ func runHostile(t *testing.T, v6 bool, pkts []hostilePkt) *world {
 			dst = netip.AddrPortFrom(w.group, transport.RoCEv2Port)
 		}
 		if len(pkt) >= wire.BTHLen+wire.ICRCLen {
-			wire.Flow{Src: src, Dst: dst}.Seal(pkt)
+			seal(wire.Flow{Src: src, Dst: dst}, pkt, p.ipv4ID)
 		}
 		if p.badICRC {
 			pkt[len(pkt)-1] ^= 0x40

@@ -17,7 +17,7 @@ import (
 // keys the target drew at random:
 //
 //	c0 bits 0-1: source (srcPeer, srcPeerPort, srcStranger, srcStrangerPort)
-//	c0 bits 2-3: 3 = ICRC wrong
+//	c0 bits 2-3: 3 = ICRC wrong, 2 = IPv4 Identification c1<<8|c2 (not 0)
 //	c0 bits 4-7: destination QP (qsel*)
 //	c1 bits 0-2: PSN (psn*, with c2's low 3 bits as a distance)
 //	c1 bits 3-4: RETH/AtomicETH rkey (keep, w, ro, loc)
@@ -64,6 +64,7 @@ const (
 type hostilePkt struct {
 	src      int
 	badICRC  bool
+	ipv4ID   uint16 // the Identification the ICRC covers (IPv4)
 	qsel     int
 	psn      int
 	dist     uint32
@@ -85,13 +86,23 @@ func decodeInput(data []byte) (v6 bool, pkts []hostilePkt) {
 		n = min(n, len(data), maxBody)
 		pkts = append(pkts, hostilePkt{
 			src: int(c0 & 3), badICRC: c0>>2&3 == 3, qsel: qselOf[c0>>4],
-			psn: int(c1 & 7), dist: uint32(c2&7) + 1, rkey: int(c1 >> 3 & 3), va: int(c1 >> 5 & 3),
+			ipv4ID: idOf(c0, c1, c2),
+			psn:    int(c1 & 7), dist: uint32(c2&7) + 1, rkey: int(c1 >> 3 & 3), va: int(c1 >> 5 & 3),
 			qkey: c2&0x10 != 0,
 			body: data[:n],
 		})
 		data = data[n:]
 	}
 	return v6, pkts
+}
+
+// idOf is the IPv4 Identification a record asks for: 0, as rxed and
+// Linux send, unless c0 bits 2-3 are 2.
+func idOf(c0, c1, c2 byte) uint16 {
+	if c0>>2&3 != 2 {
+		return 0
+	}
+	return uint16(c1)<<8 | uint16(c2)
 }
 
 // encodeInput is decodeInput's inverse for the seeds.

@@ -253,14 +253,9 @@ func TestUCTakesAForgedWriteAtAnyPSN(t *testing.T) {
 }
 
 // sealIPv4ID writes pkt's ICRC as sent from source i to the target with
-// IPv4 Identification id (Seal assumes 0, what rxed and Linux send).
+// IPv4 Identification id.
 func (w *world) sealIPv4ID(i int, pkt []byte, id uint16) {
-	f := wire.Flow{Src: w.srcAddr(i), Dst: netip.AddrPortFrom(w.tgtAddr, transport.RoCEv2Port)}
-	var hdr [28]byte
-	n := f.PutHeaders(hdr[:], len(pkt))
-	wire.SetIPv4ID(hdr[:n], id)
-	crc := wire.ICRC(hdr[:n], hdr[n:n+8], pkt[:len(pkt)-wire.ICRCLen])
-	binary.LittleEndian.PutUint32(pkt[len(pkt)-wire.ICRCLen:], crc)
+	seal(wire.Flow{Src: w.srcAddr(i), Dst: netip.AddrPortFrom(w.tgtAddr, transport.RoCEv2Port)}, pkt, id)
 }
 
 // Two datagrams forged with the peer's address and consecutive IPv4

@@ -395,6 +395,20 @@ func (w *world) craft(i int, h wire.Headers, payload []byte, dst netip.AddrPort)
 	return b
 }
 
+// seal writes pkt's ICRC for flow f with IPv4 Identification id (IPv4
+// flows; wire.Flow.Seal assumes 0, what rxed and Linux send).
+func seal(f wire.Flow, pkt []byte, id uint16) {
+	if id == 0 || !f.IsIPv4() {
+		f.Seal(pkt)
+		return
+	}
+	var hdr [28]byte
+	n := f.PutHeaders(hdr[:], len(pkt))
+	wire.SetIPv4ID(hdr[:n], id)
+	crc := wire.ICRC(hdr[:n], hdr[n:n+8], pkt[:len(pkt)-wire.ICRCLen])
+	binary.LittleEndian.PutUint32(pkt[len(pkt)-wire.ICRCLen:], crc)
+}
+
 // bytesOf sums the datagrams' lengths.
 func bytesOf(out []sent) int {
 	n := 0
