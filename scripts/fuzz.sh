@@ -12,11 +12,13 @@ go=${GO:-go}
 # Targets whose executions are long programs (FuzzRTSQP runs a whole
 # two-QP exchange per input: about 450 per second on a 2-core machine;
 # FuzzDecode decodes every input as three captures, about 270 per second;
-# FuzzReader writes and reads a capture and a cut copy, about 2,200) get a
+# FuzzReader writes and reads a capture and a cut copy, about 2,200;
+# FuzzEngineReceive builds two devices, a connection and an rdma_cm
+# listener per input, about 450) get a
 # tenth of the count, so each stays within the per-target timeout and the
 # run's total stays what it was before FuzzDecode checked its output and
 # FuzzReader, FuzzServerSession and kv's FuzzParseHello were added.
-slow="FuzzRTSQP FuzzDecode FuzzReader"
+slow="FuzzRTSQP FuzzDecode FuzzReader FuzzEngineReceive"
 # Go minimizes every input that adds coverage, for up to 60 s each by
 # default, on top of the execution count: a slow target that finds a few
 # sat minimizing for most of its run (FuzzRTSQP: 10000x took 30 s, 16 s
