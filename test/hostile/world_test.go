@@ -52,23 +52,21 @@ type world struct {
 	barrier   transport.Conn
 	barrierID uint32
 
-	rc, uc, ud    *ib.QP
-	tscq          *ib.CQ // the target RC QP's send completions
-	tclock        *roce.FakeClock
-	rdBuf         []byte // where the target's own READ lands
-	prc, puc      *ib.QP
-	pcq           *ib.CQ
-	w, ro, loc    *ib.MR
-	wBuf, roBuf   []byte
-	locBuf        []byte
-	peerBuf       []byte
-	peerMR        *ib.MR
-	unusedQPN     uint32
-	listener      *rdmacm.Listener
-	epsn          uint32 // the RC responder's ePSN (rqPSN)
-	barriersSent  uint64
-	peerSentTgt   uint64
-	legitChecksOK int
+	rc, uc, ud   *ib.QP
+	tscq         *ib.CQ // the target RC QP's send completions
+	tclock       *roce.FakeClock
+	rdBuf        []byte // where the target's own READ lands
+	prc, puc     *ib.QP
+	pcq          *ib.CQ
+	w, ro, loc   *ib.MR
+	wBuf, roBuf  []byte
+	locBuf       []byte
+	peerBuf      []byte
+	peerMR       *ib.MR
+	unusedQPN    uint32
+	listener     *rdmacm.Listener
+	epsn         uint32 // the RC responder's ePSN (rqPSN)
+	barriersSent uint64
 }
 
 const (
