@@ -466,7 +466,7 @@ func runKVBench(args []string, stdout, stderr io.Writer) int {
 			{Name: "tcp", Dial: func(ctx context.Context) (kv.Client, error) { return kv.DialTCP(ctx, tcpAddr) }},
 		}}
 	fmt.Fprintf(stdout, "# kv bench: server %v (%s), clients on %v, %d keys, %d-byte values, %s per cell, %s, %s, %s, load %s\n",
-		o.server, map[bool]string{true: "in process", false: "own process"}[o.inproc || !o.spawn], o.ef.addrs[0],
+		o.server, o.serverWhere(), o.ef.addrs[0],
 		o.keys, o.valueLen, cellLen(o), kvReadAheadDescr(o.readAhead), kvWaitDescr(o.ef.spin), kvDoorbellDescr(o.ef.doorbell), loadAvg())
 	rs, err := kv.Bench(ctx, cfg)
 	kv.WriteBenchTable(stdout, rs)
@@ -475,6 +475,19 @@ func runKVBench(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "# load after: %s\n", loadAvg())
 	return 0
+}
+
+// serverWhere says in the header where the server runs: in this process
+// (--inproc), as our child (the default), or as a server that was already
+// running (--spawn=false), whose process is neither this one nor ours.
+func (o *kvBenchOpts) serverWhere() string {
+	switch {
+	case o.inproc:
+		return "in process"
+	case o.spawn:
+		return "own process"
+	}
+	return "already running, --spawn=false"
 }
 
 func cellLen(o *kvBenchOpts) string {

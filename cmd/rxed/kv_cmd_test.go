@@ -210,3 +210,22 @@ func TestKVDialErrNamesTheServerOnACMTimeout(t *testing.T) {
 	err = kvDialErr(ctx, raddr, time.Second, fmt.Errorf("kv: connect: %w", context.DeadlineExceeded))
 	require.EqualError(t, err, "connect 10.0.0.1:7471: no answer within --timeout 1s (is rxed kv serve running there?)")
 }
+
+// TestKVBenchHeaderSaysWhereTheServerRuns: the header names where the
+// server runs. Bug (soak, kv bench --spawn=false against a running kv
+// serve): the header said "server 127.0.9.30 (in process)", the server
+// of another process.
+func TestKVBenchHeaderSaysWhereTheServerRuns(t *testing.T) {
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{nil, "own process"},
+		{[]string{"--inproc"}, "in process"},
+		{[]string{"--spawn=false"}, "already running, --spawn=false"},
+	} {
+		o, code, ok := parseKVBench(append([]string{"--addr", "127.0.0.2", "--server", "127.0.0.1"}, c.flags...), io.Discard)
+		require.True(t, ok, "%v: exit %d", c.flags, code)
+		require.Equal(t, c.want, o.serverWhere(), "%v", c.flags)
+	}
+}
