@@ -76,19 +76,7 @@ func (q *pktQueue) pop(bufs [][]byte, sizes []int, eps []Endpoint) (n int, nbyte
 	defer q.popMu.Unlock()
 	for {
 		q.mu.Lock()
-		for n < len(bufs) && q.count > 0 {
-			s := &q.slots[q.head]
-			q.head = (q.head + 1) % len(q.slots)
-			q.count--
-			if len(s.buf) > len(bufs[n]) {
-				oversize++
-				continue
-			}
-			sizes[n] = copy(bufs[n], s.buf)
-			eps[n] = s.ep
-			nbytes += uint64(sizes[n])
-			n++
-		}
+		n, nbytes, oversize = q.takeLocked(bufs, sizes, eps, n, nbytes, oversize)
 		more, down, qerr := q.count > 0, q.down, q.err
 		q.mu.Unlock()
 		if n > 0 {
@@ -107,14 +95,10 @@ func (q *pktQueue) pop(bufs [][]byte, sizes []int, eps []Endpoint) (n int, nbyte
 	}
 }
 
-// tryPop is pop that never waits: 0 datagrams (and a nil error) when the
-// queue is empty and open, or when another popper is at it.
-func (q *pktQueue) tryPop(bufs [][]byte, sizes []int, eps []Endpoint) (n int, oversize uint64, err error) {
-	if !q.popMu.TryLock() {
-		return 0, 0, nil
-	}
-	defer q.popMu.Unlock()
-	q.mu.Lock()
+// takeLocked copies queued datagrams out into bufs from index n on,
+// adding to the counts it is given; a datagram longer than its buffer is
+// dropped and counted in oversize. q.mu is held.
+func (q *pktQueue) takeLocked(bufs [][]byte, sizes []int, eps []Endpoint, n int, nbytes, oversize uint64) (int, uint64, uint64) {
 	for n < len(bufs) && q.count > 0 {
 		s := &q.slots[q.head]
 		q.head = (q.head + 1) % len(q.slots)
@@ -125,8 +109,21 @@ func (q *pktQueue) tryPop(bufs [][]byte, sizes []int, eps []Endpoint) (n int, ov
 		}
 		sizes[n] = copy(bufs[n], s.buf)
 		eps[n] = s.ep
+		nbytes += uint64(sizes[n])
 		n++
 	}
+	return n, nbytes, oversize
+}
+
+// tryPop is pop that never waits: 0 datagrams (and a nil error) when the
+// queue is empty and open, or when another popper is at it.
+func (q *pktQueue) tryPop(bufs [][]byte, sizes []int, eps []Endpoint) (n int, oversize uint64, err error) {
+	if !q.popMu.TryLock() {
+		return 0, 0, nil
+	}
+	defer q.popMu.Unlock()
+	q.mu.Lock()
+	n, _, oversize = q.takeLocked(bufs, sizes, eps, 0, 0, 0)
 	more, down, qerr := q.count > 0, q.down, q.err
 	q.mu.Unlock()
 	if more {
