@@ -362,6 +362,16 @@ type rpingEnd struct {
 	// client: WRITE target); start the client's READ source.
 	rdma, start     []byte
 	rdmaMR, startMR *ib.MR
+
+	// sending[i]: send buffer i's SEND has not completed. Its bytes are
+	// the engine's until then (a retransmission after a lost ACK reads
+	// them again), so sendInfo waits for that completion before it
+	// writes the buffer anew; completions of other kinds that come
+	// meanwhile wait in stash for await. rping's C client rewrites the
+	// buffer at once (the race detector caught ours doing the same under
+	// loss: CI, session AI, TestRpingUnderLoss).
+	sending [2]bool
+	stash   []ib.WC
 }
 
 func (e *rpingEnd) recvBuf() []byte      { return e.ctl[:rpingInfoLen] }
@@ -433,20 +443,56 @@ func (e *rpingEnd) postRecv() error {
 
 // sendInfo SENDs send buffer i, holding {addr, rkey, size} of m (or,
 // with m nil, whatever it holds: the server's zeroed "go ahead").
-func (e *rpingEnd) sendInfo(i int, m *ib.MR, size int) error {
+func (e *rpingEnd) sendInfo(ctx context.Context, i int, m *ib.MR, size int) error {
 	b := e.sendBuf(i)
+	for m != nil && e.sending[i] {
+		wc, err := e.nextWC(ctx, e.conn.done())
+		if err != nil {
+			return fmt.Errorf("waiting for the SEND of buffer %d: %w", i, err)
+		}
+		if wc.Status == ib.WCSuccess && wc.Opcode == ib.WCSend {
+			e.sent(wc)
+			continue
+		}
+		e.stash = append(e.stash, wc) // await's
+		if wc.Status != ib.WCSuccess {
+			return fmt.Errorf("cq completion failed status %s (%d)", wc.Status, int(wc.Status))
+		}
+	}
 	if m != nil {
 		binary.BigEndian.PutUint64(b[0:8], m.IOVA())
 		binary.BigEndian.PutUint32(b[8:12], m.RKey())
 		binary.BigEndian.PutUint32(b[12:16], uint32(size))
 	}
 	off := uint64(rpingInfoLen * (1 + i))
-	err := e.qp.PostSend(ib.SendWR{ID: rpingWRSend, Opcode: ib.WRSend, Flags: ib.SendSignaled,
+	err := e.qp.PostSend(ib.SendWR{ID: rpingWRSend | uint64(i)<<8, Opcode: ib.WRSend, Flags: ib.SendSignaled,
 		SGL: []ib.SGE{{Addr: e.ctlMR.IOVA() + off, Length: rpingInfoLen, LKey: e.ctlMR.LKey()}}})
 	if err != nil {
 		return fmt.Errorf("post send error: %v", err)
 	}
+	e.sending[i] = true
 	return nil
+}
+
+// sent notes a SEND's completion: its buffer may be written again.
+func (e *rpingEnd) sent(wc ib.WC) {
+	if i := wc.ID >> 8; i < uint64(len(e.sending)) {
+		e.sending[i] = false
+	}
+}
+
+// nextWC is the next completion: a stashed one first, else the CQ's.
+func (e *rpingEnd) nextWC(ctx context.Context, done <-chan struct{}) (ib.WC, error) {
+	if len(e.stash) > 0 {
+		wc := e.stash[0]
+		e.stash = e.stash[1:]
+		return wc, nil
+	}
+	var wcs [1]ib.WC
+	if _, err := wcWait(ctx, e.cq, wcs[:], done, e.o.ef.timeout); err != nil {
+		return ib.WC{}, err
+	}
+	return wcs[0], nil
 }
 
 // rdmaOp posts an RDMA READ or WRITE of n bytes of the sink buffer
@@ -470,19 +516,19 @@ func (e *rpingEnd) await(ctx context.Context, want ib.WCOpcode, watch bool) (ib.
 	if watch {
 		done = e.conn.done()
 	}
-	var wcs [1]ib.WC
 	for {
-		if _, err := wcWait(ctx, e.cq, wcs[:], done, e.o.ef.timeout); err != nil {
+		wc, err := e.nextWC(ctx, done)
+		if err != nil {
 			if errors.Is(err, errPeerDisconnected) {
 				return ib.WC{}, err
 			}
 			return ib.WC{}, fmt.Errorf("no %v completion within %v (peer gone?)", want, e.o.ef.timeout)
 		}
-		wc := wcs[0]
 		if wc.Status != ib.WCSuccess {
 			return wc, fmt.Errorf("cq completion failed status %s (%d)", wc.Status, int(wc.Status))
 		}
 		if wc.Opcode == ib.WCSend {
+			e.sent(wc)
 			continue
 		}
 		if wc.Opcode == ib.WCRecv {
@@ -532,13 +578,13 @@ func (e *rpingEnd) client(ctx context.Context, stdout io.Writer) error {
 			start = 'A'
 		}
 		clear(e.rdma)
-		if err := e.sendInfo(0, e.startMR, e.o.size); err != nil {
+		if err := e.sendInfo(ctx, 0, e.startMR, e.o.size); err != nil {
 			return err
 		}
 		if _, err := e.await(ctx, ib.WCRecv, true); err != nil {
 			return fmt.Errorf("ping %d: waiting for the server's go ahead: %w", ping, err)
 		}
-		if err := e.sendInfo(1, e.rdmaMR, e.o.size); err != nil {
+		if err := e.sendInfo(ctx, 1, e.rdmaMR, e.o.size); err != nil {
 			return err
 		}
 		if _, err := e.await(ctx, ib.WCRecv, true); err != nil {
@@ -584,7 +630,7 @@ func (e *rpingEnd) server(ctx context.Context, stdout, stderr io.Writer) error {
 		if e.o.verbose {
 			fmt.Fprintf(stdout, "server ping data: %s\n", cString(e.rdma[:n]))
 		}
-		if err := e.sendInfo(0, nil, 0); err != nil {
+		if err := e.sendInfo(ctx, 0, nil, 0); err != nil {
 			return err
 		}
 		if _, err := e.await(ctx, ib.WCRecv, true); err != nil {
@@ -599,7 +645,7 @@ func (e *rpingEnd) server(ctx context.Context, stdout, stderr io.Writer) error {
 		if _, err := e.await(ctx, ib.WCRDMAWrite, false); err != nil {
 			return fmt.Errorf("RDMA WRITE: %w", err)
 		}
-		if err := e.sendInfo(0, nil, 0); err != nil {
+		if err := e.sendInfo(ctx, 0, nil, 0); err != nil {
 			return err
 		}
 	}
