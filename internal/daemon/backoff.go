@@ -41,16 +41,8 @@ func (b *acceptBackoff) reset() { b.delay = 0 }
 // wait waits delay (Config.Ticker's first tick, or a timer), and reports
 // false if ctx ended first.
 func (d *Daemon) wait(ctx context.Context, delay time.Duration) bool {
-	var tick <-chan time.Time
-	if d.cfg.Ticker != nil {
-		c, stop := d.cfg.Ticker(delay)
-		defer stop()
-		tick = c
-	} else {
-		t := time.NewTimer(delay)
-		defer t.Stop()
-		tick = t.C
-	}
+	tick, stop := d.ticker(delay)
+	defer stop()
 	select {
 	case <-tick:
 		return true

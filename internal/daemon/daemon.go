@@ -503,17 +503,8 @@ func (d *Daemon) refuse(sess *oob.Session, st oob.ExtStatus) {
 // it (reapDone).
 func (d *Daemon) reapLoop() {
 	defer close(d.reapDone)
-	every := max(d.cfg.IdleTimeout/4, 10*time.Millisecond)
-	var tick <-chan time.Time
-	if d.cfg.Ticker != nil {
-		var stop func()
-		tick, stop = d.cfg.Ticker(every)
-		defer stop()
-	} else {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		tick = t.C
-	}
+	tick, stop := d.ticker(max(d.cfg.IdleTimeout/4, 10*time.Millisecond))
+	defer stop()
 	for {
 		select {
 		case <-d.sessCtx.Done():
@@ -522,6 +513,16 @@ func (d *Daemon) reapLoop() {
 			d.reapIdle(d.cfg.Now())
 		}
 	}
+}
+
+// ticker ticks every d: Config.Ticker's when set (tests drive it),
+// else a real one; stop stops it.
+func (d *Daemon) ticker(every time.Duration) (tick <-chan time.Time, stop func()) {
+	if d.cfg.Ticker != nil {
+		return d.cfg.Ticker(every)
+	}
+	t := time.NewTicker(every)
+	return t.C, t.Stop
 }
 
 // reapIdle ends the sessions idle at now and returns how many.

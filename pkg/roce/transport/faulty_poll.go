@@ -99,12 +99,7 @@ func (q *queuedRx) feed() {
 		return
 	}
 	n, _ := q.inner.PollLent(q.pkts, q.eps, q.leases) // its errors are the pump's to report
-	f.inject(q.pkts[:n], q.eps[:n])
-	f.feedMu.Unlock()
-	for i := range n {
-		q.leases[i].Release()
-		q.pkts[i], q.leases[i] = nil, nil
-	}
+	f.injectLent(q.pkts[:n], q.eps[:n], q.leases[:n])
 }
 
 // ReceiveLentLocked implements Poller: it waits for the queue without mu,
@@ -158,16 +153,23 @@ func (f *Faulty) pumpLent(p Poller) {
 		if k == 0 {
 			continue // feedMu is held only with datagrams
 		}
-		down := f.inject(pkts[:k], eps[:k])
-		f.feedMu.Unlock()
-		for i := range k {
-			leases[i].Release()
-			pkts[i], leases[i] = nil, nil
-		}
-		if down {
+		if f.injectLent(pkts[:k], eps[:k], leases[:k]) {
 			return
 		}
 	}
+}
+
+// injectLent runs a batch lent by the inner Conn through the injector
+// (inject) with feedMu held, lets feedMu go, and hands the leases back;
+// it reports whether the injector has stopped.
+func (f *Faulty) injectLent(pkts [][]byte, eps []Endpoint, leases []*Lease) (down bool) {
+	down = f.inject(pkts, eps)
+	f.feedMu.Unlock()
+	for i := range pkts {
+		leases[i].Release()
+		pkts[i], leases[i] = nil, nil
+	}
+	return down
 }
 
 // inject runs received datagrams through the receive-side injector and
