@@ -18,7 +18,9 @@ import (
 // that Close (or SIGTERM) does not wait out the delay, and it waits on
 // Config.Ticker when one is set (its first tick), so that a test drives
 // it instead of the wall clock. It was a time.Sleep(50 ms), which held
-// shutdown up to its length and which no test could drive.
+// shutdown up to its length and which no test could drive. The TCP loop
+// backs off only after a temporary failure; any other ends it, and Run
+// (accept_errors.go).
 
 const (
 	minAcceptBackoff = 5 * time.Millisecond

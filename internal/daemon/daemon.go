@@ -162,9 +162,14 @@ type Daemon struct {
 	hsTimeouts  atomic.Uint64 // handshakes that ran out of time
 	stopOnce    sync.Once
 	acceptDone  chan struct{}
-	metricsDone chan struct{}
-	reapDone    chan struct{} // closed as reapLoop returns; nil when none runs
-	refusals    sync.WaitGroup
+	// acceptErr is the TCP accept loop's permanent failure
+	// (accept_errors.go), set before the loop closes acceptFailed: Run
+	// then shuts down and returns it.
+	acceptErr    error
+	acceptFailed chan struct{}
+	metricsDone  chan struct{}
+	reapDone     chan struct{} // closed as reapLoop returns; nil when none runs
+	refusals     sync.WaitGroup
 
 	// The run's state (close.go): Close before Run frees what New
 	// opened, during Run ends Run and waits for it.
@@ -237,7 +242,7 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.PerftestExport != "" && !names[cfg.PerftestExport] {
 		return nil, fmt.Errorf("perftest export %q: no export has that name", cfg.PerftestExport)
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, acceptDone: make(chan struct{}), metricsDone: make(chan struct{}),
+	d := &Daemon{cfg: cfg, log: cfg.Logger, acceptDone: make(chan struct{}), acceptFailed: make(chan struct{}), metricsDone: make(chan struct{}),
 		reg: newRegistry(cfg.MaxSessions, cfg.MaxSessionsPerSource), refusing: make(chan struct{}, 16)}
 	d.sessCtx, d.sessCancel = context.WithCancel(context.Background())
 	if err := d.open(); err != nil {
@@ -390,19 +395,40 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	d.startRDMACM(ctx)
 	d.log.Info("serving", "addrs", fmt.Sprint(d.cfg.Addrs), "udp_port", d.dev.UDPPort())
-	<-ctx.Done()
-	return d.shutdown()
+	select {
+	case <-ctx.Done():
+	case <-d.acceptFailed:
+		// The exchange can take no client any more: a daemon serving on
+		// without it would look up and refuse every perftest client.
+	}
+	err = d.shutdown()
+	if d.acceptErr != nil { // written before acceptDone, which shutdown waited for
+		return errors.Join(d.acceptErr, err)
+	}
+	return err
 }
 
-// acceptLoop admits the TCP exchange's clients until the listener
-// closes; a failed Accept backs off (backoff.go) until Run's ctx ends.
+// acceptLoop admits the TCP exchange's clients until shutdown closes the
+// listener. An Accept that failed for a while (accept_errors.go) backs
+// off (backoff.go) until Run's ctx ends; one that will fail every time
+// (the listener shut down or closed under the daemon) ends the loop and,
+// through acceptFailed, Run, which returns it.
 func (d *Daemon) acceptLoop(ctx context.Context) {
 	defer close(d.acceptDone)
 	var backoff acceptBackoff
 	for {
 		sess, err := d.oobLn.Accept(d.sessCtx)
 		if err != nil {
-			if errors.Is(err, oob.ErrCanceled) || errors.Is(err, net.ErrClosed) || d.sessCtx.Err() != nil || ctx.Err() != nil {
+			// Shutdown closes the listener only once ctx has ended (and
+			// release, sessCtx), so a net.ErrClosed before that is
+			// someone else's doing: a permanent error like any other.
+			if errors.Is(err, oob.ErrCanceled) || d.sessCtx.Err() != nil || ctx.Err() != nil {
+				return
+			}
+			if !temporaryAcceptError(err) {
+				d.log.Error("perftest exchange: accept failed for good: shutting down", "addr", d.oobLn.Addr().String(), "err", err)
+				d.acceptErr = fmt.Errorf("perftest exchange on %s: %w", d.oobLn.Addr(), err)
+				close(d.acceptFailed)
 				return
 			}
 			delay := backoff.next()
