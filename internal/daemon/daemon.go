@@ -60,7 +60,8 @@ type Config struct {
 	// StepTimeout bounds each out-of-band step (0: oob.DefaultTimeout).
 	StepTimeout time.Duration
 	// ShutdownGrace is how long running sessions may continue after the
-	// context is cancelled (0: 10s; negative: none, they end at once).
+	// context is cancelled (0: 10s; negative: none, they end at once),
+	// timed on Ticker when it is set.
 	ShutdownGrace time.Duration
 	// MaxSessions bounds concurrent perftest sessions (0: 64).
 	MaxSessions int
@@ -111,7 +112,8 @@ type Config struct {
 	// time.Ticker (every IdleTimeout/4): a test that injects Now injects
 	// this with it, so that a scan reads the test's clock when the test
 	// says, not at a real tick. The accept loops' backoff after a failed
-	// Accept waits for its first tick too (every: the delay; backoff.go).
+	// Accept waits for its first tick too (every: the delay; backoff.go),
+	// and so does shutdown's ShutdownGrace (every: the grace; graceWait).
 	// stop ends the ticker.
 	Ticker func(every time.Duration) (c <-chan time.Time, stop func())
 }
@@ -587,13 +589,9 @@ func (d *Daemon) shutdown() error {
 	// Running sessions get the grace period, then their context ends.
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
-	timer := time.NewTimer(d.cfg.ShutdownGrace)
-	select {
-	case <-done:
-	case <-timer.C:
+	if !d.graceWait(done) {
 		d.log.Warn("grace period over: aborting sessions", "active", d.active.Load())
 	}
-	timer.Stop()
 	d.sessCancel()
 	<-d.acceptDone
 	<-done // every session over (and the goroutine above gone)
@@ -629,6 +627,31 @@ func (d *Daemon) shutdown() error {
 		d.log.Info("stopped")
 	}
 	return err
+}
+
+// graceWait waits up to ShutdownGrace for the sessions to end (done), on
+// the daemon's clock: Config.Ticker's first tick (every: the grace), a
+// real ticker without one, so that a test drives the grace instead of
+// sitting it out (it was a time.Timer whatever the Config). It reports
+// whether they ended in time; with no grace (negative) they have not
+// unless already over.
+func (d *Daemon) graceWait(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true // nothing to wait for: no ticker
+	default:
+	}
+	if d.cfg.ShutdownGrace <= 0 {
+		return false
+	}
+	tick, stop := d.ticker(d.cfg.ShutdownGrace)
+	defer stop()
+	select {
+	case <-done:
+		return true
+	case <-tick:
+		return false
+	}
 }
 
 // release stops the engine, then persists and unmaps every export.
