@@ -75,7 +75,7 @@ func acceptErr(errno error) error {
 // fail every time (EINVAL: the socket shut down under the daemon, EBADF,
 // net.ErrClosed from a Close that was not the daemon's, an error that
 // says nothing) the loop ends without waiting, logs it as an error, and
-// Run shuts down and returns it. Bug (daemon audit, session AJ): the loop
+// Run shuts down and returns it. Bug (daemon timing task, item 1): the loop
 // retried every error but ErrClosed, so a listener that could no longer
 // accept logged a warning a second for ever while Run went on as if the
 // exchange were up (and net.ErrClosed ended it silently, Run none the
@@ -142,4 +142,35 @@ func TestAcceptLoopRetriesOnlyTemporaryErrors(t *testing.T) {
 			require.True(t, slices.Contains(logs.msgs, "perftest exchange: accept failed for good: shutting down"), "logged: %q", logs.msgs)
 		})
 	}
+}
+
+// TestAcceptLoopFailureEndsTheCMBackoff: the TCP exchange's permanent
+// failure shuts down a daemon whose rdma_cm loop is waiting out a
+// backoff (its ticker never ticks here): Run's context ends with the
+// failure, which ends that wait, and Run returns the error. Bug (found
+// with TestAcceptLoopRetriesOnlyTemporaryErrors): shutdown waited for the
+// rdma_cm loop, which waited for its backoff on a context nothing ended.
+func TestAcceptLoopFailureEndsTheCMBackoff(t *testing.T) {
+	clock := newBackoffClock()
+	d, err := New(Config{Addrs: addrs(t, "127.0.3.162"), RDMACMPort: DefaultRDMACMPort, IdleTimeout: -1, ShutdownGrace: -1,
+		Ticker: clock.ticker, Exports: []ExportSpec{{Name: "data", Kind: ExportAnon, Size: 1 << 16}}})
+	require.NoError(t, err)
+	ln := newScriptedTCPListener()
+	d.oobLn = ln
+	d.cm.ln = faultyCMListener{d.cm.ln, &acceptFaults{fail: func(int) bool { return true }}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- d.Run(ctx) }()
+	require.Equal(t, minAcceptBackoff, clock.nextDelay(t), "the rdma_cm loop backs off")
+	einval := acceptErr(syscall.EINVAL)
+	ln.errs <- einval
+	select {
+	case err := <-runErr:
+		require.ErrorIs(t, err, einval)
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("Run did not end: its shutdown waits for the rdma_cm loop's backoff")
+	}
+	require.Equal(t, int32(1), clock.stops.Load(), "the backoff's ticker stopped")
 }

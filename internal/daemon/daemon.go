@@ -402,6 +402,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	case <-d.acceptFailed:
 		// The exchange can take no client any more: a daemon serving on
 		// without it would look up and refuse every perftest client.
+		// Run's context ends as on SIGTERM, so that the rdma_cm loop's
+		// backoff (which waits on it) does not hold the shutdown.
+		d.runCancel()
 	}
 	err = d.shutdown()
 	if d.acceptErr != nil { // written before acceptDone, which shutdown waited for

@@ -72,8 +72,8 @@ func (f *fakeTicks) advance(d time.Duration) {
 // Run's context ends keeps its context for ShutdownGrace on the daemon's
 // clock (Config.Ticker, Config.Now), not the wall clock: a nanosecond
 // short of the grace it still runs, and its context ends exactly as the
-// clock reaches the grace, after which Run returns. Bug (daemon audit,
-// session AJ): shutdown waited on a time.Timer whatever the Config, so
+// clock reaches the grace, after which Run returns. Bug (daemon
+// timing task, item 2): shutdown waited on a time.Timer whatever the Config, so
 // no test could drive the grace, only sit it out.
 func TestShutdownGraceRunsOnTheInjectedClock(t *testing.T) {
 	const grace = 30 * time.Second
