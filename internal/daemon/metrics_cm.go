@@ -39,7 +39,7 @@ var cmFamilies = []struct{ prefix, group, what string }{
 }
 
 // cmCounterHelp says what each of pkg/cm's other counters counts (its
-// counters.go), and pkg/rdmacm's own (its source.go).
+// counters.go), and pkg/rdmacm's own (its source.go, listen_backlog.go).
 var cmCounterHelp = map[string]string{
 	"rx_malformed":           "received MADs dropped: truncated, wrong length or a field out of range",
 	"rx_bad_header":          "received MADs dropped: not base version 1, class CM, class version 2, method SEND",
@@ -56,6 +56,8 @@ var cmCounterHelp = map[string]string{
 	"timewait_exits":         "connections that left timewait, their comm ID free again",
 	"comm_est":               "passive connections established by their QP's first request (COMM_EST) before the RTU arrived",
 	"rej_src_mismatch":       "REQs refused with REJ 28 and SIDR_REQs with SIDR_REP REJECT by rdma_cm: their rdma_cm header names another source address than the one they came from",
+	"req_evicted":            "queued requests an rdma_cm listener's full backlog refused (REJ 28, SIDR_REP REJECT) to make room for a request from a source holding fewer",
+	"req_source_full":        "REQs dropped without a REJ (SIDR_REQs refused) by an rdma_cm listener: their source address held its share of the backlog (ListenOptions.MaxPerSource)",
 }
 
 // cmKnownCounters are the counters served even before they count

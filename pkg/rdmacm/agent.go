@@ -46,6 +46,10 @@ type agent struct {
 	// srcMismatch counts the requests refused for a header source that is
 	// not their GRH source (rej_src_mismatch).
 	srcMismatch atomic.Uint64
+	// reqEvicted and reqSourceFull count the requests a listener's
+	// backlog refused to make room for another source, and those it
+	// turned away for their source's share (listen_backlog.go).
+	reqEvicted, reqSourceFull atomic.Uint64
 
 	mu        sync.Mutex
 	listeners map[uint64]*serviceListeners // by service ID

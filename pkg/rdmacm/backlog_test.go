@@ -117,10 +117,11 @@ func TestFullBacklogDropsTheREQUntilThereIsRoom(t *testing.T) {
 // the listener's backlog full is refused with SIDR_REP REJECT, as cm.c's
 // cm_sidr_req_handler answers a SIDR_REQ its consumer fails
 // (cm_destroy_id in SIDR_REQ_RCVD), where a REQ is dropped
-// (TestFullBacklogDropsTheREQUntilThereIsRoom). This is the one way into
-// onListenEvent's fallback after a failed offer; a REQ never gets there
-// (listen.go, Listener.full). The request waiting in the backlog is then
-// answered as usual. CM follow-up item 3.
+// (TestFullBacklogDropsTheREQUntilThereIsRoom). Both come from one
+// address, which holds the whole backlog of 1 (MaxPerSource rounds half
+// of it up), so the refusal is that of a source over its share, decided
+// before the request is queued (listen_backlog.go). The request waiting
+// in the backlog is then answered as usual. CM follow-up item 3.
 func TestFullBacklogRefusesTheSIDRREQ(t *testing.T) {
 	hs := memHosts(t, nil, "10.12.1.1", "10.12.1.2")
 	srv, cli := hs[0], hs[1]

@@ -9,7 +9,10 @@ import "github.com/rxed/rxed/pkg/ib"
 // rx_malformed, rej_*, timeouts, timewait_exits and the other drops and
 // answers of pkg/cm's counters.go), and rdma_cm's own: rej_src_mismatch,
 // the requests refused because rdma_cm's header names another source
-// address than the one they came from (source.go). A counter appears once
+// address than the one they came from (source.go); req_evicted, the
+// queued requests a full backlog refused to make room for a lighter
+// source, and req_source_full, the requests turned away because their
+// source held its share of the backlog (listen_backlog.go). A counter appears once
 // it has counted something: a running manager that has seen nothing
 // returns an empty, non-nil map.
 //
@@ -18,7 +21,8 @@ import "github.com/rxed/rxed/pkg/ib"
 // with its device. rdma_cm's other refusals (no listener for the header's
 // address, a malformed header) count nothing of their own: they show as
 // the CM's REJs; the REQs a full backlog drops count as the manager's
-// req_dropped (cm.ID.DestroyNoReject).
+// req_dropped (cm.ID.DestroyNoReject), those over their source's share
+// too (and in req_source_full).
 //
 // Safe for concurrent use with everything else on dev; the snapshot is
 // the caller's to keep.
@@ -35,6 +39,12 @@ func Counters(dev *ib.Device) map[string]uint64 {
 	c := a.cm.Counters()
 	if n := a.srcMismatch.Load(); n > 0 {
 		c[cntRejSrcMismatch] = n
+	}
+	if n := a.reqEvicted.Load(); n > 0 {
+		c[cntReqEvicted] = n
+	}
+	if n := a.reqSourceFull.Load(); n > 0 {
+		c[cntReqSourceFull] = n
 	}
 	return c
 }

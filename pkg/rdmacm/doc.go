@@ -40,7 +40,11 @@
 //     full is dropped without an answer, as the kernel's ucma and cm.c
 //     drop it (-ENOMEM: no REJ, "to allow future retries"): the peer's
 //     REQ retransmission is a new request, accepted if Accept has made
-//     room by then.
+//     room by then. So is a REQ from a source IP address that holds its
+//     share of the backlog already (ListenOptions.MaxPerSource), and a
+//     full backlog refuses (REJ 28) the oldest request of its heaviest
+//     source to make room for a lighter one, so REQs forged from one
+//     address cannot keep a real client out (listen_backlog.go).
 //
 // # QP attributes, as the kernel derives them
 //

@@ -110,4 +110,4 @@ func DialUDHeader(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, edi
 }
 
 // Queued is how many requests wait in l's backlog for Accept.
-func Queued(l *Listener) int { return len(l.reqs) }
+func Queued(l *Listener) int { return l.reqs.queued() }

@@ -27,6 +27,15 @@ type ListenOptions struct {
 	// it is refused with SIDR_REP REJECT, as cm.c answers any SIDR_REQ
 	// its consumer fails. 0 means 64.
 	Backlog int
+	// MaxPerSource is how many of the Backlog requests one source IP
+	// address may hold; one more from it is turned away as over a full
+	// backlog. 0 means half the Backlog, rounded up; more than Backlog
+	// means no cap. A full backlog also makes room for a source that
+	// holds at least two fewer than the heaviest one by refusing (REJ
+	// 28) the heaviest one's oldest request (req_evicted in Counters).
+	// So REQs forged from one address cannot keep a real client out
+	// (listen_backlog.go, docs/security.md).
+	MaxPerSource int
 }
 
 // Listener accepts rdma_cm connection requests for one address and port.
@@ -37,7 +46,7 @@ type Listener struct {
 	ps   mad.PortSpace
 	sid  uint64
 
-	reqs chan *Request
+	reqs *backlog
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -76,7 +85,7 @@ func Listen(dev *ib.Device, addr netip.AddrPort, opts *ListenOptions) (*Listener
 		return nil, fmt.Errorf("rdmacm: Listen: %w", err)
 	}
 	l := &Listener{a: a, addr: netip.AddrPortFrom(ip, addr.Port()), ps: ps, sid: serviceID(ps, addr.Port()),
-		reqs: make(chan *Request, backlog), closed: make(chan struct{})}
+		reqs: newBacklog(backlog, opts.MaxPerSource), closed: make(chan struct{})}
 	if err := a.addListener(l); err != nil {
 		return nil, fmt.Errorf("rdmacm: Listen %v: %w", addr, err)
 	}
@@ -90,15 +99,24 @@ func (l *Listener) Addr() netip.AddrPort { return l.addr }
 // once the listener is closed, ib.ErrDeviceClosed once its device is
 // (rdma_cm's RDMA_CM_EVENT_DEVICE_REMOVAL), or ctx's error.
 func (l *Listener) Accept(ctx context.Context) (*Request, error) {
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-l.closed:
-		return nil, ErrClosed
-	case <-l.a.gone:
-		return nil, ib.ErrDeviceClosed
-	case <-ctx.Done():
-		return nil, qp.ContextError(ctx)
+	for {
+		select {
+		case <-l.closed:
+			return nil, ErrClosed
+		default:
+		}
+		if r := l.reqs.pop(); r != nil {
+			return r, nil
+		}
+		select {
+		case <-l.reqs.ready:
+		case <-l.closed:
+			return nil, ErrClosed
+		case <-l.a.gone:
+			return nil, ib.ErrDeviceClosed
+		case <-ctx.Done():
+			return nil, qp.ContextError(ctx)
+		}
 	}
 }
 
@@ -120,9 +138,7 @@ func (l *Listener) Close() error {
 // CM for good (TestListenerClosedBeforeItsRequestWasQueued). Close closes
 // closed before it drains, so the drain or this check sees every request.
 func (l *Listener) offer(r *Request, reject func(*Request)) bool {
-	select {
-	case l.reqs <- r:
-	default:
+	if !l.reqs.push(r) {
 		return false
 	}
 	select {
@@ -133,22 +149,10 @@ func (l *Listener) offer(r *Request, reject func(*Request)) bool {
 	return true
 }
 
-// full reports whether the backlog has no room. Only the CM's handler
-// (onListenEvent) queues requests, and the device's cm.Manager runs its
-// handlers one at a time (Manager.drain), so a room it sees stays until
-// it offers: Accept and rejectQueued only take requests out. The REQ it
-// then queues made no Conn before.
-func (l *Listener) full() bool { return len(l.reqs) == cap(l.reqs) }
-
 // rejectQueued answers every request queued for Accept with reject.
 func (l *Listener) rejectQueued(reject func(*Request)) {
-	for {
-		select {
-		case r := <-l.reqs:
-			reject(r)
-		default:
-			return
-		}
+	for r := l.reqs.pop(); r != nil; r = l.reqs.pop() {
+		reject(r)
 	}
 }
 
@@ -300,7 +304,25 @@ func (a *agent) onListenEvent(ev cm.Event) {
 		refuse()
 		return
 	}
-	if ev.Type == cm.EventREQ && l.full() {
+	// Room in the backlog (listen_backlog.go): only this handler queues
+	// requests, and the device's cm.Manager runs its handlers one at a
+	// time (Manager.drain), so the room admit sees or makes stays until
+	// the offer below: Accept and rejectQueued only take requests out.
+	// The REQ it turns away made no Conn.
+	switch adm, victim := l.reqs.admit(ev.ID.RemoteAddr().Unmap()); adm {
+	case admitEvicted:
+		a.reqEvicted.Add(1)
+		a.log.Debug("rdmacm: a full backlog refused the oldest request of its heaviest source to make room for another source",
+			"listener", l.addr, "refused", victim.peerGID, "for", ev.ID.RemoteAddr())
+		rejectRequest(victim)
+	case backlogFull, sourceFull:
+		if adm == sourceFull {
+			a.reqSourceFull.Add(1)
+		}
+		if ev.Type == cm.EventSIDRREQ {
+			refuse()
+			return
+		}
 		// ucma_connect_event_handler's -ENOMEM: no REJ, and nothing of
 		// the REQ kept (cm_reset_to_idle), so its retransmission is a
 		// new request that finds room once Accept has taken one.
@@ -329,17 +351,15 @@ func (a *agent) onListenEvent(ev cm.Event) {
 	if l.offer(r, rejectRequest) {
 		return
 	}
-	// No room. A SIDR_REQ gets SIDR_REP REJECT, as cm.c answers one its
-	// consumer fails. A REQ cannot get here: full found room above, and
-	// nothing else puts requests in the backlog between the two (full's
+	// No room. Nothing gets here: admit found or made room above, and
+	// nothing else puts requests in the backlog between the two (its
 	// comment), so this would be that invariant broken (two CM handlers
-	// at once): say so loudly, and answer the REQ rather than leave it
-	// half open. Its ID is in MRA_REQ_SENT now (PrepareMRA), so the
-	// answer is a REJ, not DestroyNoReject's silence.
-	if !r.ud {
-		a.log.Error("rdmacm: internal error: a listener's backlog filled between the room check and the queueing of a REQ (CM handlers ran concurrently); the REQ is rejected",
-			"listener", l.addr, "peer", ev.ID.RemoteAddr())
-	}
+	// at once): say so loudly, and answer the request rather than leave
+	// it half open. A REQ's ID is in MRA_REQ_SENT now (PrepareMRA), so
+	// the answer is a REJ, not DestroyNoReject's silence; a SIDR_REQ
+	// gets SIDR_REP REJECT, as cm.c answers one its consumer fails.
+	a.log.Error("rdmacm: internal error: a listener's backlog filled between the room check and the queueing of a request (CM handlers ran concurrently); the request is rejected",
+		"listener", l.addr, "peer", ev.ID.RemoteAddr())
 	refuse()
 	if r.c != nil {
 		r.c.fail(ErrRejected, false) // out of a.live, as Request.Reject does

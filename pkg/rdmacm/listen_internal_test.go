@@ -26,18 +26,18 @@ func TestListenerClosedBeforeItsRequestWasQueued(t *testing.T) {
 	reject := func(r *Request) { rejected = append(rejected, r) }
 	fail := func(r *Request) { t.Fatalf("request %p refused by an open listener", r) }
 
-	open := &Listener{reqs: make(chan *Request, 1), closed: make(chan struct{})}
+	open := &Listener{reqs: newBacklog(1, 0), closed: make(chan struct{})}
 	r1, r2 := &Request{}, &Request{}
 	require.True(t, open.offer(r1, fail))
 	require.False(t, open.offer(r2, fail), "a full queue refuses (the handler sends REJ)")
-	require.Same(t, r1, <-open.reqs)
+	require.Same(t, r1, open.reqs.pop())
 
-	closed := &Listener{reqs: make(chan *Request, 4), closed: make(chan struct{})}
+	closed := &Listener{reqs: newBacklog(4, 0), closed: make(chan struct{})}
 	close(closed.closed)
 	closed.rejectQueued(reject) // Close's drain, before the request came
 	require.True(t, closed.offer(r2, reject))
 	require.Equal(t, []*Request{r2}, rejected)
-	require.Empty(t, closed.reqs)
+	require.Zero(t, closed.reqs.queued())
 }
 
 // TestFullBacklogLeavesNoConn: a REQ that finds the listener's backlog
@@ -85,7 +85,7 @@ func TestFullBacklogLeavesNoConn(t *testing.T) {
 	}
 	// The first request fills the backlog and waits there (nobody accepts).
 	dial()
-	require.Eventually(t, func() bool { return len(l.reqs) == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return l.reqs.queued() == 1 }, 10*time.Second, time.Millisecond)
 	const dropped = 20
 	for range dropped {
 		dial()

@@ -1,0 +1,170 @@
+package rdmacm_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/cm/cmtest"
+	"github.com/rxed/rxed/pkg/ib"
+	"github.com/rxed/rxed/pkg/rdmacm"
+	"github.com/rxed/rxed/pkg/wire/mad"
+	"github.com/stretchr/testify/require"
+)
+
+// flooder sends REQs to a listener from one address that nobody on the
+// listener's side accepts: n Dials of one host, left waiting (the CM
+// clocks stand still, so none is retransmitted). Their results come on
+// the returned channel; stop ends the ones still waiting.
+func flooder(t *testing.T, h *host, raddr netip.AddrPort, n int) (results <-chan error, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan error, n)
+	var wg sync.WaitGroup
+	for range n {
+		q := h.qp(ib.RC)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := rdmacm.Dial(ctx, q, raddr, nil) // never accepted
+			out <- err
+		}()
+	}
+	stop = func() { cancel(); wg.Wait() }
+	t.Cleanup(stop)
+	return out, stop
+}
+
+// acceptFrom accepts the first request from src, rejecting (REJ 28) the
+// ones from other addresses that come before it.
+func acceptFrom(ctx context.Context, srv *host, l *rdmacm.Listener, src netip.Addr) <-chan accepted {
+	out := make(chan accepted, 1)
+	go func() {
+		for {
+			req, err := l.Accept(ctx)
+			if err != nil {
+				out <- accepted{err: err}
+				return
+			}
+			if req.Remote.Addr() != src {
+				_ = req.Reject(nil)
+				continue
+			}
+			q, err := srv.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: srv.cq, RecvCQ: srv.cq,
+				Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			if err != nil {
+				out <- accepted{req: req, err: err}
+				return
+			}
+			c, err := req.Accept(ctx, q, nil)
+			out <- accepted{req: req, conn: c, err: err}
+			return
+		}
+	}()
+	return out
+}
+
+// TestREQsFromOneSourceTakeAtMostItsShareOfTheBacklog: REQs from one
+// address with fresh comm IDs (a forger's, or a host that opens many
+// connections at once) hold at most MaxPerSource of the backlog (half of
+// it by default); the rest are dropped without an answer, as over a full
+// backlog (req_dropped, and req_source_full), so a real client's REQ
+// from another address still finds room, is queued and accepted.
+//
+// Bug (docs/security.md's residual risk "a forged REQ flood fills an
+// rdma_cm listener's backlog"): the flood took the whole backlog, and the
+// real client's REQ was dropped until the application had accepted every
+// forged request.
+func TestREQsFromOneSourceTakeAtMostItsShareOfTheBacklog(t *testing.T) {
+	hs := memHosts(t, nil, "10.12.3.1", "10.12.3.2", "10.12.3.3")
+	srv, forger, cli := hs[0], hs[1], hs[2]
+	fc := cmtest.NewFakeClock(time.Unix(4_200_000, 0))
+	for _, h := range hs {
+		require.NoError(t, rdmacm.Enable(h.dev, &rdmacm.Config{Clock: fc}))
+	}
+	ctx := testCtx(t)
+	l, err := rdmacm.Listen(srv.dev, ap("10.12.3.1:7480"), &rdmacm.ListenOptions{Backlog: 4})
+	require.NoError(t, err)
+	defer l.Close()
+
+	const flood = 6
+	_, stop := flooder(t, forger, l.Addr(), flood)
+	require.Eventually(t, func() bool { return rdmacm.Counters(srv.dev)["rx_req"] == flood },
+		20*time.Second, time.Millisecond)
+	c := rdmacm.Counters(srv.dev)
+	require.Equal(t, 2, rdmacm.Queued(l), "one source holds half the backlog")
+	require.Equal(t, uint64(flood-2), c["req_dropped"], "the rest dropped, as over a full backlog")
+	require.Equal(t, uint64(flood-2), c["req_source_full"])
+	require.Zero(t, c["tx_rej"], "REQs over a source's share are not refused")
+
+	// A real client from another address finds room.
+	a := acceptFrom(ctx, srv, l, cli.ip)
+	conn, err := rdmacm.Dial(ctx, cli.qp(ib.RC), l.Addr(), nil)
+	require.NoError(t, err, "the real client connects on its first REQ")
+	got := <-a
+	require.NoError(t, got.err)
+	require.Equal(t, conn.LocalAddr(), got.conn.RemoteAddr())
+	require.Equal(t, uint64(flood+1), rdmacm.Counters(srv.dev)["rx_req"], "no retransmission was needed")
+	stop()
+}
+
+// TestFullBacklogMakesRoomForALighterSource: with no cap per source
+// (MaxPerSource = Backlog), REQs from one address fill the backlog; a
+// REQ from another address then takes the place of the heaviest source's
+// oldest request, which is refused with REJ 28 (consumer defined), as a
+// kernel listener's application refuses a request it will not accept,
+// and counted req_evicted. The flooder's next REQ finds the backlog full
+// and cannot take the real client's place back: it is dropped silently.
+//
+// Bug: the backlog's residual risk in docs/security.md (see
+// TestREQsFromOneSourceTakeAtMostItsShareOfTheBacklog).
+func TestFullBacklogMakesRoomForALighterSource(t *testing.T) {
+	hs := memHosts(t, nil, "10.12.4.1", "10.12.4.2", "10.12.4.3")
+	srv, forger, cli := hs[0], hs[1], hs[2]
+	fc := cmtest.NewFakeClock(time.Unix(4_300_000, 0))
+	for _, h := range hs {
+		require.NoError(t, rdmacm.Enable(h.dev, &rdmacm.Config{Clock: fc}))
+	}
+	ctx := testCtx(t)
+	l, err := rdmacm.Listen(srv.dev, ap("10.12.4.1:7481"), &rdmacm.ListenOptions{Backlog: 4, MaxPerSource: 4})
+	require.NoError(t, err)
+	defer l.Close()
+
+	results, stop := flooder(t, forger, l.Addr(), 4)
+	require.Eventually(t, func() bool { return rdmacm.Queued(l) == 4 }, 20*time.Second, time.Millisecond)
+
+	cliDial := make(chan dialed, 1)
+	go func() {
+		c, err := rdmacm.Dial(ctx, cli.qp(ib.RC), l.Addr(), nil)
+		cliDial <- dialed{c, err}
+	}()
+	require.Eventually(t, func() bool { return rdmacm.Counters(srv.dev)["rx_req"] == 5 }, 20*time.Second, time.Millisecond)
+	c := rdmacm.Counters(srv.dev)
+	require.Equal(t, uint64(1), c["req_evicted"], "the client's REQ made room")
+	require.Zero(t, c["req_dropped"])
+	require.Equal(t, 4, rdmacm.Queued(l))
+	var rej *rdmacm.RejectError
+	require.ErrorAs(t, <-results, &rej, "the evicted request's Dial")
+	require.Equal(t, mad.REJConsumerDefined, rej.Reason)
+
+	// The flooder's next REQ cannot push the client out again.
+	_, stop2 := flooder(t, forger, l.Addr(), 1)
+	require.Eventually(t, func() bool { return rdmacm.Counters(srv.dev)["req_dropped"] == 1 },
+		20*time.Second, time.Millisecond)
+	require.Equal(t, uint64(1), rdmacm.Counters(srv.dev)["req_evicted"])
+
+	a := acceptFrom(ctx, srv, l, cli.ip)
+	d := <-cliDial
+	require.NoError(t, d.err, "the real client connects on its first REQ")
+	got := <-a
+	require.NoError(t, got.err)
+	require.Equal(t, d.conn.LocalAddr(), got.conn.RemoteAddr())
+	stop()
+	stop2()
+	for range 3 {
+		err := <-results
+		require.True(t, errors.As(err, &rej) || errors.Is(err, context.Canceled), "a flooder's Dial ended with %v", err)
+	}
+}

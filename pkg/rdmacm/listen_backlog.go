@@ -1,0 +1,159 @@
+package rdmacm
+
+import (
+	"net/netip"
+	"sync"
+)
+
+// A listener's backlog: the requests waiting for Accept, oldest first,
+// with how many each source address holds.
+//
+// rdma_cm's backlog is one count (ucma's listen_ctx->backlog), so REQs
+// forged from one address with fresh source ports and comm IDs take all
+// of it, and a real client's REQ then finds it full and is dropped until
+// the application has accepted (and timed out on) every forged one. Two
+// rules keep one source from holding the whole backlog; neither changes
+// what an rdma_cm peer sees beyond what a busy kernel listener shows it:
+//
+//   - A source holds at most perSource requests. One more from it is
+//     turned away as a full backlog turns a REQ away (silently: its
+//     retransmission is a new request, admitted once Accept has taken
+//     one of that source's; a SIDR_REQ gets SIDR_REP REJECT), so a real
+//     client that opens many connections at once only waits for a retry.
+//   - A full backlog makes room for a source that holds fewer requests
+//     than the heaviest one by at least two: the heaviest source's oldest
+//     request is refused as Close refuses a queued request (REJ 28,
+//     consumer defined, what the kernel sends when a listener's
+//     application rejects or destroys a connect request it has not
+//     answered; SIDR_REP REJECT for a SIDR_REQ).
+//
+// Sources are IP addresses (Request's peer GID, unmapped), which the
+// REQ's GRH source and rdma_cm header agree on (fromHeaderSource). A
+// forger that spoofs many addresses still fills the backlog, one request
+// each; docs/security.md lists it.
+type backlog struct {
+	mu        sync.Mutex
+	reqs      []*Request         // oldest first
+	bySrc     map[netip.Addr]int // how many of reqs each source holds
+	max       int                // ListenOptions.Backlog
+	perSource int                // ListenOptions.MaxPerSource, resolved
+	// ready holds a token while reqs may be non-empty: Accept waits on it
+	// and takes the request under mu (a token without a request is a
+	// spurious wakeup, and Accept waits again).
+	ready chan struct{}
+}
+
+// admission is what admit decides for a request.
+type admission int
+
+const (
+	admitted     admission = iota // room: queue it
+	admitEvicted                  // room made: the victim was taken out
+	backlogFull                   // no room, and nobody to make room
+	sourceFull                    // its source holds perSource already
+)
+
+func newBacklog(max, perSource int) *backlog {
+	if perSource <= 0 {
+		perSource = (max + 1) / 2
+	}
+	return &backlog{max: max, perSource: min(perSource, max),
+		bySrc: make(map[netip.Addr]int), ready: make(chan struct{}, 1)}
+}
+
+// admit decides whether a request from src may be queued, and makes room
+// when the rules above say so: the victim it returns is out of the
+// backlog, unanswered, and the caller refuses it. Only the CM's handler
+// admits and queues (the device's cm.Manager runs its handlers one at a
+// time), so the room admit sees or makes stays until the handler pushes:
+// Accept and drain only take requests out.
+func (b *backlog) admit(src netip.Addr) (admission, *Request) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.bySrc[src]
+	if n >= b.perSource {
+		return sourceFull, nil
+	}
+	if len(b.reqs) < b.max {
+		return admitted, nil
+	}
+	// The heaviest source; among equals the one whose oldest request is
+	// oldest (the first met walking the queue from its head).
+	vi := -1
+	for i, r := range b.reqs {
+		if vi < 0 || b.bySrc[r.source()] > b.bySrc[b.reqs[vi].source()] {
+			vi = i
+		}
+	}
+	victim := b.reqs[vi]
+	if b.bySrc[victim.source()] < n+2 {
+		return backlogFull, nil // moving one would only swap who is heavier
+	}
+	b.removeLocked(vi)
+	return admitEvicted, victim
+}
+
+// push queues r; false when the backlog is full (a handler that did not
+// admit, or two handlers at once).
+func (b *backlog) push(r *Request) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.reqs) >= b.max {
+		return false
+	}
+	b.reqs = append(b.reqs, r)
+	b.bySrc[r.source()]++
+	b.signalLocked()
+	return true
+}
+
+// pop takes the oldest request, nil if there is none.
+func (b *backlog) pop() *Request {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.reqs) == 0 {
+		return nil
+	}
+	r := b.reqs[0]
+	b.removeLocked(0)
+	b.signalLocked() // another Accept may be waiting for the next
+	return r
+}
+
+// queued is how many requests wait.
+func (b *backlog) queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.reqs)
+}
+
+func (b *backlog) removeLocked(i int) {
+	src := b.reqs[i].source()
+	if b.bySrc[src]--; b.bySrc[src] <= 0 {
+		delete(b.bySrc, src)
+	}
+	copy(b.reqs[i:], b.reqs[i+1:])
+	b.reqs[len(b.reqs)-1] = nil
+	b.reqs = b.reqs[:len(b.reqs)-1]
+}
+
+// signalLocked leaves a token for a waiting Accept while requests wait.
+func (b *backlog) signalLocked() {
+	if len(b.reqs) == 0 {
+		return
+	}
+	select {
+	case b.ready <- struct{}{}:
+	default:
+	}
+}
+
+// source is the address a request counts against in its listener's
+// backlog.
+func (r *Request) source() netip.Addr { return r.peerGID.Unmap() }
+
+// Counters of the backlog's rules (Counters).
+const (
+	cntReqEvicted    = "req_evicted"
+	cntReqSourceFull = "req_source_full"
+)
