@@ -25,6 +25,8 @@ import (
 // index to 0: Modify accepts IBV_QP_QKEY and IBV_QP_PKEY_INDEX (INIT
 // requires them, as for any GSI QP) and ignores their values, as rxe
 // checks and sends QP1's packets with GSI_QKEY whatever qkey was set.
+// Query reports GSIQKey, the Q_Key QP1 uses; rxe's query reports the
+// value set (docs/DESIGN.md says why rxed does not).
 // Its SENDs carry GSIQKey whatever RemoteQKey the WR names, as rxe's
 // (init_req_packet): a GSI peer drops any other Q_Key.
 //
