@@ -99,6 +99,7 @@ var counterHelp = map[string]string{
 	"read_replies_kept":      "later READs whose whole replies came behind a gap, placed and not asked for again",
 	"ipv4_id_resync":         "IPv4 Identification windows re-anchored",
 	"mcast_no_member":        "multicast datagrams for a group no QP is attached to (ignored)",
+	"mcast_skipped":          "attached QPs that skipped a multicast datagram for their type or state (no drop, as rdma_rxe)",
 	"doorbell_batches":       "batches of posts kept for other posts to join them (DoorbellBatch)",
 	"drop_length":            "packets dropped: shorter than their headers and ICRC",
 	"drop_header":            "packets dropped: bad transport version, padding or length",

@@ -1,6 +1,7 @@
 package ib_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/rxed/rxed/pkg/ib"
@@ -61,4 +62,44 @@ func TestMcastDatagramCountsOnceInRcvdPkts(t *testing.T) {
 	port, err := od.dev.QueryPort(1)
 	require.NoError(t, err)
 	require.Equal(t, port0.QKeyViolCntr+2, port.QKeyViolCntr)
+}
+
+// An attached QP that refuses a multicast datagram for its state (a UD
+// QP attached in INIT, before RTR) skips it without a drop: rxe's
+// rxe_rcv_mcast_pkt runs check_type_state per QP and moves on, counting
+// nothing, after rxe_rcv counted the datagram in rcvd_pkts. rxed counted
+// it twice, in rcvd_pkts and under drop_state (the lead's audit of the
+// multicast counters, item 3). Its members that take it still do, and a
+// Q_Key refusal stays a drop (TestMcastDatagramCountsOnceInRcvdPkts).
+func TestMcastDatagramSkippedForStateCountsNoDrop(t *testing.T) {
+	n := transport.NewMemNetwork()
+	sd := openMcDev(t, n, "10.68.0.1", 1)
+	sender := sd.udQP(t, 0, mcQKey)
+	rd := openMcDev(t, n, "10.68.0.2", 1) // one worker: the marker comes last
+	m := rd.udQP(t, 0, mcQKey)
+	require.NoError(t, m.qp.AttachMcast(mcGroup, 0))
+	m.postRecvs(t, 4)
+	cq, err := rd.dev.CreateCQ(4)
+	require.NoError(t, err)
+	idle, err := rd.pd.CreateQP(ib.QPInitAttr{Type: ib.UD, SendCQ: cq, RecvCQ: cq,
+		Cap: ib.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	require.NoError(t, idle.Modify(&ib.QPAttr{State: ib.QPSInit, PortNum: 1, QKey: mcQKey},
+		ib.AttrState|ib.AttrPKeyIndex|ib.AttrPort|ib.AttrQKey))
+	require.NoError(t, idle.AttachMcast(mcGroup, 0))
+
+	before := rd.dev.Counters()
+	sender.send(t, mcGroup, ib.McastQPN, mcQKey, 1, 16)
+	m.recvFrom(t, sender, 1, 16, mcGroup)
+	m.marker(t, sender, mcQKey)
+	after := rd.dev.Counters()
+	require.Equal(t, before["rcvd_pkts"]+2, after["rcvd_pkts"], "the datagram and the marker")
+	for k, v := range after {
+		if strings.HasPrefix(k, "drop_") {
+			require.Equal(t, before[k], v, "%s: the QP in INIT skipped the datagram, no drop", k)
+		}
+	}
+	require.Equal(t, before["mcast_skipped"]+1, after["mcast_skipped"])
+	wcs := make([]ib.WC, 1)
+	require.Zero(t, cq.Poll(wcs), "the QP in INIT took nothing")
 }

@@ -162,6 +162,9 @@ type Engine struct {
 	// mcastNoMember counts datagrams for a multicast group with no QP
 	// attached here (mcast.go): not a drop, as in rdma_rxe.
 	mcastNoMember atomic.Uint64
+	// mcastSkipped counts an attached QP's refusals of a multicast
+	// datagram for its type or state (mcast.go): not a drop, as in rdma_rxe.
+	mcastSkipped atomic.Uint64
 	// doorbellBatches counts the batches of posts kept for others to
 	// join (CounterDoorbellBatches).
 	doorbellBatches atomic.Uint64
@@ -194,6 +197,11 @@ const CounterIPv4IDResync = "ipv4_id_resync"
 // CounterMcastNoMember counts multicast datagrams for a group no QP of the
 // device is attached to (it left, or never joined): ignored, not dropped.
 const CounterMcastNoMember = "mcast_no_member"
+
+// CounterMcastSkipped counts the attached QPs that skipped a multicast
+// datagram for their type or state (rxe_rcv_mcast_pkt's check_type_state:
+// the datagram is in rcvd_pkts already, and rxe counts the skip nowhere).
+const CounterMcastSkipped = "mcast_skipped"
 
 // CounterDoorbellBatches counts the batches of posts kept for other
 // posts to join them (Config.DoorbellBatch): 0 when the option is off or
@@ -585,6 +593,7 @@ func (e *Engine) Counters() map[string]uint64 {
 	}
 	m[CounterIPv4IDResync] = e.idResyncs.Load()
 	m[CounterMcastNoMember] = e.mcastNoMember.Load()
+	m[CounterMcastSkipped] = e.mcastSkipped.Load()
 	m[CounterDoorbellBatches] = e.doorbellBatches.Load()
 	return m
 }

@@ -38,11 +38,12 @@ import (
 // one detaches (transport.JoinGroup); a Conn that cannot join makes the
 // attach fail.
 //
-// Differences from rxe: a datagram refused by an attached QP is counted
-// under the drop reason (rxe counts a P_Key or Q_Key refusal in the
-// port's bad_pkey_cntr or qkey_viol_cntr, which pkg/ib's QueryPort reports
-// from drop_pkey and drop_qkey, and the rest nowhere); a datagram for a
-// group that has no QP attached counts as drop_qp.
+// Counting, as rxe: rcvd_pkts counts the datagram once before the
+// fan-out; an attached QP that refuses it for its P_Key or Q_Key counts
+// drop_pkey or drop_qkey (rxe's bad_pkey_cntr / qkey_viol_cntr, which
+// pkg/ib's QueryPort reports from them), one that refuses it for its type
+// or state counts no drop (mcast_skipped; rxe counts it nowhere). A
+// datagram for a group that has no QP attached counts mcast_no_member.
 
 // McastQPN is the destination QP number of a multicast datagram
 // (IB_MULTICAST_QPN).
@@ -377,7 +378,15 @@ func (w *worker) deliverMcast(q *qp.QP, p *wire.Packet, ri *qp.RecvInfo) {
 	}
 	w.ri = *ri
 	if r := q.Check(p, &w.ri, netip.Addr{}); r != qp.DropNone {
-		w.e.drop(r)
+		// rxe_rcv_mcast_pkt skips the QP: a P_Key or Q_Key refusal is
+		// counted in the port's bad_pkey_cntr or qkey_viol_cntr
+		// (check_keys; drop_pkey, drop_qkey here), a type or state one
+		// nowhere. The datagram is in rcvd_pkts already.
+		if r == qp.DropPKey || r == qp.DropQKey {
+			w.e.drop(r)
+		} else {
+			w.e.mcastSkipped.Add(1)
+		}
 		return
 	}
 	q.ReceiveCopy(w, p, &w.ri, w.clockNow()) // counted once in handleMcast
