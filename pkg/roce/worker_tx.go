@@ -79,9 +79,16 @@ func (w *worker) route(av *qp.AddrVector) (transport.Endpoint, error) {
 	if dport == 0 {
 		dport = transport.RoCEv2Port
 	}
+	// The AV's traffic class and hop limit go into the IP header of
+	// every packet on it, as rxe's prepare4/prepare6 put them: the
+	// requester's, and the responder's ACKs and READ responses (the QP's
+	// primary AV). A change of either is a change of endpoint: the batch
+	// is flushed, as the control messages are per send.
 	ep := transport.Endpoint{
-		Local:  localEP,
-		Remote: netip.AddrPortFrom(remote, dport),
+		Local:        localEP,
+		Remote:       netip.AddrPortFrom(remote, dport),
+		TrafficClass: av.TrafficClass,
+		HopLimit:     av.HopLimit,
 	}
 	if k := w.txN; k > 0 && ep != w.txEP {
 		// The packet was built in txBufs[k]; after the flush it becomes

@@ -13,8 +13,9 @@ import (
 // rxOOBSize holds an in6_pktinfo and a UDP_GRO cmsg with room to spare.
 const rxOOBSize = 128
 
-// txOOBSpace holds a UDP_SEGMENT and an IP(V6)_PKTINFO control message.
-var txOOBSpace = unix.CmsgSpace(2) + unix.CmsgSpace(unix.SizeofInet6Pktinfo)
+// txOOBSpace holds a UDP_SEGMENT and an IP(V6)_PKTINFO control message,
+// and the TOS and TTL ones of a non-default Endpoint (traffic_linux.go).
+var txOOBSpace = unix.CmsgSpace(2) + unix.CmsgSpace(unix.SizeofInet6Pktinfo) + txTrafficSpace
 
 // parseCmsgs reads the destination address (IP_PKTINFO / IPV6_PKTINFO) and
 // the GRO segment size without allocating.

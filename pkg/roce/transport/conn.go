@@ -33,8 +33,18 @@ const MaxDatagramSize = 9216
 // send, and sends to a link-local Remote on the interface it is bound to.
 // One bound to :: (on Linux) sends to a link-local Remote on the
 // interface that has Local's address.
+//
+// TrafficClass and HopLimit are the IP header's IPv4 TOS and TTL (IPv6
+// traffic class and hop limit). On send, the datagrams carry them, as
+// rdma_rxe puts an address vector's into every packet of a QP: 0 and 0
+// (or DefaultHopLimit) are the socket's own (TOS 0, TTL 64) and cost
+// nothing; other values are set per message (on Linux IP_TOS / IP_TTL or
+// IPV6_TCLASS / IPV6_HOPLIMIT control messages; the portable path and
+// the in-memory network ignore them). The ICRC masks both fields. On
+// receive they are 0 unless the Conn reports them (TrafficReporter).
 type Endpoint struct {
-	Local, Remote netip.AddrPort
+	Local, Remote          netip.AddrPort
+	TrafficClass, HopLimit uint8
 }
 
 // GIDAddr is a in the form GIDs and Endpoints carry addresses: an IPv4

@@ -240,21 +240,25 @@ func sockCallRaw(trap, fd uintptr, p2 unsafe.Pointer, a3, a4 uintptr, p5 unsafe.
 // writeBatch sends bufs (or, when bufs is nil, dgrams) to one destination
 // with sendmmsg, packing runs of equal-sized datagrams into single
 // UDP_SEGMENT messages when GSO is on. A valid from (only for
-// wildcard-bound sockets) sets the source address. A datagram the kernel
-// refuses does not stop the others: the error returned is a *SendError
+// wildcard-bound sockets) sets the source address, a non-zero tr the
+// TOS and TTL (traffic class and hop limit) of every datagram, as control
+// messages of each message (a GSO message's segments all get them). A
+// datagram the kernel refuses does not stop the others: the error
+// returned is a *SendError
 // naming the refused ones (their positions in bufs or dgrams) with the
 // first refusal, the rest of the batch having been sent; a socket closed
 // mid-batch refuses the rest, and its error is the one reported. sent and
 // sentBytes count the datagrams that went (every other one was refused),
 // each once: a GSO message the kernel refused is sent again one datagram
 // at a time and counts as those.
-func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, from netip.Addr) (sent int, sentBytes uint64, err error) {
+func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, from netip.Addr, tr ipTraffic) (sent int, sentBytes uint64, err error) {
 	y := &s.sys
 	y.txMu.Lock()
 	defer y.txMu.Unlock()
 	y.setName(to, s.is6)
 	ifindex := y.sourceIndex(from, to.Addr())
 	y.setSource(from, s.is6, ifindex)
+	y.setTraffic(s.is6, tr)
 	maxGSO := maxGSOBytes(s.is6)
 	gso := y.gso.Load() && gsoAllowed(s.is6, to.Addr())
 	src := txSource{bufs: bufs, dgrams: dgrams}
@@ -440,6 +444,7 @@ func (y *sockSys) pack(src *txSource, gso bool, maxGSO int) (msgs, used int) {
 		h.Flags = 0
 		oob := y.txOOB[msgs*txOOBSpace : (msgs+1)*txOOBSpace]
 		ol := copy(oob, y.txSrc)
+		ol += copy(oob[ol:], y.txTraf)
 		if cnt > 1 {
 			ol += putSegmentCmsg(oob[ol:], seg)
 		}

@@ -118,7 +118,7 @@ func (r *PcapRecorder) recordReceived(bufs [][]byte, sizes []int, eps []Endpoint
 	}
 	r.mu.Lock()
 	for i := range n {
-		r.record(&Gather{bufs[i][:sizes[i]]}, eps[i].Remote, eps[i].Local, true)
+		r.record(&Gather{bufs[i][:sizes[i]]}, eps[i].Remote, eps[i].Local, &eps[i], true)
 	}
 	r.mu.Unlock()
 }
@@ -149,7 +149,7 @@ func (r *PcapRecorder) Send(bufs [][]byte, ep Endpoint) error {
 			refused = refused[1:]
 			continue
 		}
-		r.record(&Gather{b}, src, ep.Remote, false)
+		r.record(&Gather{b}, src, ep.Remote, &ep, false)
 	}
 	return err
 }
@@ -180,7 +180,7 @@ func (r *PcapRecorder) SendGather(dgrams []Gather, ep Endpoint) error {
 			refused = refused[1:]
 			continue
 		}
-		r.record(&dgrams[i], src, ep.Remote, false)
+		r.record(&dgrams[i], src, ep.Remote, &ep, false)
 	}
 	return err
 }
@@ -207,9 +207,11 @@ func sourceFor(locals []netip.AddrPort, ep Endpoint) netip.AddrPort {
 	return netip.AddrPortFrom(la, ep.Local.Port())
 }
 
-// record writes one frame, the datagram g's pieces joined; the caller
-// holds r.mu. A received datagram is whole in g[0].
-func (r *PcapRecorder) record(g *Gather, src, dst netip.AddrPort, received bool) {
+// record writes one frame, the datagram g's pieces joined, with the TOS
+// and TTL (traffic class and hop limit) of ep: those a send set, or
+// those a receive reported (else the defaults); the caller holds r.mu.
+// A received datagram is whole in g[0].
+func (r *PcapRecorder) record(g *Gather, src, dst netip.AddrPort, ep *Endpoint, received bool) {
 	if r.err != nil {
 		return
 	}
@@ -229,6 +231,9 @@ func (r *PcapRecorder) record(g *Gather, src, dst netip.AddrPort, received bool)
 	binary.BigEndian.PutUint16(f[12:], uint16(et))
 	fl := wire.Flow{Src: netip.AddrPortFrom(s, src.Port()), Dst: netip.AddrPortFrom(d, dst.Port())}
 	ipLen := fl.PutHeaders(f[off:], n)
+	if ep.TrafficClass != 0 || ep.HopLimit != 0 {
+		wire.SetIPTraffic(f[off:], ep.TrafficClass, ep.HopLimit, 0)
+	}
 	if s.Is4() && received && !r.keep0 {
 		if v, id, dfClear := fl.VerifyIPv4(g[0]); v == wire.ICRCOK && (id != 0 || dfClear) {
 			wire.SetIPv4Unseen(f[off:], id, dfClear)

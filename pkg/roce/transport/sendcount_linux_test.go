@@ -92,9 +92,9 @@ func TestSendCountsEachDatagramOnce(t *testing.T) {
 						for i, b := range bufs { // three pieces each, as the engine's
 							g[i] = Gather{b[:len(b)/3], b[len(b)/3 : len(b)/2], b[len(b)/2:]}
 						}
-						err = c.write(s, nil, g, netip.MustParseAddrPort("127.0.0.2:4791"), netip.Addr{}, len(g))
+						err = c.write(s, nil, g, netip.MustParseAddrPort("127.0.0.2:4791"), netip.Addr{}, ipTraffic{}, len(g))
 					} else {
-						err = c.write(s, bufs, nil, netip.MustParseAddrPort("127.0.0.2:4791"), netip.Addr{}, len(bufs))
+						err = c.write(s, bufs, nil, netip.MustParseAddrPort("127.0.0.2:4791"), netip.Addr{}, ipTraffic{}, len(bufs))
 					}
 					if tc.writes > 0 {
 						y.rc = &closingRawConn{writes: tc.writes}

@@ -441,7 +441,7 @@ func (c *udpConn) Send(bufs [][]byte, ep Endpoint) error {
 			return ErrTooLarge
 		}
 	}
-	return c.write(s, bufs, nil, remote, from, len(bufs))
+	return c.write(s, bufs, nil, remote, from, trafficOf(ep), len(bufs))
 }
 
 // write sends the n datagrams of bufs or dgrams and counts those that
@@ -449,11 +449,11 @@ func (c *udpConn) Send(bufs [][]byte, ep Endpoint) error {
 // mid-batch), the others were still sent: they count in SentPackets and
 // the error, writeBatch's *SendError, names the rest, so each datagram is
 // counted once, sent or refused.
-func (c *udpConn) write(s *udpSocket, bufs [][]byte, dgrams []Gather, remote netip.AddrPort, from netip.Addr, n int) error {
+func (c *udpConn) write(s *udpSocket, bufs [][]byte, dgrams []Gather, remote netip.AddrPort, from netip.Addr, tr ipTraffic, n int) error {
 	if n == 0 {
 		return nil
 	}
-	sent, sentBytes, err := s.writeBatch(bufs, dgrams, remote, from)
+	sent, sentBytes, err := s.writeBatch(bufs, dgrams, remote, from, tr)
 	c.stats.sentPackets.Add(uint64(sent))
 	c.stats.sentBytes.Add(sentBytes)
 	return err
@@ -470,7 +470,7 @@ func (c *udpConn) SendGather(dgrams []Gather, ep Endpoint) error {
 			return ErrTooLarge
 		}
 	}
-	return c.write(s, nil, dgrams, remote, from, len(dgrams))
+	return c.write(s, nil, dgrams, remote, from, trafficOf(ep), len(dgrams))
 }
 
 // route picks the socket, destination and (for a wildcard-bound socket)

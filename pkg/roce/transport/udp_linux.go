@@ -51,6 +51,8 @@ type sockSys struct {
 	txNameN uint32
 	txSrc   []byte // the IP(V6)_PKTINFO cmsg selecting the source, or empty
 	txSrcB  [64]byte
+	txTraf  []byte // the TOS/TTL (traffic class/hop limit) cmsgs of a non-default Endpoint, or empty
+	txTrafB [64]byte
 	txOff   int
 	txEnd   int
 	txN     int

@@ -47,8 +47,9 @@ func (s *udpSocket) readBatchHooked(b *rxBatch, hold func() bool, release func()
 func (s *udpSocket) pollBatch(*rxBatch) (int, error) { return 0, nil }
 
 // writeBatch: the portable path's, which picks the source by the bound
-// address (the kernel's choice for a wildcard socket).
-func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, _ netip.Addr) (sent int, sentBytes uint64, err error) {
+// address (the kernel's choice for a wildcard socket) and sends with the
+// socket's TOS and TTL (a net.UDPConn has no per-datagram ones).
+func (s *udpSocket) writeBatch(bufs [][]byte, dgrams []Gather, to netip.AddrPort, _ netip.Addr, _ ipTraffic) (sent int, sentBytes uint64, err error) {
 	return s.writePortable(&s.sys.tx, bufs, dgrams, to)
 }
 

@@ -118,7 +118,7 @@ func TestWriteBatchSendsPastARefusedDatagram(t *testing.T) {
 				y.gso.Store(tc.gso)
 				k := &mtuKernel{t: t, y: y, mtu: 1500, gsoErr: gsoErr}
 				y.rc, y.sendFn = fakeRawConn{}, k.send
-				sent, _, err := s.writeBatch(dgramsOfLens(tc.lens...), nil, netip.MustParseAddrPort("127.0.0.2:4791"), netip.Addr{})
+				sent, _, err := s.writeBatch(dgramsOfLens(tc.lens...), nil, netip.MustParseAddrPort("127.0.0.2:4791"), netip.Addr{}, ipTraffic{})
 				if tc.wantErr == nil {
 					require.NoError(t, err)
 				} else {

@@ -1,0 +1,125 @@
+package roce
+
+import (
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/rxed/rxed/pkg/qp"
+	"github.com/rxed/rxed/pkg/roce/transport"
+	"github.com/rxed/rxed/pkg/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// trafficSpy is a Conn that records the TOS and TTL (Endpoint's
+// TrafficClass and HopLimit) each sent packet was handed on with.
+type trafficSpy struct {
+	transport.Conn
+	mu   sync.Mutex
+	sent []sentTraffic
+}
+
+type sentTraffic struct {
+	op          wire.Opcode
+	class, hops uint8
+}
+
+func (s *trafficSpy) Send(bufs [][]byte, ep transport.Endpoint) error {
+	s.mu.Lock()
+	for _, b := range bufs {
+		s.sent = append(s.sent, sentTraffic{wire.Opcode(b[0]), ep.TrafficClass, ep.HopLimit})
+	}
+	s.mu.Unlock()
+	return s.Conn.Send(bufs, ep)
+}
+
+func (s *trafficSpy) taken() []sentTraffic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sentTraffic(nil), s.sent...)
+}
+
+// spySide is a side whose sends the returned spy records.
+func spySide(t *testing.T, mn *transport.MemNetwork, addr string, typ qp.Type) (*side, *trafficSpy) {
+	t.Helper()
+	a := netip.MustParseAddr(addr)
+	c, err := mn.Listen(netip.AddrPortFrom(a, transport.RoCEv2Port))
+	require.NoError(t, err)
+	spy := &trafficSpy{Conn: c}
+	return sideOn(t, spy, a, typ, sideCap), spy
+}
+
+// TestPacketsCarryTheAVsTrafficClassAndHopLimit: every packet of an RC
+// QP leaves with its primary AV's traffic class and hop limit, as
+// rdma_rxe's prepare4/prepare6 put av->grh.traffic_class and hop_limit
+// into the IP header: the requester's WRITE, READ and SEND, and the
+// responder's ACKs and READ responses, each side with its own AV's. A UD
+// send carries its WR's AV's. Before: every Endpoint had 0 and 0 (the
+// socket's TOS 0, TTL 64).
+func TestPacketsCarryTheAVsTrafficClassAndHopLimit(t *testing.T) {
+	mn := transport.NewMemNetwork()
+	a, sa := spySide(t, mn, "10.0.0.1", qp.RC)
+	b, sb := spySide(t, mn, "10.0.0.2", qp.RC)
+	connectAV(t, a, b, qp.AddrVector{DGID: b.addr, TrafficClass: 0x68, HopLimit: 7})
+	connectAV(t, b, a, qp.AddrVector{DGID: a.addr, TrafficClass: 0x28, HopLimit: 9})
+	amr, _ := regMR(t, a, 8192)
+	bmr, _ := regMR(t, b, 8192)
+	sgl := []qp.SGE{{Addr: amr.IOVA(), Length: 3000, LKey: amr.LKey()}}
+	_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: 9, SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 8192, LKey: bmr.LKey()}}}})
+	require.NoError(t, err)
+	for i, op := range []qp.WROpcode{qp.WRRDMAWrite, qp.WRRDMARead, qp.WRSend} {
+		_, err := a.e.PostSend(a.q, []qp.SendWR{{ID: uint64(i), Opcode: op, Flags: qp.Signaled, SGL: sgl,
+			RemoteAddr: bmr.IOVA(), RKey: bmr.RKey()}})
+		require.NoError(t, err)
+		require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status, "%v", op)
+	}
+	require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
+
+	seen := map[wire.Opcode]bool{}
+	for _, p := range sa.taken() {
+		require.Equal(t, sentTraffic{p.op, 0x68, 7}, p, "a's %v", p.op)
+		seen[p.op] = true
+	}
+	for _, p := range sb.taken() {
+		require.Equal(t, sentTraffic{p.op, 0x28, 9}, p, "b's %v", p.op)
+		seen[p.op] = true
+	}
+	for _, op := range []wire.Opcode{wire.RCWriteFirst, wire.RCReadRequest, wire.RCSendLast,
+		wire.RCAck, wire.RCReadResponseFirst, wire.RCReadResponseLast} {
+		require.True(t, seen[op], "no %v sent", op)
+	}
+}
+
+// TestUDSendCarriesTheWRsTrafficClassAndHopLimit: a UD send's packets
+// carry the traffic class and hop limit of its WR's AV (rxe: the AH's).
+func TestUDSendCarriesTheWRsTrafficClassAndHopLimit(t *testing.T) {
+	mn := transport.NewMemNetwork()
+	a, sa := spySide(t, mn, "10.0.0.1", qp.UD)
+	b := newSide(t, mn, "10.0.0.2", qp.UD)
+	udReady(t, a)
+	udReady(t, b)
+	amr, _ := regMR(t, a, 256)
+	bmr, _ := regMR(t, b, 256)
+	_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: 9, SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 256, LKey: bmr.LKey()}}}})
+	require.NoError(t, err)
+	_, err = a.e.PostSend(a.q, []qp.SendWR{{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled,
+		SGL:       []qp.SGE{{Addr: amr.IOVA(), Length: 100, LKey: amr.LKey()}},
+		RemoteQPN: b.q.Num(), RemoteQKey: 0x1234, AV: qp.AddrVector{DGID: b.addr, TrafficClass: 0xb8, HopLimit: 3}}})
+	require.NoError(t, err)
+	require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status)
+	require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
+	require.Equal(t, []sentTraffic{{wire.UDSendOnly, 0xb8, 3}}, sa.taken())
+}
+
+// connectAV moves s's RC QP to RTS towards peer's with primary AV av.
+func connectAV(t *testing.T, s, peer *side, av qp.AddrVector) {
+	t.Helper()
+	require.NoError(t, s.e.ModifyQP(s.q, &qp.Attr{State: qp.Init, PortNum: 1, AccessFlags: allRemote},
+		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags))
+	require.NoError(t, s.e.ModifyQP(s.q, &qp.Attr{State: qp.RTR, AV: av, PathMTU: qp.MTU1024,
+		DestQPN: peer.q.Num(), RQPSN: 100, MaxDestRdAtomic: 16, MinRNRTimer: 1},
+		qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer))
+	require.NoError(t, s.e.ModifyQP(s.q, &qp.Attr{State: qp.RTS, SQPSN: 100, Timeout: 14, RetryCnt: 7,
+		RNRRetry: 7, MaxRdAtomic: 16},
+		qp.AttrState|qp.AttrSQPSN|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|qp.AttrMaxQPRdAtomic))
+}

@@ -1,0 +1,47 @@
+package transport
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPcapRecorderWritesTrafficClass: a frame the recorder writes for a
+// send carries the Endpoint's TOS and TTL (IPv6 traffic class and hop
+// limit), as the kernel sends them (TestKernelSendsTrafficClassAndHopLimit),
+// with a valid IPv4 header checksum, and its ICRC still verifies (the
+// ICRC masks both); a default Endpoint's frame keeps TOS 0 and TTL 64.
+// Before: every frame had TOS 0 and TTL 64.
+func TestPcapRecorderWritesTrafficClass(t *testing.T) {
+	for _, fam := range []struct{ src, dst string }{{"10.0.0.1:1", "10.0.0.2:1"}, {"[fd00::1]:1", "[fd00::2]:1"}} {
+		mn := NewMemNetwork()
+		a, _ := mn.Listen(ap(fam.src))
+		b, _ := mn.Listen(ap(fam.dst))
+		var w bytes.Buffer
+		ra, err := NewPcapRecorder(a, &w, PcapOptions{Clock: func() time.Time { return time.Unix(1, 0) }})
+		require.NoError(t, err)
+		fl := wire.Flow{Src: ap(fam.src), Dst: ap(fam.dst)}
+		p := rocePacket(1, 64)
+		fl.Seal(p)
+		require.NoError(t, ra.Send([][]byte{p}, Endpoint{Remote: fl.Dst, TrafficClass: 0x68, HopLimit: 7}))
+		require.NoError(t, ra.Send([][]byte{p}, Endpoint{Remote: fl.Dst}))
+		receiveN(t, b, 2, MaxDatagramSize)
+		frames := readPcap(t, w.Bytes())
+		require.Len(t, frames, 2)
+		for i, want := range []struct{ class, hops uint8 }{{0x68, 7}, {0, 64}} {
+			f := frames[i]
+			require.Equal(t, wire.ICRCOK, icrcOK(f), "frame %d: ICRC", i)
+			if f.ip4 != nil {
+				require.Equal(t, want.class, f.ip4.TOS, "frame %d: TOS", i)
+				require.Equal(t, want.hops, f.ip4.TTL, "frame %d: TTL", i)
+				require.Zero(t, wire.IPv4Checksum(f.ip4.Contents), "frame %d: header checksum", i)
+				continue
+			}
+			require.Equal(t, want.class, f.ip6.TrafficClass, "frame %d: traffic class", i)
+			require.Equal(t, want.hops, f.ip6.HopLimit, "frame %d: hop limit", i)
+		}
+	}
+}

@@ -1,0 +1,60 @@
+//go:build linux
+
+package transport
+
+import (
+	"encoding/binary"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// txTrafficSpace is the room of the control messages putTrafficCmsgs
+// writes: two, each an int.
+var txTrafficSpace = 2 * unix.CmsgSpace(4)
+
+// putTrafficCmsgs writes into b the control messages that give a
+// datagram t's IP header fields (none for a zero t) and returns the
+// bytes they took; b must hold txTrafficSpace. The kernel takes an int
+// for each (ip_cmsg_send, ip6_datagram_send_ctl): IP_TOS and IP_TTL over
+// IPv4, IPV6_TCLASS and IPV6_HOPLIMIT over IPv6. A hop limit of 0 is
+// the socket's (an IP_TTL of 0 is refused).
+func putTrafficCmsgs(b []byte, is6 bool, t ipTraffic) int {
+	classLevel, classType := unix.IPPROTO_IP, unix.IP_TOS
+	hopsLevel, hopsType := unix.IPPROTO_IP, unix.IP_TTL
+	if is6 {
+		classLevel, classType = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+		hopsLevel, hopsType = unix.IPPROTO_IPV6, unix.IPV6_HOPLIMIT
+	}
+	n := 0
+	if t.class != 0 {
+		n += putIntCmsg(b[n:], classLevel, classType, int32(t.class))
+	}
+	if t.hops != 0 {
+		n += putIntCmsg(b[n:], hopsLevel, hopsType, int32(t.hops))
+	}
+	return n
+}
+
+// putIntCmsg writes one control message carrying an int and returns
+// its space.
+func putIntCmsg(b []byte, level, typ int, v int32) int {
+	sp := unix.CmsgSpace(4)
+	clear(b[:sp])
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level, h.Type = int32(level), int32(typ)
+	h.SetLen(unix.CmsgLen(4))
+	binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(v))
+	return sp
+}
+
+// setTraffic prepares the control messages of t for the messages of a
+// send (pack copies them into each); none for the socket's defaults, so
+// that the common send adds nothing but this compare.
+func (y *sockSys) setTraffic(is6 bool, t ipTraffic) {
+	if t == (ipTraffic{}) {
+		y.txTraf = y.txTrafB[:0]
+		return
+	}
+	y.txTraf = y.txTrafB[:putTrafficCmsgs(y.txTrafB[:], is6, t)]
+}

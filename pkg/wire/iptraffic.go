@@ -1,0 +1,25 @@
+package wire
+
+import "encoding/binary"
+
+// SetIPTraffic writes into the IP header ip (20 bytes of IPv4 or 40 of
+// IPv6, as PutIPHeader wrote it) the fields a sender chooses per packet
+// and the ICRC masks: the TOS and TTL of IPv4 (then fixing the header
+// checksum), or the traffic class, flow label (20 bits) and hop limit of
+// IPv6. A hop limit of 0 leaves the header's (64): rxed sends 0 as the
+// socket's default.
+func SetIPTraffic(ip []byte, class, hopLimit uint8, flowLabel uint32) {
+	if ip[0]>>4 == 4 {
+		ip[1] = class
+		if hopLimit != 0 {
+			ip[8] = hopLimit
+		}
+		ip[10], ip[11] = 0, 0
+		binary.BigEndian.PutUint16(ip[10:], IPv4Checksum(ip[:20]))
+		return
+	}
+	binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(class)<<20|flowLabel&0xFFFFF)
+	if hopLimit != 0 {
+		ip[7] = hopLimit
+	}
+}
