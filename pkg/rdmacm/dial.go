@@ -79,7 +79,7 @@ func Dial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p *ConnParam) (*C
 		QPN: q.Num(), StartingPSN: psn, TransportType: transport,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 		RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount,
-		PathMTU: uint8(mtu), PacketLifeTime: packetLifeTime, HopLimit: hopLimit,
+		PathMTU: uint8(mtu), PacketLifeTime: packetLifeTime, HopLimit: hopLimit, TrafficClass: p.TOS,
 		SRQ: usesSRQ(q), PrivateData: priv,
 	}, c.onEvent)
 	if err != nil {

@@ -62,6 +62,15 @@ type ConnParam struct {
 	// ACKTimeout overrides the local ACK timeout exponent (rdma_cm's
 	// RDMA_OPTION_ID_ACK_TIMEOUT); 0 derives it from the CM exchange.
 	ACKTimeout uint8
+	// TOS is the connection's IP TOS (IPv6 traffic class: DSCP and ECN),
+	// rdma_cm's RDMA_OPTION_ID_TOS, for Dial: on RoCE cma.c makes it the
+	// path's traffic class (cma_resolve_iboe_route), so it travels in
+	// the REQ's primary path and both QPs' AVs carry it, and with them
+	// every packet of the connection, ACKs and READ responses included.
+	// 0 is rdma_cm's default (default_roce_tos 0). Accept's QP takes the
+	// REQ's traffic class whatever this says, as the kernel's passive
+	// side builds its AV from the REQ's path.
+	TOS uint8
 	// Local is our address for Dial (a GID of the device); invalid means
 	// the device's first GID of the peer's family.
 	Local netip.Addr
@@ -179,7 +188,7 @@ func activeSetup(dev *ib.Device, p *ConnParam, local, peer netip.Addr, mtu ib.MT
 			SGIDIndex: dev.GIDIndex(local), PSN: rep.StartingPSN, AccessFlags: initAccess(p.ResponderResources),
 			Timeout: avTimeout, RetryCnt: min(p.RetryCount, maxRetry), RNRRetry: rep.RNRRetryCount,
 			MinRNRTimer: p.MinRNRTimer, MaxRdAtomic: p.InitiatorDepth, MaxDestRdAtomic: p.ResponderResources,
-			HopLimit: hopLimit,
+			HopLimit: hopLimit, TrafficClass: p.TOS,
 		},
 	}
 	if p.ACKTimeout != 0 {
