@@ -56,6 +56,11 @@ type RecvInfo struct {
 	// not see the header, and a UD GRH holds it whole (grh.go).
 	IPv4ID      uint16
 	IPv4DFClear bool
+	// TrafficClass and HopLimit are the IP header's TOS and TTL (IPv6
+	// traffic class and hop limit) when the transport reported them
+	// (HopLimit not 0: a received packet's TTL is at least 1), for a UD
+	// GRH; else the GRH has Linux's defaults.
+	TrafficClass, HopLimit uint8
 }
 
 // Config creates a QP (ibv_qp_init_attr plus what the engine supplies).

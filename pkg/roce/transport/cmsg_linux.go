@@ -10,8 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rxOOBSize holds an in6_pktinfo and a UDP_GRO cmsg with room to spare.
-const rxOOBSize = 128
+// rxOOBSize holds an in6_pktinfo, UDP_GRO and SO_RXQ_OVFL cmsgs and the
+// traffic class and hop limit ones (ReportTraffic): 136 bytes on 64-bit.
+const rxOOBSize = 160
 
 // txOOBSpace holds a UDP_SEGMENT and an IP(V6)_PKTINFO control message,
 // and the TOS and TTL ones of a non-default Endpoint (traffic_linux.go).
@@ -37,6 +38,8 @@ func (s *udpSocket) parseCmsgs(m *rxMsg, oob []byte) {
 			m.segSize = int(binary.NativeEndian.Uint32(data))
 		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
 			s.noteOverflow(binary.NativeEndian.Uint32(data))
+		default:
+			parseTrafficCmsg(m, h.Level, h.Type, data) // only while ReportTraffic is on
 		}
 		next := unix.CmsgSpace(l - unix.CmsgLen(0))
 		if next > len(oob) {

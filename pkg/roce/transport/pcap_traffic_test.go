@@ -45,3 +45,44 @@ func TestPcapRecorderWritesTrafficClass(t *testing.T) {
 		}
 	}
 }
+
+// countingReporter counts ReportTraffic calls.
+type countingReporter struct {
+	Conn
+	n int
+}
+
+func (c *countingReporter) ReportTraffic(on bool) error {
+	if on {
+		c.n++
+	} else {
+		c.n--
+	}
+	return nil
+}
+
+// TestWrappersPassReportTrafficOn: Faulty, the pcap recorder and the
+// receive filter (which the daemon's traffic accounting embeds) pass
+// ReportTraffic to the Conn they wrap, so the engine reaches the socket
+// through ib.OpenDevice's stack.
+func TestWrappersPassReportTrafficOn(t *testing.T) {
+	mn := NewMemNetwork()
+	c, err := mn.Listen(ap("10.0.0.1:1"))
+	require.NoError(t, err)
+	inner := &countingReporter{Conn: c}
+	var stack Conn = NewFaulty(inner, FaultConfig{})
+	stack, err = NewPcapRecorder(stack, &bytes.Buffer{}, PcapOptions{})
+	require.NoError(t, err)
+	stack = NewRxFilterConn(stack, nil)
+	t.Cleanup(func() { stack.Close() })
+	r, ok := stack.(TrafficReporter)
+	require.True(t, ok)
+	require.NoError(t, r.ReportTraffic(true))
+	require.Equal(t, 1, inner.n)
+	require.NoError(t, r.ReportTraffic(false))
+	require.Zero(t, inner.n)
+	// An inner Conn that cannot report: no error, nothing reported.
+	f := NewFaulty(c, FaultConfig{})
+	t.Cleanup(func() { f.Close() })
+	require.NoError(t, f.ReportTraffic(true))
+}

@@ -1,5 +1,7 @@
 package transport
 
+import "net/netip"
+
 // DefaultHopLimit is the TTL (IPv6 hop limit) a socket sends with unless
 // told otherwise: Linux's ip_default_ttl and hop_limit, which rdma_cm's
 // path records carry too (cma.c takes the route's hop limit).
@@ -32,3 +34,56 @@ func trafficOf(ep Endpoint) ipTraffic {
 type TrafficReporter interface {
 	ReportTraffic(on bool) error
 }
+
+// endpoint is the Endpoint m was received on, at port (the socket's).
+func (m *rxMsg) endpoint(port uint16) Endpoint {
+	return Endpoint{Local: netip.AddrPortFrom(m.local, port), Remote: m.remote, TrafficClass: m.class, HopLimit: m.hops}
+}
+
+// ReportTraffic implements TrafficReporter: the first user switches the
+// kernel's TOS and TTL control messages on for every socket, the last
+// one off (trafficUsers counts them, under trafficMu).
+func (c *udpConn) ReportTraffic(on bool) error {
+	c.trafficMu.Lock()
+	defer c.trafficMu.Unlock()
+	switch {
+	case on:
+		c.trafficUsers++
+		if c.trafficUsers != 1 {
+			return nil
+		}
+	case c.trafficUsers == 0:
+		return nil
+	default:
+		c.trafficUsers--
+		if c.trafficUsers != 0 {
+			return nil
+		}
+	}
+	var err error
+	for _, s := range c.socks {
+		if e := s.recvTraffic(on); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+// reportTraffic is ReportTraffic for a wrapper of inner: inner's, when
+// it reports; else nothing is reported, and asking is no error.
+func reportTraffic(inner Conn, on bool) error {
+	if r, ok := inner.(TrafficReporter); ok {
+		return r.ReportTraffic(on)
+	}
+	return nil
+}
+
+// ReportTraffic implements TrafficReporter: the inner Conn's.
+func (f *Faulty) ReportTraffic(on bool) error { return reportTraffic(f.inner, on) }
+
+// ReportTraffic implements TrafficReporter: the inner Conn's.
+func (r *PcapRecorder) ReportTraffic(on bool) error { return reportTraffic(r.inner, on) }
+
+// ReportTraffic implements TrafficReporter: the inner Conn's (the
+// daemon's traffic accounting embeds an RxFilterConn).
+func (c *RxFilterConn) ReportTraffic(on bool) error { return reportTraffic(c.Conn, on) }

@@ -58,3 +58,48 @@ func (y *sockSys) setTraffic(is6 bool, t ipTraffic) {
 	}
 	y.txTraf = y.txTrafB[:putTrafficCmsgs(y.txTrafB[:], is6, t)]
 }
+
+// recvTraffic switches the kernel's control messages carrying a received
+// datagram's TOS and TTL (IPv6 traffic class and hop limit) on or off.
+// Off, parseCmsgs meets none: a receive costs nothing more than before.
+func (s *udpSocket) recvTraffic(on bool) error {
+	v := 0
+	if on {
+		v = 1
+	}
+	var err error
+	cerr := s.sys.rc.Control(func(fd uintptr) {
+		f := int(fd)
+		if s.is6 {
+			err = unix.SetsockoptInt(f, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, v)
+			if err == nil {
+				err = unix.SetsockoptInt(f, unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, v)
+			}
+			return
+		}
+		err = unix.SetsockoptInt(f, unix.IPPROTO_IP, unix.IP_RECVTOS, v)
+		if err == nil {
+			err = unix.SetsockoptInt(f, unix.IPPROTO_IP, unix.IP_RECVTTL, v)
+		}
+	})
+	if cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// parseTrafficCmsg takes a received datagram's TOS or TTL (IPv6 traffic
+// class or hop limit) from one control message into m, if it is one:
+// IP_TOS carries a byte (ip_cmsg_recv_tos), the others an int.
+func parseTrafficCmsg(m *rxMsg, level, typ int32, data []byte) {
+	switch {
+	case level == unix.IPPROTO_IP && typ == unix.IP_TOS && len(data) >= 1:
+		m.class = data[0]
+	case level == unix.IPPROTO_IP && typ == unix.IP_TTL && len(data) >= 4:
+		m.hops = uint8(binary.NativeEndian.Uint32(data))
+	case level == unix.IPPROTO_IPV6 && typ == unix.IPV6_TCLASS && len(data) >= 4:
+		m.class = uint8(binary.NativeEndian.Uint32(data))
+	case level == unix.IPPROTO_IPV6 && typ == unix.IPV6_HOPLIMIT && len(data) >= 4:
+		m.hops = uint8(binary.NativeEndian.Uint32(data))
+	}
+}

@@ -142,8 +142,9 @@ func TestKernelSendsTrafficClassAndHopLimit(t *testing.T) {
 }
 
 // TestUDPSteadyStateAllocsWithTraffic: a send with a non-default TOS and
-// TTL builds its control messages in the socket's own memory: still no
-// allocation per datagram, alone (sendmsg) or in GSO runs.
+// TTL builds its control messages in the socket's own memory, and a
+// receive that reports them parses them in place: still no allocation
+// per datagram, alone (sendmsg) or in GSO runs.
 func TestUDPSteadyStateAllocsWithTraffic(t *testing.T) {
 	for _, m := range offloadModes {
 		t.Run(m.name, func(t *testing.T) {
@@ -155,6 +156,8 @@ func TestUDPSteadyStateAllocsWithTraffic(t *testing.T) {
 			}
 			r := newRxSet(64, 2048)
 			ep := Endpoint{Remote: b.LocalAddrs()[0], TrafficClass: 0x68, HopLimit: 7}
+			// The receiver reports them too (a UD QP exists).
+			require.NoError(t, b.(TrafficReporter).ReportTraffic(true))
 			g := guardReceives(t, b)
 			round := func() {
 				if err := a.Send(bufs, ep); err != nil {
@@ -178,4 +181,62 @@ func TestUDPSteadyStateAllocsWithTraffic(t *testing.T) {
 			require.Less(t, allocs/float64(len(bufs)+1), 0.05, "allocations per datagram")
 		})
 	}
+}
+
+// TestParseTrafficCmsgs: the received TOS (a byte, ip_cmsg_recv_tos) and
+// TTL (an int), IPv6 traffic class and hop limit (ints), among the other
+// control messages; without them (reporting off) both stay 0.
+func TestParseTrafficCmsgs(t *testing.T) {
+	u8 := func(v byte) []byte { return []byte{v} }
+	for _, tc := range []struct {
+		name        string
+		oob         []byte
+		class, hops uint8
+	}{
+		{name: "none", oob: pktinfo4("0.0.0.0", "10.0.0.2")},
+		{name: "IPv4", oob: cat(pktinfo4("0.0.0.0", "10.0.0.2"), cmsg(unix.IPPROTO_IP, unix.IP_TOS, u8(0x68)),
+			cmsg(unix.IPPROTO_IP, unix.IP_TTL, u32(7))), class: 0x68, hops: 7},
+		{name: "IPv6", oob: cat(cmsg(unix.IPPROTO_IPV6, unix.IPV6_HOPLIMIT, u32(255)), pktinfo6("fd00::2"),
+			cmsg(unix.IPPROTO_IPV6, unix.IPV6_TCLASS, u32(0xb8))), class: 0xb8, hops: 255},
+		{name: "TTL only, then GRO", oob: cat(cmsg(unix.IPPROTO_IP, unix.IP_TTL, u32(1)),
+			cmsg(unix.SOL_UDP, unix.UDP_GRO, u32(1000))), hops: 1},
+		{name: "short TTL ignored", oob: cmsg(unix.IPPROTO_IP, unix.IP_TTL, []byte{9, 0})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := rxMsg{class: 1, hops: 1}
+			m.class, m.hops = 0, 0 // as finishRead resets them
+			cmsgSocket().parseCmsgs(&m, tc.oob)
+			require.Equal(t, tc.class, m.class, "TOS / traffic class")
+			require.Equal(t, tc.hops, m.hops, "TTL / hop limit")
+		})
+	}
+}
+
+// TestReportTraffic: a Conn reports received TOS and TTL in the Endpoint
+// while any user asked (the engine: a UD QP exists), and not before nor
+// after the last one let go.
+func TestReportTraffic(t *testing.T) {
+	a := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo1}})
+	b := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo2}})
+	r := b.(TrafficReporter)
+	ep := Endpoint{Remote: b.LocalAddrs()[0], TrafficClass: 0x68, HopLimit: 7}
+	roundTrip := func() Endpoint {
+		t.Helper()
+		require.NoError(t, a.Send([][]byte{{1, 2, 3}}, ep))
+		got := receiveN(t, b, 1, 64)
+		return got[0].ep
+	}
+	plain := roundTrip()
+	require.Equal(t, [2]uint8{0, 0}, [2]uint8{plain.TrafficClass, plain.HopLimit}, "not reported")
+	require.NoError(t, r.ReportTraffic(true))
+	require.NoError(t, r.ReportTraffic(true))
+	got := roundTrip()
+	require.Equal(t, [2]uint8{0x68, 7}, [2]uint8{got.TrafficClass, got.HopLimit}, "reported")
+	require.NoError(t, r.ReportTraffic(false))
+	got = roundTrip()
+	require.Equal(t, [2]uint8{0x68, 7}, [2]uint8{got.TrafficClass, got.HopLimit}, "one user left")
+	require.NoError(t, r.ReportTraffic(false))
+	got = roundTrip()
+	require.Equal(t, [2]uint8{0, 0}, [2]uint8{got.TrafficClass, got.HopLimit}, "off again")
+	require.NoError(t, r.ReportTraffic(false), "one false too many is no error")
 }

@@ -53,6 +53,11 @@ type rxMsg struct {
 	local   netip.Addr
 	segSize int
 	trunc   bool
+	// class and hops are the IP header's TOS and TTL (IPv6 traffic
+	// class and hop limit) while the Conn reports them (ReportTraffic),
+	// else 0. Coalesced (GRO) datagrams share them: the kernel's GRO
+	// merges only packets whose TOS and TTL agree.
+	class, hops uint8
 }
 
 // rxBatch is a set of receive slots owned by one socket. It travels from the
@@ -103,8 +108,11 @@ type udpConn struct {
 	releaseFn func()      // releaseRead, bound once
 	direct    *udpSocket  // the only socket, read by Receive itself (no reader goroutine)
 	cur       *rxBatch
-	curMsg    int // index of the message being copied out
-	curOff    int // byte offset of the next datagram inside it
+	// trafficUsers counts ReportTraffic's users (under trafficMu).
+	trafficMu    sync.Mutex
+	trafficUsers int
+	curMsg       int // index of the message being copied out
+	curOff       int // byte offset of the next datagram inside it
 }
 
 // OpenUDP opens one unconnected UDP socket per address in cfg.Addrs and
@@ -394,7 +402,7 @@ func (c *udpConn) lend(pkts [][]byte, eps []Endpoint, leases []*Lease) int {
 			break
 		}
 		pkts[n] = d
-		eps[n] = Endpoint{Local: netip.AddrPortFrom(m.local, b.sock.local.Port()), Remote: m.remote}
+		eps[n] = m.endpoint(b.sock.local.Port())
 		leases[n] = &b.lease
 		nb += uint64(len(d))
 		n++
@@ -421,7 +429,7 @@ func (c *udpConn) drain(bufs [][]byte, sizes []int, eps []Endpoint) int {
 			continue
 		}
 		sizes[n] = copy(bufs[n], d)
-		eps[n] = Endpoint{Local: netip.AddrPortFrom(m.local, b.sock.local.Port()), Remote: m.remote}
+		eps[n] = m.endpoint(b.sock.local.Port())
 		nb += uint64(len(d))
 		n++
 	}
