@@ -158,8 +158,8 @@ type RDMAConfig struct {
 }
 
 // DialRDMA joins the ring on dev: listens for the previous rank, dials the
-// next (retrying until Timeout while it is not up yet), and checks that
-// both agree on the ring.
+// next (retrying with a growing wait, backoff.go, until Timeout while it
+// is not up yet), and checks that both agree on the ring.
 func DialRDMA(ctx context.Context, dev *ib.Device, cfg Config, rc RDMAConfig) (*Ring, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
@@ -476,6 +476,7 @@ const ackTimeout = 16
 
 func (l *rdmaLink) dialNext(ctx context.Context, next netip.AddrPort) error {
 	mine := hello{rank: l.cfg.Rank, ranks: l.cfg.Ranks, count: l.cfg.Count}
+	retry := l.cfg.joinRetry()
 	for {
 		c, err := rdmacm.Dial(ctx, l.qpNext, next, &rdmacm.ConnParam{PrivateData: mine.append(nil),
 			RetryCount: 7, RNRRetryCount: 7, ACKTimeout: ackTimeout, Timeout: time.Second})
@@ -525,10 +526,7 @@ func (l *rdmaLink) dialNext(ctx context.Context, next netip.AddrPort) error {
 				}
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
+		retry.wait(ctx)
 	}
 }
 

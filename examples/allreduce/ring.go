@@ -24,6 +24,12 @@ type Config struct {
 	// also says when spinning costs more than it saves). The TCP ring
 	// ignores it: its reads sleep in the netpoller.
 	Spin time.Duration
+
+	// joinAfter times the waits between attempts to join the next rank
+	// (backoff.go; nil is time.After) and joinSeed seeds their jitter (0:
+	// from the rank): tests drive the join without sleeping.
+	joinAfter func(time.Duration) <-chan time.Time
+	joinSeed  uint64
 }
 
 // MaxRanks is the most ranks a ring has: the hello carries a rank and

@@ -197,16 +197,14 @@ func (l *tcpLink) acceptPrev(ctx context.Context, ln net.Listener) error {
 
 func (l *tcpLink) dialNext(ctx context.Context, addr string) error {
 	var d net.Dialer
+	retry := l.cfg.joinRetry()
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("allreduce: rank %d: could not connect to rank %d at %s within %v: %v", l.cfg.Rank, l.cfg.next(), addr, l.cfg.Timeout, err)
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
+			retry.wait(ctx) // not listening yet (backoff.go)
 			continue
 		}
 		dl, _ := ctx.Deadline()
