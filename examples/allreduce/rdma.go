@@ -16,6 +16,9 @@ import (
 // in place (registered memory over RDMA). Not safe for concurrent use.
 type Ring struct {
 	ring
+	// failed is the first failed AllReduce's error, which every later
+	// AllReduce returns (ringFailedError).
+	failed    error
 	closeOnce sync.Once
 	closeFn   func() error
 }
@@ -26,12 +29,17 @@ func (r *Ring) Data() []float32 { return r.data }
 // AllReduce sums every rank's Data in place. On error both neighbours
 // have been told this rank left (its DREQs sent, or its TCP streams
 // closed) and the ring must not be used again; Close frees it and joins
-// its goroutines. AllReduce does not wait for the neighbours' answers: a
+// its goroutines; a later AllReduce returns ErrRingFailed with the first
+// error at once. AllReduce does not wait for the neighbours' answers: a
 // dead neighbour never sends its DREP, and waiting it out (Close's bound,
 // a second) made every ring failure a second late (docs/workloads.md).
 func (r *Ring) AllReduce(ctx context.Context) error {
+	if r.failed != nil {
+		return r.failed
+	}
 	if err := r.allReduce(ctx); err != nil {
 		r.l.hangUp()
+		r.failed = &ringFailedError{r.cfg.Rank, err}
 		return err
 	}
 	return nil
