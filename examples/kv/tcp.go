@@ -23,6 +23,10 @@ type TCPServer struct {
 	app *App
 	ln  net.Listener
 	wg  sync.WaitGroup
+	// lingerSlots holds one token per refused connection lingering
+	// (lingeringClose), at most maxLingering; lingerTime bounds each.
+	lingerSlots chan struct{}
+	lingerTime  time.Duration
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -30,8 +34,13 @@ type TCPServer struct {
 }
 
 // ServeTCP serves a's table on ln until Close.
-func ServeTCP(a *App, ln net.Listener) *TCPServer {
-	s := &TCPServer{app: a, ln: ln, conns: map[net.Conn]struct{}{}}
+func ServeTCP(a *App, ln net.Listener) *TCPServer { return serveTCP(a, ln, lingerTime) }
+
+// serveTCP is ServeTCP with each refused connection's linger bounded by
+// linger (tests: longer than the test).
+func serveTCP(a *App, ln net.Listener, linger time.Duration) *TCPServer {
+	s := &TCPServer{app: a, ln: ln, conns: map[net.Conn]struct{}{},
+		lingerSlots: make(chan struct{}, maxLingering), lingerTime: linger}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s
@@ -96,7 +105,7 @@ func (s *TCPServer) serve(c net.Conn) {
 			out = appendResponse(out[:0], oversizeStatus(msg), binary.LittleEndian.Uint32(msg[8:]), nil)
 			if n > maxDiscard {
 				if _, err := c.Write(out); err == nil {
-					lingeringClose(c, r, int64(n))
+					s.lingeringClose(c, r, int64(n))
 				}
 				return
 			}

@@ -9,10 +9,12 @@ import (
 
 // Bounds of lingeringClose: what a refused client may still send is read
 // away up to its claimed length, at most lingerBytes, for at most
-// lingerTime, after which the connection is closed whatever remains.
+// lingerTime, after which the connection is closed whatever remains; at
+// most maxLingering connections linger at once.
 const (
-	lingerBytes = 32 << 20
-	lingerTime  = time.Second
+	lingerBytes  = 32 << 20
+	lingerTime   = time.Second
+	maxLingering = 16
 )
 
 // lingeringClose ends a connection whose client may still be sending a
@@ -24,13 +26,27 @@ const (
 // its write and never reads the refusal already sent to it. So the server
 // sends FIN after the refusal (CloseWrite: the client reads the refusal,
 // then EOF), reads away what the client still sends, up to the claimed
-// length, at most lingerBytes, for at most lingerTime (a client that
+// length, at most lingerBytes, for at most s.lingerTime (a client that
 // never stops costs the server no more than that), and only then closes.
 // The caller closes c.
-func lingeringClose(c net.Conn, r *bufio.Reader, claimed int64) {
+//
+// Lingering is a courtesy to a client that made a mistake, and it holds
+// the connection's goroutine and buffers (a few MiB: serve's) while it
+// lasts: a burst of refused connections, each claiming gigabytes and
+// sending nothing more, held as many for a second each. So at most
+// maxLingering connections linger at once (s.lingerSlots); the others are
+// closed at once, after their refusal and FIN, and a client of theirs
+// still writing may get the reset: the burst pays, not the server.
+func (s *TCPServer) lingeringClose(c net.Conn, r *bufio.Reader, claimed int64) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
-	_ = c.SetReadDeadline(time.Now().Add(lingerTime))
+	select {
+	case s.lingerSlots <- struct{}{}:
+		defer func() { <-s.lingerSlots }()
+	default:
+		return
+	}
+	_ = c.SetReadDeadline(time.Now().Add(s.lingerTime))
 	_, _ = io.CopyN(io.Discard, r, min(claimed, lingerBytes))
 }

@@ -1,7 +1,11 @@
 package kv
 
 import (
+	"bufio"
+	"io"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -29,4 +33,57 @@ func TestTCPServerRefusalOfAnOversizedPutIsNotLostToAReset(t *testing.T) {
 	// client goes on.
 	require.NoError(t, cl.Reconnect(ctx))
 	require.NoError(t, cl.Put(ctx, []byte("k"), []byte("v")))
+}
+
+// At most maxLingering refused connections linger at once: each holds its
+// goroutine and buffers while it reads away what its client may still
+// send, so one refused beyond them is closed at once after its refusal,
+// and a connection that stops lingering gives its place to the next.
+// Every client here claims a gigabyte and sends nothing more, so each
+// would linger for the server's whole linger bound (a minute here). Bug
+// (workload audit): every refused connection lingered up to a second, so
+// a burst of them piled up a goroutine (and a few MiB of buffers) each.
+func TestTCPServerBoundsLingeringRefusals(t *testing.T) {
+	r := newRig(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := serveTCP(r.app, ln, time.Minute)
+	t.Cleanup(func() { _ = s.Close() })
+	conns := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.conns)
+	}
+	// refused connects, claims a gigabyte and reads the refusal and the
+	// server's FIN: the server is lingering or has closed.
+	refused := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = c.Write(rawRequest(opPut, 7, 1, 1<<30))
+		require.NoError(t, err)
+		br := bufio.NewReader(c)
+		resp, _ := readResponse(t, c, br)
+		require.Equal(t, statusBadValue, resp.status)
+		_, err = br.ReadByte()
+		require.ErrorIs(t, err, io.EOF, "the server half-closed after its refusal")
+		return c
+	}
+	var lingering []net.Conn
+	for range maxLingering {
+		lingering = append(lingering, refused())
+	}
+	require.Eventually(t, func() bool { return len(s.lingerSlots) == maxLingering }, 10*time.Second, time.Millisecond,
+		"the first %d refused connections linger", maxLingering)
+	refused()
+	require.Eventually(t, func() bool { return conns() == maxLingering }, 10*time.Second, time.Millisecond,
+		"a refused connection beyond %d lingering is closed at once", maxLingering)
+	require.Len(t, s.lingerSlots, maxLingering)
+	// One that ends (its client closed) frees its place: the next refused
+	// connection lingers.
+	require.NoError(t, lingering[0].Close())
+	require.Eventually(t, func() bool { return len(s.lingerSlots) == maxLingering-1 }, 10*time.Second, time.Millisecond)
+	refused()
+	require.Eventually(t, func() bool { return len(s.lingerSlots) == maxLingering && conns() == maxLingering }, 10*time.Second, time.Millisecond)
 }
