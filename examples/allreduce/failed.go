@@ -24,3 +24,22 @@ func (e *ringFailedError) Error() string {
 }
 
 func (e *ringFailedError) Unwrap() []error { return []error{ErrRingFailed, e.first} }
+
+// ErrClosed is what AllReduce and Leave return (errors.Is) on a ring
+// that Close or Leave ended: its QPs, MRs and CQ are destroyed (its
+// streams closed), and running on them failed with "resource destroyed"
+// or blamed a neighbour ("rank 2 left the ring") that had done nothing
+// (TestRingMisuseAfterItEnded).
+var ErrClosed = errors.New("the ring is closed")
+
+// closedError is ErrClosed naming the rank and the call.
+type closedError struct {
+	rank int
+	call string
+}
+
+func (e *closedError) Error() string {
+	return fmt.Sprintf("allreduce: rank %d: %s after Close or Leave: %v", e.rank, e.call, ErrClosed)
+}
+
+func (e *closedError) Unwrap() error { return ErrClosed }

@@ -18,7 +18,11 @@ type Ring struct {
 	ring
 	// failed is the first failed AllReduce's error, which every later
 	// AllReduce returns (ringFailedError).
-	failed    error
+	failed error
+	// closed: Close (or Leave) freed the ring; every later AllReduce or
+	// Leave returns ErrClosed (closedError) instead of running on its
+	// destroyed QPs, MRs and CQ, or closed streams.
+	closed    bool
 	closeOnce sync.Once
 	closeFn   func() error
 }
@@ -33,7 +37,11 @@ func (r *Ring) Data() []float32 { return r.data }
 // error at once. AllReduce does not wait for the neighbours' answers: a
 // dead neighbour never sends its DREP, and waiting it out (Close's bound,
 // a second) made every ring failure a second late (docs/workloads.md).
+// After Close or Leave it returns ErrClosed at once.
 func (r *Ring) AllReduce(ctx context.Context) error {
+	if r.closed {
+		return &closedError{r.cfg.Rank, "AllReduce"}
+	}
 	if r.failed != nil {
 		return r.failed
 	}
@@ -51,7 +59,20 @@ func (r *Ring) AllReduce(ctx context.Context) error {
 // last AllReduce while its previous rank still waits for a chunk from the
 // rank before it, and a Close at that moment (a disconnect) fails that
 // rank. Over TCP nothing more is needed (see tcpLink.leave).
+//
+// On a ring whose AllReduce failed, Leave closes it and returns the
+// sticky ErrRingFailed at once: the failure hung up both neighbours, so
+// no bye could be sent or answered (its byes went to flushed QPs, and the
+// flush was blamed on a neighbour; over TCP it returned nil). After Close
+// or Leave it returns ErrClosed.
 func (r *Ring) Leave(ctx context.Context) error {
+	if r.closed {
+		return &closedError{r.cfg.Rank, "Leave"}
+	}
+	if r.failed != nil {
+		r.Close()
+		return r.failed
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	err := r.l.leave(ctx)
@@ -64,10 +85,14 @@ func (r *Ring) Leave(ctx context.Context) error {
 
 // Close leaves the ring at once, disconnecting both neighbours, and frees
 // it: it waits (over RDMA up to a second) for their DREPs, and returns
-// with none of the ring's goroutines left.
+// with none of the ring's goroutines left. Closing a closed ring (or one
+// that Leave ended) is a no-op that returns nil.
 func (r *Ring) Close() error {
 	var err error
-	r.closeOnce.Do(func() { err = r.closeFn() })
+	r.closeOnce.Do(func() {
+		r.closed = true
+		err = r.closeFn()
+	})
 	return err
 }
 
