@@ -47,7 +47,7 @@ func TestTCPServerBoundsLingeringRefusals(t *testing.T) {
 	r := newRig(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	s := serveTCP(r.app, ln, time.Minute)
+	s := serveTCP(r.app, ln, DefaultMaxConns, time.Minute)
 	t.Cleanup(func() { _ = s.Close() })
 	conns := func() int {
 		s.mu.Lock()
