@@ -126,43 +126,42 @@ func (s *TCPServer) serve(c net.Conn) {
 		s.mu.Unlock()
 		c.Close()
 	}()
-	maxMsg := reqHdrLen + MaxKey + s.app.table.Config().ExtentSize
-	r := bufio.NewReaderSize(c, 2*maxMsg)
-	msg := make([]byte, maxMsg)
-	out := make([]byte, 0, respHdrLen+s.app.table.Config().ExtentSize+2*statsFields*8)
+	b := newConnBuffers(c, reqHdrLen+MaxKey+s.app.table.Config().ExtentSize)
 	t0 := s.app.handlerCPU()
 	for {
-		if _, err := io.ReadFull(r, msg[:reqHdrLen]); err != nil {
+		if err := b.readHeader(); err != nil {
 			return
 		}
-		n := reqBodyLen(msg)
+		hdr := b.hdr[:]
+		n := reqBodyLen(hdr)
 		var err error
-		if reqHdrLen+n > maxMsg {
+		if reqHdrLen+n > b.maxMsg {
 			// Longer than any request of this table: refused with the
 			// reason, as the RDMA client refuses it before sending. A
 			// body the server can read past cheaply is discarded, so
 			// the connection goes on; a longer claim (up to 4 GiB) ends
 			// it after the answer, lingering so that the answer is not
 			// lost to a reset (lingeringClose). Nothing is allocated for
-			// either.
+			// either's body.
 			s.app.tcp.bad.Add(1)
-			out = appendResponse(out[:0], oversizeStatus(msg), binary.LittleEndian.Uint32(msg[8:]), nil)
+			b.out = appendResponse(b.out[:0], oversizeStatus(hdr), binary.LittleEndian.Uint32(hdr[8:]), nil)
 			if n > maxDiscard {
-				if _, err := c.Write(out); err == nil {
-					s.lingeringClose(c, r, int64(n))
+				if _, err := c.Write(b.out); err == nil {
+					s.lingeringClose(c, b.r, int64(n))
 				}
 				return
 			}
-			if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
+			if _, err := io.CopyN(io.Discard, b.r, int64(n)); err != nil {
 				return
 			}
 		} else {
-			if _, err := io.ReadFull(r, msg[reqHdrLen:reqHdrLen+n]); err != nil {
+			msg := b.message(reqHdrLen + n)
+			if _, err := io.ReadFull(b.r, msg[reqHdrLen:]); err != nil {
 				return
 			}
-			out = s.app.handle(&s.app.tcp, msg[:reqHdrLen+n], out[:0])
+			b.out = s.app.handle(&s.app.tcp, msg, b.out[:0])
 		}
-		_, err = c.Write(out)
+		_, err = c.Write(b.out)
 		t1 := s.app.handlerCPU()
 		s.app.tcp.cpuNanos.Add(t1 - t0)
 		t0 = t1

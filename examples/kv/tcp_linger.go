@@ -31,8 +31,10 @@ const (
 // The caller closes c.
 //
 // Lingering is a courtesy to a client that made a mistake, and it holds
-// the connection's goroutine and buffers (a few MiB: serve's) while it
-// lasts: a burst of refused connections, each claiming gigabytes and
+// the connection's goroutine and buffers (a few MiB, while serve sized
+// them for the table's largest message; its read buffer and what its
+// earlier requests grew since: connBuffers) and its place among
+// TCPServerConfig.MaxConns while it lasts: a burst of refused connections, each claiming gigabytes and
 // sending nothing more, held as many for a second each. So at most
 // maxLingering connections linger at once (s.lingerSlots); the others are
 // closed at once, after their refusal and FIN, and a client of theirs
