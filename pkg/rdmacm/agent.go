@@ -33,8 +33,11 @@ type agent struct {
 	log *slog.Logger
 	// mad is set once OpenMADAgent returned; the Manager may send (from
 	// the MAD agent's own receive goroutine) before that.
-	mad    atomic.Pointer[ib.MADAgent]
-	cm     *cm.Manager
+	mad atomic.Pointer[ib.MADAgent]
+	cm  *cm.Manager
+	// clock is the CM's (Config.Clock): when a queued request expires
+	// (listen_expiry.go) is on the time the CM retransmits by.
+	clock  cm.Clock
 	linger time.Duration
 	// closing is set when the device's close hook (close) starts: the
 	// registry keeps the agent while it lingers, but acquire hands it out
@@ -50,6 +53,9 @@ type agent struct {
 	// backlog refused to make room for another source, and those it
 	// turned away for their source's share (listen_backlog.go).
 	reqEvicted, reqSourceFull atomic.Uint64
+	// reqExpired counts the queued requests refused because their active
+	// side had given up (listen_expiry.go).
+	reqExpired atomic.Uint64
 
 	mu        sync.Mutex
 	listeners map[uint64]*serviceListeners // by service ID
@@ -73,8 +79,9 @@ var (
 
 // Config configures a device's connection manager (Enable).
 type Config struct {
-	// Clock drives the CM's retransmission and timewait timers; nil is
-	// the system clock (cmtest.FakeClock in tests).
+	// Clock drives the CM's retransmission and timewait timers and the
+	// expiry of queued requests; nil is the system clock
+	// (cmtest.FakeClock in tests).
 	Clock cm.Clock
 	// Logger receives the CM's debug logs; nil is silent.
 	Logger *slog.Logger
@@ -169,7 +176,11 @@ func register(dev *ib.Device, cfg *Config) (a *agent, fresh bool, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a = &agent{dev: dev, log: log, listeners: map[uint64]*serviceListeners{}, live: map[*Conn]struct{}{}, linger: cfg.Linger, gone: make(chan struct{})}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = cm.SystemClock{}
+	}
+	a = &agent{dev: dev, log: log, clock: clock, listeners: map[uint64]*serviceListeners{}, live: map[*Conn]struct{}{}, linger: cfg.Linger, gone: make(chan struct{})}
 	// The Manager's Send goes to the MAD agent, which does not exist yet
 	// when the Manager is made; nothing is sent before both exist.
 	a.cm = cm.New(cm.Config{

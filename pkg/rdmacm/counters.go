@@ -12,7 +12,9 @@ import "github.com/rxed/rxed/pkg/ib"
 // address than the one they came from (source.go); req_evicted, the
 // queued requests a full backlog refused to make room for a lighter
 // source, and req_source_full, the requests turned away because their
-// source held its share of the backlog (listen_backlog.go). A counter appears once
+// source held its share of the backlog (listen_backlog.go); req_expired,
+// the queued requests refused because their peer's REQ retries were over
+// (listen_expiry.go). A counter appears once
 // it has counted something: a running manager that has seen nothing
 // returns an empty, non-nil map.
 //
@@ -45,6 +47,9 @@ func Counters(dev *ib.Device) map[string]uint64 {
 	}
 	if n := a.reqSourceFull.Load(); n > 0 {
 		c[cntReqSourceFull] = n
+	}
+	if n := a.reqExpired.Load(); n > 0 {
+		c[cntReqExpired] = n
 	}
 	return c
 }

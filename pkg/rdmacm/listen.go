@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/rxed/rxed/pkg/cm"
 	"github.com/rxed/rxed/pkg/ib"
@@ -25,7 +26,11 @@ type ListenOptions struct {
 	// taken as a new request, queued if Accept has made room by then
 	// (counted req_dropped in Counters). A UD request (SIDR_REQ) beyond
 	// it is refused with SIDR_REP REJECT, as cm.c answers any SIDR_REQ
-	// its consumer fails. 0 means 64.
+	// its consumer fails. 0 means 64. A queued REQ whose active side can
+	// no longer be waiting (its retries, by the REQ's timeouts and Max CM
+	// Retries, are over) holds no place: it is refused with REJ 28 as
+	// Accept or a new request meets it (req_expired in Counters;
+	// listen_expiry.go).
 	Backlog int
 	// MaxPerSource is how many of the Backlog requests one source IP
 	// address may hold; one more from it is turned away as over a full
@@ -97,7 +102,10 @@ func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
 // Accept waits for the next connection request. It fails with ErrClosed
 // once the listener is closed, ib.ErrDeviceClosed once its device is
-// (rdma_cm's RDMA_CM_EVENT_DEVICE_REMOVAL), or ctx's error.
+// (rdma_cm's RDMA_CM_EVENT_DEVICE_REMOVAL), or ctx's error. A request
+// whose peer has given up by its REQ's timeouts is skipped (refused with
+// REJ 28: listen_expiry.go), so that the caller does not spend a REP
+// timeout on it before reaching the next.
 func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 	for {
 		select {
@@ -105,7 +113,9 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 			return nil, ErrClosed
 		default:
 		}
-		if r := l.reqs.pop(); r != nil {
+		r, expired := l.reqs.take(l.a.clock.Now())
+		l.expire(expired)
+		if r != nil {
 			return r, nil
 		}
 		select {
@@ -309,7 +319,10 @@ func (a *agent) onListenEvent(ev cm.Event) {
 	// time (Manager.drain), so the room admit sees or makes stays until
 	// the offer below: Accept and rejectQueued only take requests out.
 	// The REQ it turns away made no Conn.
-	switch adm, victim := l.reqs.admit(ev.ID.RemoteAddr().Unmap()); adm {
+	now := a.clock.Now()
+	adm, victim, expired := l.reqs.admit(ev.ID.RemoteAddr().Unmap(), now)
+	l.expire(expired)
+	switch adm {
 	case admitEvicted:
 		a.reqEvicted.Add(1)
 		a.log.Debug("rdmacm: a full backlog refused the oldest request of its heaviest source to make room for another source",
@@ -336,6 +349,7 @@ func (a *agent) onListenEvent(ev cm.Event) {
 		PrivateData: append([]byte(nil), priv[mad.CMAHeaderLen:]...)}
 	if !r.ud {
 		r.req = ev.REQ
+		r.expires = now.Add(reqWaitBound(ev.REQ))
 		r.ResponderResources, r.InitiatorDepth = ev.REQ.ResponderResources, ev.REQ.InitiatorDepth
 		r.RetryCount, r.RNRRetryCount = ev.REQ.RetryCount, ev.REQ.RNRRetryCount
 		r.c = newConn(a, nil)
@@ -393,6 +407,9 @@ type Request struct {
 	c       *Conn // RC/UC: the connection Accept completes
 	gid     netip.Addr
 	peerGID netip.Addr
+	// expires is when the REQ's active side has given up for sure, on
+	// the CM's clock (reqWaitBound); zero for a UD request: never.
+	expires time.Time
 
 	mu       sync.Mutex
 	answered bool

@@ -3,6 +3,7 @@ package rdmacm
 import (
 	"net/netip"
 	"sync"
+	"time"
 )
 
 // A listener's backlog: the requests waiting for Accept, oldest first,
@@ -26,6 +27,11 @@ import (
 //     consumer defined, what the kernel sends when a listener's
 //     application rejects or destroys a connect request it has not
 //     answered; SIDR_REP REJECT for a SIDR_REQ).
+//
+// A request whose active side can no longer be waiting (its REQ's
+// retries are over: listen_expiry.go) holds no place: admit and take
+// hand it back for the caller to refuse, instead of letting it block a
+// real client or cost Accept's caller a REP timeout.
 //
 // Sources are IP addresses (Request's peer GID, unmapped), which the
 // REQ's GRH source and rdma_cm header agree on (fromHeaderSource). A
@@ -61,21 +67,23 @@ func newBacklog(max, perSource int) *backlog {
 		bySrc: make(map[netip.Addr]int), ready: make(chan struct{}, 1)}
 }
 
-// admit decides whether a request from src may be queued, and makes room
-// when the rules above say so: the victim it returns is out of the
-// backlog, unanswered, and the caller refuses it. Only the CM's handler
+// admit decides whether a request from src may be queued at now, and
+// makes room when the rules above say so: the victim it returns is out of
+// the backlog, unanswered, and the caller refuses it; so are the expired
+// requests, taken out first as they hold no place. Only the CM's handler
 // admits and queues (the device's cm.Manager runs its handlers one at a
 // time), so the room admit sees or makes stays until the handler pushes:
 // Accept and drain only take requests out.
-func (b *backlog) admit(src netip.Addr) (admission, *Request) {
+func (b *backlog) admit(src netip.Addr, now time.Time) (adm admission, victim *Request, expired []*Request) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	expired = b.expireLocked(now)
 	n := b.bySrc[src]
 	if n >= b.perSource {
-		return sourceFull, nil
+		return sourceFull, nil, expired
 	}
 	if len(b.reqs) < b.max {
-		return admitted, nil
+		return admitted, nil, expired
 	}
 	// The heaviest source; among equals the one whose oldest request is
 	// oldest (the first met walking the queue from its head).
@@ -85,12 +93,12 @@ func (b *backlog) admit(src netip.Addr) (admission, *Request) {
 			vi = i
 		}
 	}
-	victim := b.reqs[vi]
+	victim = b.reqs[vi]
 	if b.bySrc[victim.source()] < n+2 {
-		return backlogFull, nil // moving one would only swap who is heavier
+		return backlogFull, nil, expired // moving one would only swap who is heavier
 	}
 	b.removeLocked(vi)
-	return admitEvicted, victim
+	return admitEvicted, victim, expired
 }
 
 // push queues r; false when the backlog is full (a handler that did not
@@ -107,17 +115,46 @@ func (b *backlog) push(r *Request) bool {
 	return true
 }
 
-// pop takes the oldest request, nil if there is none.
-func (b *backlog) pop() *Request {
+// take takes the oldest request whose active side may still be waiting
+// at now, nil if there is none; the expired ones are taken out too and
+// returned, for the caller to refuse.
+func (b *backlog) take(now time.Time) (r *Request, expired []*Request) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	expired = b.expireLocked(now)
 	if len(b.reqs) == 0 {
-		return nil
+		return nil, expired
 	}
-	r := b.reqs[0]
+	r = b.reqs[0]
 	b.removeLocked(0)
 	b.signalLocked() // another Accept may be waiting for the next
+	return r, expired
+}
+
+// pop takes the oldest request, expired or not, nil if there is none.
+func (b *backlog) pop() *Request {
+	r, _ := b.take(time.Time{}) // the zero time: nothing has expired
 	return r
+}
+
+// expireLocked takes the requests expired at now out of the queue,
+// wherever they are (their REQs' timeouts differ), oldest first.
+func (b *backlog) expireLocked(now time.Time) (expired []*Request) {
+	kept := b.reqs[:0]
+	for _, r := range b.reqs {
+		if !r.expired(now) {
+			kept = append(kept, r)
+			continue
+		}
+		expired = append(expired, r)
+		src := r.source()
+		if b.bySrc[src]--; b.bySrc[src] <= 0 {
+			delete(b.bySrc, src)
+		}
+	}
+	clear(b.reqs[len(kept):])
+	b.reqs = kept
+	return expired
 }
 
 // queued is how many requests wait.

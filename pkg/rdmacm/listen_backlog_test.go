@@ -3,6 +3,7 @@ package rdmacm
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -18,9 +19,16 @@ func TestBacklogAdmission(t *testing.T) {
 	a, b, c := src("10.0.0.1"), src("10.0.0.2"), src("::ffff:10.0.0.3")
 	req := func(from netip.Addr) *Request { return &Request{peerGID: from} }
 	q := newBacklog(4, 3)
+	// These requests never expire (UD-like: no expiry time).
+	admit := func(from netip.Addr) (admission, *Request) {
+		t.Helper()
+		adm, victim, expired := q.admit(from, time.Time{})
+		require.Empty(t, expired)
+		return adm, victim
+	}
 	push := func(from netip.Addr) *Request {
 		t.Helper()
-		adm, victim := q.admit(from.Unmap())
+		adm, victim := admit(from.Unmap())
 		require.Equal(t, admitted, adm)
 		require.Nil(t, victim)
 		r := req(from)
@@ -30,11 +38,11 @@ func TestBacklogAdmission(t *testing.T) {
 	a1, a2 := push(a), push(a)
 	b1 := push(b)
 	push(a)
-	adm, _ := q.admit(a)
+	adm, _ := admit(a)
 	require.Equal(t, sourceFull, adm, "a holds its 3")
 
 	// Full: c holds 0, a (the heaviest, 3) loses its oldest.
-	adm, victim := q.admit(c.Unmap())
+	adm, victim := admit(c.Unmap())
 	require.Equal(t, admitEvicted, adm)
 	require.Same(t, a1, victim)
 	c1 := req(c)
@@ -42,17 +50,17 @@ func TestBacklogAdmission(t *testing.T) {
 	require.Equal(t, 2, q.bySrc[a])
 
 	// a 2, b 1, c 1: b and c hold one fewer than a, not two.
-	adm, victim = q.admit(b)
+	adm, victim = admit(b)
 	require.Equal(t, backlogFull, adm)
 	require.Nil(t, victim)
 	// A fourth source takes a's oldest place.
-	adm, victim = q.admit(src("10.0.0.4"))
+	adm, victim = admit(src("10.0.0.4"))
 	require.Equal(t, admitEvicted, adm)
 	require.Same(t, a2, victim)
 	require.True(t, q.push(req(src("10.0.0.4"))))
 
 	// One each: nobody is evicted for anybody.
-	adm, _ = q.admit(src("10.0.0.5"))
+	adm, _ = admit(src("10.0.0.5"))
 	require.Equal(t, backlogFull, adm)
 	require.Same(t, b1, q.pop(), "Accept takes the oldest first")
 	require.Equal(t, 3, q.queued())

@@ -1,0 +1,80 @@
+package rdmacm
+
+import (
+	"time"
+
+	"github.com/rxed/rxed/pkg/cm"
+	"github.com/rxed/rxed/pkg/wire/mad"
+)
+
+// When a queued connection request expires.
+//
+// A request waits in its listener's backlog until Accept takes it, and
+// nothing in rdma_cm times it out on the passive side (the kernel's ucma
+// keeps it as long as the application does not read the event). Its
+// active side does not wait as long: cm.c's ib_send_cm_req sends the REQ
+// and resends it every timeout_ms = 2 x packet life time + the REQ's
+// Remote CM Response Timeout, Max CM Retries times; when the last wait
+// ends unanswered, cm_process_send_error resets the ID to idle and
+// rdma_cm reports RDMA_CM_EVENT_UNREACHABLE: the connection is given up
+// without a word to us, and its comm ID no longer exists there. A REQ
+// forged once (or a client that gave up) would sit in the backlog for
+// good, and an application accepting one request at a time spent a REP
+// timeout on each before reaching a real client.
+//
+// So a queued REQ expires once its active side cannot be waiting any
+// more, by the REQ's own fields, on the CM's clock from the moment the
+// REQ arrived (it left no later than that): reqWaitBound. Accept skips an
+// expired request and admission counts it as no room taken; either
+// refuses it with REJ 28 (consumer defined), what cm.c's cm_destroy_id
+// sends for an unanswered request in MRA_REQ_SENT when ucma destroys it,
+// and counts it req_expired. The REJ finds no comm ID at a peer that
+// gave up (cm_rej_handler drops it) and tells one whose clock ran slower
+// than the bound assumes to stop waiting.
+//
+// A SIDR_REQ carries no timeouts (the kernel's SIDR query timeout is the
+// requester's own), and answering it costs the application nothing to
+// wait for, so UD requests do not expire.
+
+// reqWaitBound is the longest an active side may still be waiting for an
+// answer to req after we received it. Every wait is bounded by the larger
+// of the REQ's own (cm.c's timeout_ms) and the one our MRA sets: while a
+// request is queued its ID is in MRA_REQ_SENT, and a retransmitted REQ is
+// answered with an MRA of mraServiceTimeout (cm_dup_req_handler), which
+// makes that wait and every later one last the service timeout plus the
+// packet life time (cm_mra_handler's ib_modify_mad). There are Max CM
+// Retries + 1 waits; the MRA restarts at most one of them (a duplicate
+// MRA changes nothing), a round trip (2 x packet life time) after it
+// began. The packet life time is the REQ's Local ACK Timeout - 1, as
+// cm_format_paths_from_req takes it; the active side computed that
+// timeout from its packet life time and CA ACK delay (cm_ack_timeout),
+// so the life time derived here is never shorter than the one it waits
+// by.
+func reqWaitBound(req *mad.REQ) time.Duration {
+	ack := req.Primary.LocalACKTimeout
+	life := cm.CMTimeout(ack - min(ack, 1))
+	reqWait := 2*life + cm.CMTimeout(req.RemoteCMResponseTimeout)
+	mraWait := cm.CMTimeout(mraServiceTimeout) + cm.CMTimeout(ack)
+	return time.Duration(int(req.MaxCMRetries)+1)*max(reqWait, mraWait) + 2*life
+}
+
+// expired reports whether r's active side can no longer be waiting at
+// now (reqWaitBound); never for a UD request.
+func (r *Request) expired(now time.Time) bool {
+	return !r.expires.IsZero() && !now.Before(r.expires)
+}
+
+// expire refuses requests taken out of l's backlog because their active
+// side has given up: REJ 28, as cm_destroy_id answers an unanswered
+// request, counted req_expired.
+func (l *Listener) expire(rs []*Request) {
+	for _, r := range rs {
+		l.a.reqExpired.Add(1)
+		l.a.log.Debug("rdmacm: a queued request expired: its peer's REQ retries are over",
+			"listener", l.addr, "peer", r.peerGID, "remote", r.Remote)
+		rejectRequest(r)
+	}
+}
+
+// Counter of the requests that expired in a backlog (Counters).
+const cntReqExpired = "req_expired"

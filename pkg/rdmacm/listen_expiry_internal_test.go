@@ -1,0 +1,82 @@
+package rdmacm
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rxed/rxed/pkg/wire/mad"
+	"github.com/stretchr/testify/require"
+)
+
+// TestREQWaitBound: how long a REQ's active side may still wait after
+// we received it, by cm.c's timers: Max CM Retries + 1 waits, each the
+// larger of its REQ's (2 x packet life time + Remote CM Response
+// Timeout, cm_convert_to_ms's 2^(t-8) ms) and the one our MRA sets
+// (mraServiceTimeout plus Local ACK Timeout, the active side's
+// av.timeout at most), and one round trip for the wait an MRA restarts.
+// The packet life time is Local ACK Timeout - 1 (cm_format_paths_from_req).
+// Bug reference: rdma_cm listener edges task, item 1.
+func TestREQWaitBound(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name                   string
+		ack, response, retries uint8
+		want                   time.Duration
+	}{
+		// rdma_cm's REQ (captures: Local ACK Timeout 19, response 20,
+		// 15 retries): 16 x max(2 x 1024 + 4096, 4096 + 2048) + 2048.
+		{"rdma_cm", 19, 20, 15, 16*6144*ms + 2048*ms},
+		// A long response timeout: the REQ's own wait is the longer.
+		{"long response", 19, 23, 3, 4*(2048+32768)*ms + 2048*ms},
+		// A short path and no retries: our MRA's wait is the longer.
+		{"mra longer", 9, 8, 0, (4096+2)*ms + 2*ms},
+		// Local ACK Timeout 0: a packet life time of 0 (1 ms).
+		{"zero ack", 0, 0, 1, 2*(4096+1)*ms + 2*ms},
+	} {
+		req := &mad.REQ{RemoteCMResponseTimeout: tc.response, MaxCMRetries: tc.retries,
+			Primary: mad.Path{LocalACKTimeout: tc.ack}}
+		require.Equal(t, tc.want, reqWaitBound(req), tc.name)
+	}
+}
+
+// TestBacklogExpiry: take and admit take every expired request out of
+// the queue, wherever it stands (deadlines differ with the REQs'
+// timeouts), hand them back oldest first, and free their sources'
+// shares; one expires at its deadline, not a nanosecond before; a UD
+// request (no deadline) never does. Bug reference: rdma_cm listener
+// edges task, item 1.
+func TestBacklogExpiry(t *testing.T) {
+	t0 := time.Unix(4_500_000, 0)
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	q := newBacklog(4, 4)
+	req := func(from netip.Addr, expires time.Duration) *Request {
+		r := &Request{peerGID: from}
+		if expires > 0 {
+			r.expires = t0.Add(expires)
+		}
+		require.True(t, q.push(r))
+		return r
+	}
+	a1 := req(a, 10*time.Second)
+	b1 := req(b, 5*time.Second)
+	ud := req(a, 0)
+	a2 := req(a, 5*time.Second)
+
+	adm, victim, expired := q.admit(a, t0.Add(5*time.Second-time.Nanosecond))
+	require.Equal(t, backlogFull, adm, "nothing expired yet")
+	require.Nil(t, victim)
+	require.Empty(t, expired)
+
+	adm, _, expired = q.admit(a, t0.Add(5*time.Second))
+	require.Equal(t, admitted, adm, "two places freed")
+	require.Equal(t, []*Request{b1, a2}, expired)
+	require.Zero(t, q.bySrc[b])
+	require.Equal(t, 2, q.bySrc[a])
+
+	r, expired := q.take(t0.Add(time.Hour))
+	require.Same(t, ud, r, "a UD request never expires")
+	require.Equal(t, []*Request{a1}, expired)
+	require.Zero(t, q.queued())
+	require.Empty(t, q.bySrc)
+}
