@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -200,23 +202,38 @@ func TestCloseEndsTheAcceptBackoff(t *testing.T) {
 
 // TestCMAcceptLoopEndsWithTheDevice: the rdma_cm accept loop of a
 // daemon whose device is closed under it (Device().Close()) returns
-// instead of backing off and retrying, and Run still shuts down. Bug
-// (found with the backoff, session AI): the loop took the listener's
+// instead of backing off and retrying, logs it as an error, and Run, its
+// context still live, shuts down and returns the failure
+// (ib.ErrDeviceClosed), as on the TCP exchange's permanent failure. Bugs:
+// (found with the backoff, session AI) the loop took the listener's
 // ib.ErrDeviceClosed for a failed Accept and retried it for ever, a
-// warning every 50 ms (now every second at the backoff's cap).
+// warning every 50 ms (now every second at the backoff's cap); (rdma_cm
+// listener edges task, item 2) the loop then returned with a log line
+// only, and Run served on with the rdma_cm exchange dead.
 func TestCMAcceptLoopEndsWithTheDevice(t *testing.T) {
+	logs := newLogWatch()
 	clock := newBackoffClock()
 	d, err := New(Config{Addrs: addrs(t, "127.0.3.176"), RDMACMPort: DefaultRDMACMPort, IdleTimeout: -1, ShutdownGrace: -1,
-		Ticker: clock.ticker, Exports: []ExportSpec{{Name: "data", Kind: ExportAnon, Size: 1 << 16}}})
+		Ticker: clock.ticker, Logger: slog.New(logs), Exports: []ExportSpec{{Name: "data", Kind: ExportAnon, Size: 1 << 16}}})
 	require.NoError(t, err)
-	stop := runDaemon(t, d)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- d.Run(ctx) }()
+	logs.waitFor(t, "serving", 1) // Run has started its loops
 	require.NoError(t, d.Device().Close())
+	// Run's context stays live: the loop's failure alone ends Run.
 	select {
-	case <-d.cm.done:
+	case err := <-runErr:
+		require.ErrorIs(t, err, ib.ErrDeviceClosed, "Run returns the rdma_cm loop's failure")
 	case delay := <-clock.delays:
 		t.Fatalf("the loop backs off (%v) to retry an Accept on a closed device", delay)
 	case <-time.After(10 * time.Second):
-		t.Fatal("the rdma_cm accept loop did not return")
+		cancel()
+		t.Fatal("Run did not end when the device closed under the rdma_cm exchange")
 	}
-	require.NoError(t, stop())
+	require.Zero(t, clock.stops.Load(), "no backoff was started")
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	require.True(t, slices.Contains(logs.msgs, "rdma_cm exchange: the device has closed: shutting down"), "logged: %q", logs.msgs)
 }

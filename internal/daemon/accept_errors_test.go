@@ -174,3 +174,18 @@ func TestAcceptLoopFailureEndsTheCMBackoff(t *testing.T) {
 	}
 	require.Equal(t, int32(1), clock.stops.Load(), "the backoff's ticker stopped")
 }
+
+// TestServeFailedKeepsTheFirstFailure: both accept loops may fail for
+// good at once (the device closed under the rdma_cm one while the TCP
+// listener shut down); the first failure is Run's error and the second
+// neither replaces it nor closes acceptFailed again (a panic). Bug
+// reference: rdma_cm listener edges task, item 2, which made the rdma_cm
+// loop a second caller.
+func TestServeFailedKeepsTheFirstFailure(t *testing.T) {
+	d := &Daemon{acceptFailed: make(chan struct{})}
+	first, second := errors.New("first"), errors.New("second")
+	d.serveFailed(first)
+	require.NotPanics(t, func() { d.serveFailed(second) })
+	<-d.acceptFailed
+	require.Same(t, first, d.acceptErr)
+}

@@ -164,11 +164,13 @@ type Daemon struct {
 	hsTimeouts  atomic.Uint64 // handshakes that ran out of time
 	stopOnce    sync.Once
 	acceptDone  chan struct{}
-	// acceptErr is the TCP accept loop's permanent failure
-	// (accept_errors.go), set before the loop closes acceptFailed: Run
-	// then shuts down and returns it.
+	// acceptErr is the first permanent failure of an accept loop (the
+	// TCP exchange's: accept_errors.go; the rdma_cm exchange's: its
+	// device closed under the daemon), set by serveFailed before it
+	// closes acceptFailed: Run then shuts down and returns it.
 	acceptErr    error
 	acceptFailed chan struct{}
+	failOnce     sync.Once
 	metricsDone  chan struct{}
 	reapDone     chan struct{} // closed as reapLoop returns; nil when none runs
 	refusals     sync.WaitGroup
@@ -358,12 +360,13 @@ func (d *Daemon) MetricsAddr() net.Addr {
 	return d.metricsLn.Addr()
 }
 
-// Run serves until ctx is cancelled (or Close is called), then shuts
-// down gracefully: stop accepting, give running sessions ShutdownGrace to
-// finish, stop the engine, msync and unmap the exports. It returns the
-// first shutdown error (a failed msync), or nil; ErrClosed if the daemon
-// was closed before, and an error if Run is already running. A daemon
-// runs once.
+// Run serves until ctx is cancelled (or Close is called), or an exchange
+// can take no client any more (serveFailed), then shuts down gracefully:
+// stop accepting, give running sessions ShutdownGrace to finish, stop
+// the engine, msync and unmap the exports. It returns that exchange's
+// failure joined with the first shutdown error (a failed msync), or nil;
+// ErrClosed if the daemon was closed before, and an error if Run is
+// already running. A daemon runs once.
 func (d *Daemon) Run(ctx context.Context) (err error) {
 	ctx, err = d.startRun(ctx)
 	if err != nil {
@@ -400,24 +403,38 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	select {
 	case <-ctx.Done():
 	case <-d.acceptFailed:
-		// The exchange can take no client any more: a daemon serving on
-		// without it would look up and refuse every perftest client.
-		// Run's context ends as on SIGTERM, so that the rdma_cm loop's
-		// backoff (which waits on it) does not hold the shutdown.
+		// An exchange can take no client any more (serveFailed): a
+		// daemon serving on without it would look up and refuse every
+		// perftest client. Run's context ends as on SIGTERM, so that the
+		// other loop's backoff (which waits on it) does not hold the
+		// shutdown.
 		d.runCancel()
 	}
 	err = d.shutdown()
-	if d.acceptErr != nil { // written before acceptDone, which shutdown waited for
+	// Written before acceptDone and cm.done, which shutdown waited for.
+	if d.acceptErr != nil {
 		return errors.Join(d.acceptErr, err)
 	}
 	return err
+}
+
+// serveFailed ends Run on an accept loop's permanent failure: the first
+// one is Run's error (acceptErr), and acceptFailed wakes Run, which shuts
+// down. An exchange that can take no client any more leaves the daemon
+// looking up while it refuses every perftest client, so it stops as on
+// SIGTERM, and its supervisor sees why.
+func (d *Daemon) serveFailed(err error) {
+	d.failOnce.Do(func() {
+		d.acceptErr = err
+		close(d.acceptFailed)
+	})
 }
 
 // acceptLoop admits the TCP exchange's clients until shutdown closes the
 // listener. An Accept that failed for a while (accept_errors.go) backs
 // off (backoff.go) until Run's ctx ends; one that will fail every time
 // (the listener shut down or closed under the daemon) ends the loop and,
-// through acceptFailed, Run, which returns it.
+// through serveFailed, Run, which returns it.
 func (d *Daemon) acceptLoop(ctx context.Context) {
 	defer close(d.acceptDone)
 	var backoff acceptBackoff
@@ -432,8 +449,7 @@ func (d *Daemon) acceptLoop(ctx context.Context) {
 			}
 			if !temporaryAcceptError(err) {
 				d.log.Error("perftest exchange: accept failed for good: shutting down", "addr", d.oobLn.Addr().String(), "err", err)
-				d.acceptErr = fmt.Errorf("perftest exchange on %s: %w", d.oobLn.Addr(), err)
-				close(d.acceptFailed)
+				d.serveFailed(fmt.Errorf("perftest exchange on %s: %w", d.oobLn.Addr(), err))
 				return
 			}
 			delay := backoff.next()

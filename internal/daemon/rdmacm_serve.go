@@ -191,7 +191,10 @@ func (d *Daemon) RDMACMAddr() netip.AddrPort {
 }
 
 // cmAcceptLoop takes the rdma_cm listener's requests until it closes; a
-// failed Accept backs off (backoff.go) until Run's ctx ends.
+// failed Accept backs off (backoff.go) until Run's ctx ends. The device
+// closed under the daemon (not by its shutdown, which closes the listener
+// first and waits for this loop) ends the loop and, through serveFailed,
+// Run, which returns the error, as the TCP loop's permanent failure does.
 func (d *Daemon) cmAcceptLoop(ctx context.Context) {
 	defer close(d.cm.done)
 	var backoff acceptBackoff
@@ -204,8 +207,10 @@ func (d *Daemon) cmAcceptLoop(ctx context.Context) {
 			if errors.Is(err, ib.ErrDeviceClosed) {
 				// Closed under the daemon (Device().Close()): nothing
 				// can arrive any more, and a retry would fail and log
-				// once a second for ever.
-				d.log.Error("rdma_cm listener: the device has closed", "err", err)
+				// once a second for ever. Run serving on would leave
+				// the exchange dead behind a daemon that looks up.
+				d.log.Error("rdma_cm exchange: the device has closed: shutting down", "port", d.cfg.RDMACMPort, "err", err)
+				d.serveFailed(fmt.Errorf("rdma_cm exchange on port %d: %w", d.cfg.RDMACMPort, err))
 				return
 			}
 			delay := backoff.next()
