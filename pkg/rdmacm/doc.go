@@ -76,11 +76,13 @@
 // the REQ's responder resources, as librdmacm's rdma_accept. A nil
 // *ConnParam (Dial, Accept) is librdmacm's NULL conn_param: retry and RNR
 // retry counts 7; a ConnParam's zero counts mean no retries. The path's
-// hop limit is 64 and its traffic class the active side's
-// ConnParam.TOS (RDMA_OPTION_ID_TOS; cma_resolve_iboe_route makes the
-// ID's tos the route's traffic_class), carried in the REQ, from which the
-// passive side takes it: both AVs carry it, and so the IP TOS (IPv6
-// traffic class) of every packet of the connection.
+// hop limit is 64 (the route's, which cma_resolve_iboe_route puts in the
+// path) and its traffic class the active side's ConnParam.TOS
+// (RDMA_OPTION_ID_TOS; cma_resolve_iboe_route makes the ID's tos the
+// route's traffic_class), both carried in the REQ, from which the passive
+// side takes them (cm_format_paths_from_req): both AVs carry them, and so
+// the IP TTL and TOS (IPv6 hop limit and traffic class) of every packet
+// of the connection.
 //
 // Deviations, chosen: loopback addresses are accepted (the kernel refuses
 // them on RoCE; rxed's tests and single-host users live there); a header

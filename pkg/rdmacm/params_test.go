@@ -1,9 +1,12 @@
 package rdmacm
 
 import (
+	"context"
 	"net/netip"
 	"testing"
+	"time"
 
+	"github.com/rxed/rxed/pkg/cm"
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/roce/transport"
 	"github.com/rxed/rxed/pkg/wire/mad"
@@ -43,4 +46,52 @@ func TestStartingPSNMeaning(t *testing.T) {
 	require.Equal(t, uint32(repPSN), pas.remote.PSN, "passive rq_psn: its own REP's")
 	require.Equal(t, ib.MTU1024, pas.remote.MTU)
 	require.Equal(t, uint8(19), pas.attr.Timeout)
+}
+
+// TestAcceptTakesTheREQsHopLimit: the passive side's QP takes the hop
+// limit (and traffic class) of the REQ's primary path, as the kernel's
+// cm_format_paths_from_req copies both into the path and
+// ib_init_ah_attr_from_path puts them in the AV's GRH (rxe then sends
+// them as every packet's IP TTL and TOS). Here a REQ with hop limit 9
+// and traffic class 0x48, from an active side whose route says so.
+// Bug (rdma_cm listener edges task, item 3): passiveSetup used a
+// constant 64 whatever the REQ said.
+func TestAcceptTakesTheREQsHopLimit(t *testing.T) {
+	net := transport.NewMemNetwork()
+	srv := MemDevice(t, net, "10.12.8.1")
+	cli := MemDevice(t, net, "10.12.8.2")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raddr := netip.MustParseAddrPort("10.12.8.1:7484")
+	l, err := Listen(srv, raddr, nil)
+	require.NoError(t, err)
+	defer l.Close()
+
+	local, hdr, err := activeEnd(cli, &ConnParam{}, raddr)
+	require.NoError(t, err)
+	a, err := acquire(cli)
+	require.NoError(t, err)
+	_, err = a.cm.Connect(cm.ConnectParams{
+		Src: local, Dst: raddr.Addr(), ServiceID: serviceID(0, raddr.Port()),
+		QPN: 0x123, StartingPSN: a.cm.NewPSN(), PathMTU: uint8(ib.MTU1024), RetryCount: 7, RNRRetryCount: 7,
+		PacketLifeTime: packetLifeTime, HopLimit: 9, TrafficClass: 0x48, PrivateData: hdr.Append(nil),
+		AutoRTU: true, // our "QP" only lends its number: nothing is sent to it
+	}, func(cm.Event) {})
+	require.NoError(t, err)
+
+	req, err := l.Accept(ctx)
+	require.NoError(t, err)
+	pd, err := srv.AllocPD()
+	require.NoError(t, err)
+	scq, err := srv.CreateCQ(8)
+	require.NoError(t, err)
+	q, err := pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: scq, RecvCQ: scq,
+		Cap: ib.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	_, err = req.Accept(ctx, q, nil)
+	require.NoError(t, err)
+	attr, _, err := q.Query()
+	require.NoError(t, err)
+	require.Equal(t, uint8(9), attr.AV.HopLimit, "the AV's hop limit is the REQ's")
+	require.Equal(t, uint8(0x48), attr.AV.TrafficClass, "the AV's traffic class is the REQ's")
 }
