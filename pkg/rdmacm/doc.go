@@ -82,7 +82,9 @@
 // route's traffic_class), both carried in the REQ, from which the passive
 // side takes them (cm_format_paths_from_req): both AVs carry them, and so
 // the IP TTL and TOS (IPv6 hop limit and traffic class) of every packet
-// of the connection.
+// of the connection. A UD service resolved by DialUD is sent to with the
+// same (UDRemote.HopLimit, TrafficClass: cma_sidr_rep_handler builds the
+// address handle from the dialer's own path).
 //
 // Deviations, chosen: loopback addresses are accepted (the kernel refuses
 // them on RoCE; rxed's tests and single-host users live there); a header

@@ -39,6 +39,9 @@ type madTap struct {
 	hold   func(mad.Message) bool
 	held   [][]byte
 	heldEP []transport.Endpoint
+	// dataEP are the endpoints the other datagrams left with, in order
+	// (their IP TOS and TTL among them).
+	dataEP []transport.Endpoint
 }
 
 func (c *madTap) Send(bufs [][]byte, ep transport.Endpoint) error {
@@ -52,6 +55,8 @@ func (c *madTap) Send(bufs [][]byte, ep transport.Endpoint) error {
 				c.heldEP = append(c.heldEP, ep)
 				continue
 			}
+		} else {
+			c.dataEP = append(c.dataEP, ep)
 		}
 		out = append(out, b)
 	}
@@ -67,6 +72,14 @@ func (c *madTap) messages() []mad.Message {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]mad.Message(nil), c.sent...)
+}
+
+// dataEndpoints returns the endpoints of the datagrams other than CM
+// MADs sent so far.
+func (c *madTap) dataEndpoints() []transport.Endpoint {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]transport.Endpoint(nil), c.dataEP...)
 }
 
 // heldCount is how many datagrams are held back.

@@ -69,6 +69,8 @@ type ConnParam struct {
 	// path's traffic class (cma_resolve_iboe_route), so it travels in
 	// the REQ's primary path and both QPs' AVs carry it, and with them
 	// every packet of the connection, ACKs and READ responses included.
+	// For DialUD it is UDRemote.TrafficClass, the address handle's, as
+	// rdma_cm's ud_param.ah_attr.
 	// 0 is rdma_cm's default (default_roce_tos 0). Accept's QP takes the
 	// REQ's traffic class whatever this says, as the kernel's passive
 	// side builds its AV from the REQ's path.

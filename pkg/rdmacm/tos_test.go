@@ -50,3 +50,48 @@ func TestDialTOSIsThePathsTrafficClass(t *testing.T) {
 		require.Equal(t, uint8(64), attr.AV.HopLimit, "%s QP's AV", name)
 	}
 }
+
+// TestDialUDTOSIsTheAddressHandles: DialUD's UDRemote carries
+// ConnParam.TOS as its traffic class and the route's hop limit (64), as
+// rdma_cm's ud_param.ah_attr (cma_sidr_rep_handler builds it from the
+// dialer's path, whose traffic class cma_resolve_iboe_route made the
+// ID's tos), and a datagram sent with them leaves with that IP TOS and
+// TTL. Bug (rdma_cm listener edges task, item 3): UDRemote carried
+// neither, so DialUD's datagrams left with TOS 0 whatever the TOS asked.
+func TestDialUDTOSIsTheAddressHandles(t *testing.T) {
+	net := transport.NewMemNetwork()
+	tap := &madTap{}
+	srv := openMemHost(t, net, "10.12.9.1", nil)
+	cli := openMemHost(t, net, "10.12.9.2", tap)
+	ctx := testCtx(t)
+	l, err := rdmacm.Listen(srv.dev, ap("10.12.9.1:7485"), &rdmacm.ListenOptions{PortSpace: mad.PortSpaceUDP})
+	require.NoError(t, err)
+	defer l.Close()
+	const qkey = 0x01234567
+	uq := srv.qp(ib.UD)
+	require.NoError(t, ib.ConnectQP(uq, ib.RemoteQP{}, ib.ConnectAttr{QKey: qkey}))
+	require.NoError(t, uq.PostRecv(ib.RecvWR{ID: 1, SGL: []ib.SGE{srv.sge(0, 1024)}}))
+	go func() {
+		req, err := l.Accept(ctx)
+		if err == nil {
+			_ = req.AcceptUD(uq, qkey, nil)
+		}
+	}()
+
+	r, err := rdmacm.DialUD(ctx, cli.dev, ap("10.12.9.1:7485"), &rdmacm.ConnParam{TOS: 0x68})
+	require.NoError(t, err)
+	require.Equal(t, uint8(0x68), r.TrafficClass, "UDRemote's traffic class is the TOS")
+	require.Equal(t, uint8(64), r.HopLimit, "UDRemote's hop limit is the route's")
+
+	cq := cli.qp(ib.UD)
+	require.NoError(t, ib.ConnectQP(cq, ib.RemoteQP{}, ib.ConnectAttr{QKey: 7}))
+	av := ib.AddrVector{DGID: r.GID, TrafficClass: r.TrafficClass, HopLimit: r.HopLimit, PortNum: 1}
+	require.NoError(t, cq.PostSend(ib.SendWR{ID: 3, Opcode: ib.WRSend, Flags: ib.SendSignaled, SGL: []ib.SGE{cli.sge(0, 8)},
+		AV: av, RemoteQPN: r.QPN, RemoteQKey: r.QKey}))
+	require.Equal(t, ib.WCSuccess, cli.wc(ctx).Status)
+	require.Equal(t, ib.WCSuccess, srv.wc(ctx).Status)
+	eps := tap.dataEndpoints()
+	require.Len(t, eps, 1, "the datagram")
+	require.Equal(t, uint8(0x68), eps[0].TrafficClass, "the datagram's IP TOS")
+	require.Equal(t, uint8(64), eps[0].HopLimit, "the datagram's IP TTL")
+}

@@ -17,6 +17,14 @@ type UDRemote struct {
 	GID  netip.Addr     // the peer's GID, for the address handle
 	QPN  uint32         // the peer's UD QP
 	QKey uint32         // the Q_Key its QP accepts (rdma_cm's RDMA_UDP_QKEY 0x01234567 for librdmacm peers)
+	// TrafficClass and HopLimit are for the address handle, as rdma_cm's
+	// ud_param.ah_attr: cma_sidr_rep_handler builds it from the dialer's
+	// own path (ib_init_ah_attr_from_path), not from the SIDR_REP, which
+	// carries no path, and cma_resolve_iboe_route made that path's
+	// traffic class the ID's tos (ConnParam.TOS) and its hop limit the
+	// route's (64). The datagrams then leave with them as their IP TOS
+	// and TTL (IPv6 traffic class and hop limit).
+	TrafficClass, HopLimit uint8
 	// PrivateData is the SIDR_REP's, whole as on the wire.
 	PrivateData []byte
 }
@@ -24,7 +32,8 @@ type UDRemote struct {
 // DialUD resolves the UD service at raddr by SIDR (rdma_connect on a UD
 // rdma_cm ID): it sends a SIDR_REQ in the UDP port space with rdma_cm's
 // header and p.PrivateData (at most 180 bytes), and returns the QPN and
-// Q_Key from the SIDR_REP. A status other than success is a *SIDRError
+// Q_Key from the SIDR_REP, with the traffic class (p.TOS) and hop limit
+// to send with (UDRemote). A status other than success is a *SIDRError
 // (no listener: unsupported service), silence ErrTimeout, the device's
 // close ib.ErrDeviceClosed. p may be nil.
 func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnParam) (*UDRemote, error) {
@@ -82,6 +91,7 @@ func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnPa
 		case r.Status != mad.SIDRSuccess:
 			return nil, fmt.Errorf("rdmacm: DialUD %v: %w", raddr, &SIDRError{Status: r.Status})
 		}
-		return &UDRemote{Addr: raddr, GID: peer, QPN: r.QPN, QKey: r.QKey, PrivateData: r.PrivateData}, nil
+		return &UDRemote{Addr: raddr, GID: peer, QPN: r.QPN, QKey: r.QKey,
+			TrafficClass: p.TOS, HopLimit: hopLimit, PrivateData: r.PrivateData}, nil
 	}
 }
