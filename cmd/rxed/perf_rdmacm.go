@@ -276,27 +276,11 @@ func (s *perfCM) dialTest(ctx context.Context, q *perfQP, raddr netip.AddrPort, 
 	}
 }
 
-// teardown ends the connections as perftest does: the client disconnects
-// its test connections and then the control one; the server gives the
-// client a moment to do so, then disconnects what is left.
+// teardown ends the connections (endPerfConns: the client disconnects
+// every one, the server waits for that and disconnects what is left),
+// then closes the listener and the control QP's resources.
 func (s *perfCM) teardown() error {
-	o := s.r.o
-	dctx, cancel := context.WithTimeout(context.Background(), min(o.ef.timeout, 5*time.Second))
-	defer cancel()
-	if s.r.server() {
-		for _, c := range s.conns {
-			select {
-			case <-c.Done():
-			case <-dctx.Done():
-			}
-		}
-	}
-	for _, c := range s.conns {
-		_ = c.Disconnect(dctx)
-	}
-	if c := s.ctrl.Conn(); c != nil {
-		_ = c.Disconnect(dctx)
-	}
+	endPerfConns(s.r.server(), s.conns, s.ctrl.Conn(), min(s.r.o.ef.timeout, 5*time.Second))
 	if s.ln != nil {
 		_ = s.ln.Close()
 	}
