@@ -132,7 +132,9 @@ type bwQP struct {
 	posted, done uint64
 	pending      []int // global sample index per posted, uncompleted WR, oldest first
 	firstRead    []byte
-	atomics      []uint64 // atomic results in sequence order
+	// atomic checks the atomics' results as they complete (--validate),
+	// shared by the QPs with the same target (atomicChecks).
+	atomic *atomicCheck
 }
 
 // sendWR builds the work request of iteration seq on q.
@@ -179,6 +181,7 @@ func (r *perfRun) runBW(ctx context.Context, size int) (oob.BWReport, error) {
 		cqMod = 1 // the run may stop anywhere: every WR reports itself
 	}
 	st := make([]bwQP, len(r.qps))
+	r.atomicChecks(st)
 	rec := o.bwRecord(len(r.qps))
 	start := time.Now()
 	stopAt := start.Add(o.duration)
@@ -287,57 +290,53 @@ func (r *perfRun) checkCompletion(q *perfQP, s *bwQP, seq uint64, size int) erro
 		}
 	case oob.VerbAtomic:
 		off := q.src + int(seq%uint64(r.o.txDepth))*8
-		s.atomics = append(s.atomics, binary.NativeEndian.Uint64(r.buf[off:off+8]))
+		if s.atomic == nil {
+			s.atomic = r.newAtomicCheck(q)
+		}
+		return s.atomic.add(binary.NativeEndian.Uint64(r.buf[off : off+8]))
 	}
 	return nil
 }
 
-// checkAtomicResults checks the original values the atomics returned:
-// FETCH_AND_ADD results on one target are consecutive, CMP_AND_SWAP
-// results are the initial value and then the swap value (or the initial
-// value throughout when it was not 0).
-func (r *perfRun) checkAtomicResults(st []bwQP) error {
-	if r.o.test.Verb != oob.VerbAtomic {
-		return nil
+// atomicChecks gives the QPs of an atomic run their checks, one per
+// target: QPs whose keys name the same memory share it.
+func (r *perfRun) atomicChecks(st []bwQP) {
+	if r.o.test.Verb != oob.VerbAtomic || !r.o.validate {
+		return
 	}
 	type target struct {
 		rkey  uint32
 		vaddr uint64
 	}
-	groups := map[target][]uint64{}
+	byTarget := map[target]*atomicCheck{}
 	for i, q := range r.qps {
 		k := target{q.remote.RKey, q.remote.VAddr}
-		groups[k] = append(groups[k], st[i].atomics...)
+		if byTarget[k] == nil {
+			byTarget[k] = r.newAtomicCheck(q)
+		}
+		st[i].atomic = byTarget[k]
 	}
-	for k, vals := range groups {
-		if r.o.atomicType == "FETCH_AND_ADD" {
-			slices.Sort(vals)
-			for i := 1; i < len(vals); i++ {
-				if vals[i] != vals[i-1]+1 {
-					return fmt.Errorf("validation: FETCH_AND_ADD on %#x returned %d after %d (lost or repeated add)", k.vaddr, vals[i], vals[i-1])
-				}
-			}
-			if r.peer && len(vals) > 0 && vals[0] != 0 {
-				return fmt.Errorf("validation: FETCH_AND_ADD on %#x started at %d, want 0", k.vaddr, vals[0])
-			}
+}
+
+func (r *perfRun) newAtomicCheck(q *perfQP) *atomicCheck {
+	return &atomicCheck{vaddr: q.remote.VAddr, cas: r.o.atomicType == "CMP_AND_SWAP"}
+}
+
+// checkAtomicResults is the final check of the atomics' results, once
+// every one completed (atomicCheck.finish), per target.
+func (r *perfRun) checkAtomicResults(st []bwQP) error {
+	if r.o.test.Verb != oob.VerbAtomic {
+		return nil
+	}
+	var done []*atomicCheck
+	for i := range st {
+		c := st[i].atomic
+		if c == nil || slices.Contains(done, c) {
 			continue
 		}
-		zeros, swaps, other := 0, 0, map[uint64]int{}
-		for _, v := range vals {
-			switch v {
-			case 0:
-				zeros++
-			case perfSwapValue:
-				swaps++
-			default:
-				other[v]++
-			}
-		}
-		switch {
-		case zeros == 1 && swaps == len(vals)-1:
-		case zeros == 0 && swaps == 0 && len(other) == 1 && !r.peer:
-		default:
-			return fmt.Errorf("validation: CMP_AND_SWAP on %#x returned %d zeros, %d swapped values and %d others of %d", k.vaddr, zeros, swaps, len(vals)-zeros-swaps, len(vals))
+		done = append(done, c)
+		if err := c.finish(r.peer); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -172,18 +172,24 @@ func TestPatternAndAtomicChecks(t *testing.T) {
 	b[65536] ^= 1
 	require.Equal(t, 65536, checkPattern(b))
 
-	r := &perfRun{o: &perfOpts{atomicType: "FETCH_AND_ADD"}, qps: []*perfQP{{}}}
-	r.o.test.Verb = 3 // oob.VerbAtomic
-	require.NoError(t, r.checkAtomicResults([]bwQP{{atomics: []uint64{7, 5, 6, 8}}}))
-	require.ErrorContains(t, r.checkAtomicResults([]bwQP{{atomics: []uint64{5, 6, 6, 8}}}), "lost or repeated")
-	r.peer = true
-	require.ErrorContains(t, r.checkAtomicResults([]bwQP{{atomics: []uint64{5, 6}}}), "started at 5")
-	r.o.atomicType = "CMP_AND_SWAP"
-	require.NoError(t, r.checkAtomicResults([]bwQP{{atomics: []uint64{0, perfSwapValue, perfSwapValue}}}))
-	require.Error(t, r.checkAtomicResults([]bwQP{{atomics: []uint64{0, 0, perfSwapValue}}}))
-	r.peer = false
-	require.NoError(t, r.checkAtomicResults([]bwQP{{atomics: []uint64{9, 9, 9}}}))
-	require.Error(t, r.checkAtomicResults([]bwQP{{atomics: []uint64{9, 8, 9}}}))
+	// check feeds vals, as completed in that order, to one target's check.
+	check := func(kind string, peer bool, vals ...uint64) error {
+		c := &atomicCheck{cas: kind == "CMP_AND_SWAP"}
+		for _, v := range vals {
+			if err := c.add(v); err != nil {
+				return err
+			}
+		}
+		return c.finish(peer)
+	}
+	require.NoError(t, check("FETCH_AND_ADD", false, 7, 5, 6, 8))
+	require.ErrorContains(t, check("FETCH_AND_ADD", false, 5, 6, 6, 8), "twice (lost add)")
+	require.ErrorContains(t, check("FETCH_AND_ADD", false, 5, 6, 8), "returned 8 after 6 (lost or repeated")
+	require.ErrorContains(t, check("FETCH_AND_ADD", true, 5, 6), "started at 5")
+	require.NoError(t, check("CMP_AND_SWAP", true, 0, perfSwapValue, perfSwapValue))
+	require.Error(t, check("CMP_AND_SWAP", true, 0, 0, perfSwapValue))
+	require.NoError(t, check("CMP_AND_SWAP", false, 9, 9, 9))
+	require.Error(t, check("CMP_AND_SWAP", false, 9, 8, 9))
 }
 
 func TestAtomicByteAccess(t *testing.T) {
