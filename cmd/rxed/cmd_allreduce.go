@@ -66,7 +66,8 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.verbose, "v", false, "with --rank: a comment line each time a ring is joined")
 	fs.IntVar(&o.cpus, "cpus", 0, "CPUs the Go runtime uses (GOMAXPROCS; default: all, or with --rank this host's CPUs divided by the rank count when every --peers address is a loopback address)")
 	peers := fs.String("peers", "", "every rank's IPv4 `addresses`, comma-separated, in rank order (with --rank): rank i's engine (UDP 4791), rdma_cm (--cm-port) and TCP (--tcp-port) listen on the i-th")
-	if _, code, ok := parseArgs(fs, args, stderr); !ok {
+	rest, code, ok := parseArgs(fs, args, stderr)
+	if !ok {
 		return code
 	}
 	ranksSet, spinSet := false, false
@@ -78,6 +79,11 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	usage := func(err error) int {
 		fail(stderr, "allreduce", err)
 		return 2
+	}
+	if len(rest) > 0 {
+		// It was ignored, and the run went ahead without what it meant
+		// (a rank's address, say).
+		return usage(fmt.Errorf("unexpected argument %q (allreduce takes flags only: --peers for the other ranks' addresses)", rest[0]))
 	}
 	var err error
 	if o.ranks, err = parseIntList(*ranks); err != nil {
@@ -120,7 +126,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if o.peers != nil {
 		if err := o.runRank(ctx, stdout); err != nil {
-			return fail(stderr, "allreduce", err)
+			return failHint(stderr, "allreduce", err, allreduceNextStep(err, true))
 		}
 		return 0
 	}
@@ -140,7 +146,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 					r.Failed = err
 				}
 				if r.Failed != nil {
-					fmt.Fprintf(stderr, "rxed allreduce: %s, %d ranks, %d bytes: %v\n", tr, n, size, r.Failed)
+					failHint(stderr, "allreduce", fmt.Errorf("%s, %d ranks, %d bytes: %w", tr, n, size, r.Failed), allreduceNextStep(r.Failed, false))
 					failed = true
 				}
 				if r.Wrong != 0 {
@@ -234,7 +240,7 @@ func (o *allreduceOpts) openDevices(n int) ([]*ib.Device, error) {
 			for _, d := range devs {
 				d.Close()
 			}
-			return nil, fmt.Errorf("rank %d engine on %v: %v", i, a, err)
+			return nil, engineOpenError(fmt.Sprintf("rank %d's RoCE engine", i), a.Addr().String(), uint(a.Port()), err)
 		}
 		devs = append(devs, dev)
 	}
@@ -291,7 +297,7 @@ func (o *allreduceOpts) runRank(ctx context.Context, stdout io.Writer) error {
 		if dev != nil {
 			dev.Close()
 		}
-		return fmt.Errorf("rank %d engine on %v: %v", me, o.peers[me], err)
+		return engineOpenError(fmt.Sprintf("rank %d's RoCE engine", me), o.peers[me].String(), transport.RoCEv2Port, err)
 	}
 	defer dev.Close()
 	next := o.peers[(me+1)%n]

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -51,7 +50,11 @@ func openDemoPeerDev(name string, addr netip.Addr, cfg demoConfig, ephemeral boo
 	dev, err := ib.OpenDevice(ib.Config{Addrs: []netip.Addr{addr}, Port: cfg.port, EphemeralPort: ephemeral,
 		Fault: cfg.fault, Pcap: pcap})
 	if err != nil {
-		return nil, err
+		port := uint(cfg.port)
+		if ephemeral {
+			port = 0
+		}
+		return nil, engineOpenError("engine "+name, addr.String(), port, err)
 	}
 	p := &demoPeer{name: name, dev: dev, addr: addr}
 	if p.pd, err = dev.AllocPD(); err != nil {
@@ -107,14 +110,14 @@ func (p *demoPeer) await(wrID uint64, want ib.WCOpcode) (ib.WC, error) {
 	var wcs [1]ib.WC
 	n, err := p.cq.WaitPoll(ctx, wcs[:])
 	if err != nil {
-		return ib.WC{}, fmt.Errorf("%s: no completion for wr %d: %w", p.name, wrID, err)
+		return ib.WC{}, &demoStepError{fmt.Errorf("%s: no completion for wr %d: %w", p.name, wrID, err)}
 	}
 	wc := wcs[:n][0]
 	if wc.Status != ib.WCSuccess {
-		return wc, fmt.Errorf("%s: wr %d completed with %s", p.name, wc.ID, wc.Status)
+		return wc, &demoStepError{fmt.Errorf("%s: wr %d completed with %s", p.name, wc.ID, wc.Status)}
 	}
 	if wc.ID != wrID || wc.Opcode != want {
-		return wc, fmt.Errorf("%s: got completion %v, want wr %d %s", p.name, wc.String(), wrID, want)
+		return wc, &demoCheckError{fmt.Sprintf("%s: got completion %v, want wr %d %s", p.name, wc.String(), wrID, want)}
 	}
 	return wc, nil
 }
@@ -148,15 +151,20 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	def := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}
 	cfg.addrs = append(cfg.addrs, def[len(cfg.addrs):]...)
+	if a, b := cfg.addrs[0].Unmap(), cfg.addrs[1].Unmap(); a.Is4() != b.Is4() {
+		// The QPs' address vectors refuse it: it failed at connect.
+		fmt.Fprintf(stderr, "rxed demo: --addr %v and %v: engines A and B need addresses of one family (two IPv4, or two IPv6 such as ::1 and another of lo's)\n", a, b)
+		return 2
+	}
 	if *port < 0 || *port > 65535 {
-		fmt.Fprintf(stderr, "rxed demo: bad --port %d\n", *port)
+		fmt.Fprintf(stderr, "rxed demo: --port %d: want 0..65535 (0: ephemeral ports)\n", *port)
 		return 2
 	}
 	cfg.port = uint16(*port)
 	if *faultSpec != "" {
 		fc, err := transport.ParseFaultSpec(*faultSpec)
 		if err != nil {
-			fmt.Fprintln(stderr, "rxed demo:", err)
+			fmt.Fprintf(stderr, "rxed demo: --fault: %v (want %s)\n", err, faultSpecHelp)
 			return 2
 		}
 		cfg.fault = &fc
@@ -164,15 +172,13 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if *pcapPath != "" {
 		f, err := os.Create(*pcapPath)
 		if err != nil {
-			fmt.Fprintln(stderr, "rxed demo:", err)
-			return 1
+			return failHint(stderr, "demo", fmt.Errorf("--pcap: %w", err), pathHint(err, true))
 		}
 		defer f.Close()
 		cfg.pcap = f
 	}
 	if err := demo(cfg, stdout); err != nil {
-		fmt.Fprintln(stderr, "rxed demo: FAILED:", err)
-		return 1
+		return failHint(stderr, "demo", fmt.Errorf("FAILED: %w", err), demoNextStep(err, cfg.fault != nil))
 	}
 	fmt.Fprintln(stdout, "all checks passed")
 	return 0
@@ -230,7 +236,7 @@ func demo(cfg demoConfig, out io.Writer) error {
 	}
 	b.sync()
 	if !bytes.Equal(a.buf[:wlen], b.buf[:wlen]) {
-		return errors.New("RDMA WRITE: B's memory does not hold the bytes A wrote")
+		return &demoCheckError{"RDMA WRITE: B's memory does not hold the bytes A wrote"}
 	}
 	fmt.Fprintf(out, "RDMA WRITE   %6d bytes A -> B           verified: B's memory equals A's pattern\n", wlen)
 
@@ -249,7 +255,7 @@ func demo(cfg demoConfig, out io.Writer) error {
 		return err
 	}
 	if !bytes.Equal(a.buf[roff:roff+rlen], b.buf[roff:roff+rlen]) {
-		return errors.New("RDMA READ: A's buffer does not hold B's bytes")
+		return &demoCheckError{"RDMA READ: A's buffer does not hold B's bytes"}
 	}
 	fmt.Fprintf(out, "RDMA READ    %6d bytes B -> A           verified: A's buffer equals B's pattern\n", rlen)
 
@@ -274,8 +280,8 @@ func demo(cfg demoConfig, out io.Writer) error {
 	}
 	if rwc.Flags&ib.WCWithImm == 0 || rwc.Imm != imm || rwc.ByteLen != uint32(len(msg)) ||
 		!bytes.Equal(b.buf[recvOff:recvOff+len(msg)], msg) {
-		return fmt.Errorf("SEND_WITH_IMM: B got %d bytes %q imm %#x flags %#x", rwc.ByteLen,
-			b.buf[recvOff:recvOff+int(min(rwc.ByteLen, 64))], rwc.Imm, rwc.Flags)
+		return &demoCheckError{fmt.Sprintf("SEND_WITH_IMM: B got %d bytes %q imm %#x flags %#x", rwc.ByteLen,
+			b.buf[recvOff:recvOff+int(min(rwc.ByteLen, 64))], rwc.Imm, rwc.Flags)}
 	}
 	fmt.Fprintf(out, "SEND+IMM     %6d bytes A -> B           verified: %q, imm %#x\n", len(msg), msg, rwc.Imm)
 
@@ -295,7 +301,7 @@ func demo(cfg demoConfig, out io.Writer) error {
 	orig, now := binary.NativeEndian.Uint64(a.buf[resOff:]), binary.NativeEndian.Uint64(b.buf[ctrOff:])
 	b.sync() // our read happens before B's next atomic on the counter
 	if orig != 100 || now != 500 {
-		return fmt.Errorf("CMP_SWP: original %d (want 100), remote now %d (want 500)", orig, now)
+		return &demoCheckError{fmt.Sprintf("CMP_SWP: original %d (want 100), remote now %d (want 500)", orig, now)}
 	}
 	fmt.Fprintf(out, "CMP_SWP      compare 100 swap 500       verified: original 100, remote now %d\n", now)
 
@@ -310,7 +316,7 @@ func demo(cfg demoConfig, out io.Writer) error {
 	b.sync()
 	orig, now = binary.NativeEndian.Uint64(a.buf[resOff:]), binary.NativeEndian.Uint64(b.buf[ctrOff:])
 	if orig != 500 || now != 542 {
-		return fmt.Errorf("FETCH_ADD: original %d (want 500), remote now %d (want 542)", orig, now)
+		return &demoCheckError{fmt.Sprintf("FETCH_ADD: original %d (want 500), remote now %d (want 542)", orig, now)}
 	}
 	fmt.Fprintf(out, "FETCH_ADD    add 42                     verified: original 500, remote now %d\n", now)
 

@@ -685,7 +685,7 @@ func readToken(token, file string) ([]byte, error) {
 	case file != "":
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return nil, fmt.Errorf("--token-file: %v", err)
+			return nil, fmt.Errorf("--token-file: %w", err)
 		}
 		b = []byte(strings.TrimRight(string(b), "\r\n"))
 		if len(b) == 0 {

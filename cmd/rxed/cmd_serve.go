@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -145,7 +146,7 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		if err := applyConfigFile(fs, o.config, set); err != nil {
-			return bad("%v", err)
+			return bad("%v%s", err, pathHint(err, false))
 		}
 	}
 	if err := o.ef.check(); err != nil {
@@ -190,7 +191,7 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	}
 	tok, err := readToken(o.token, o.tokenFile)
 	if err != nil {
-		return bad("%v", err)
+		return bad("%v%s", err, pathHint(err, false))
 	}
 	o.tokenBytes = tok
 	if o.rdmaCMPort > 65535 {
@@ -202,6 +203,13 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 	if o.listen != "" {
 		if _, err := o.listenAddr(); err != nil {
 			return bad("%v", err)
+		}
+	}
+	if o.metrics != "" {
+		// Checked here: the daemon's listen error for it named no address
+		// ("listen %!s(<nil>): address x: missing port in address").
+		if _, _, err := net.SplitHostPort(o.metrics); err != nil {
+			return bad("--metrics %q: want HOST:PORT, e.g. 127.0.0.1:9479 (%v)", o.metrics, err)
 		}
 	}
 	names := map[string]bool{}
@@ -229,7 +237,7 @@ func parseServe(args []string, stderr io.Writer) (*serveOpts, int, bool) {
 func applyConfigFile(fs *flag.FlagSet, path string, cliSet map[string]bool) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("config: %v", err)
+		return fmt.Errorf("config: %w", err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -284,7 +292,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := serve(ctx, o, stderr, nil); err != nil {
-		return fail(stderr, "serve", err)
+		return failHint(stderr, "serve", err, serveNextStep(err))
 	}
 	return 0
 }

@@ -160,7 +160,7 @@ func (e *engineFlags) deviceConfig(log *slog.Logger) (ib.Config, *os.File, error
 	}
 	f, err := os.Create(e.pcap)
 	if err != nil {
-		return cfg, nil, fmt.Errorf("--pcap: %v", err)
+		return cfg, nil, fmt.Errorf("--pcap: %w", err)
 	}
 	cfg.Pcap = f
 	return cfg, f, nil
