@@ -92,13 +92,14 @@ func TestPerfRDMACMClientExitsWithoutTimewait(t *testing.T) {
 	var srvConns, cliConns []*rdmacm.Conn
 	for range 3 {
 		accepted := make(chan *rdmacm.Conn, 1)
+		sq := srv.qp(t)
 		go func() {
 			req, err := ln.Accept(ctx)
 			if err != nil {
 				accepted <- nil
 				return
 			}
-			c, _ := req.Accept(ctx, srv.qp(t), nil)
+			c, _ := req.Accept(ctx, sq, nil)
 			accepted <- c
 		}()
 		c, err := rdmacm.Dial(ctx, cli.qp(t), raddr, nil)
