@@ -62,18 +62,7 @@ func TestPacketsCarryTheAVsTrafficClassAndHopLimit(t *testing.T) {
 	b, sb := spySide(t, mn, "10.0.0.2", qp.RC)
 	connectAV(t, a, b, qp.AddrVector{DGID: b.addr, TrafficClass: 0x68, HopLimit: 7})
 	connectAV(t, b, a, qp.AddrVector{DGID: a.addr, TrafficClass: 0x28, HopLimit: 9})
-	amr, _ := regMR(t, a, 8192)
-	bmr, _ := regMR(t, b, 8192)
-	sgl := []qp.SGE{{Addr: amr.IOVA(), Length: 3000, LKey: amr.LKey()}}
-	_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: 9, SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 8192, LKey: bmr.LKey()}}}})
-	require.NoError(t, err)
-	for i, op := range []qp.WROpcode{qp.WRRDMAWrite, qp.WRRDMARead, qp.WRSend} {
-		_, err := a.e.PostSend(a.q, []qp.SendWR{{ID: uint64(i), Opcode: op, Flags: qp.Signaled, SGL: sgl,
-			RemoteAddr: bmr.IOVA(), RKey: bmr.RKey()}})
-		require.NoError(t, err)
-		require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status, "%v", op)
-	}
-	require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
+	writeReadSend(t, a, b)
 
 	seen := map[wire.Opcode]bool{}
 	for _, p := range sa.taken() {
@@ -122,4 +111,24 @@ func connectAV(t *testing.T, s, peer *side, av qp.AddrVector) {
 	require.NoError(t, s.e.ModifyQP(s.q, &qp.Attr{State: qp.RTS, SQPSN: 100, Timeout: 14, RetryCnt: 7,
 		RNRRetry: 7, MaxRdAtomic: 16},
 		qp.AttrState|qp.AttrSQPSN|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|qp.AttrMaxQPRdAtomic))
+}
+
+// writeReadSend has a post a 3000-byte RDMA WRITE, READ and SEND to b,
+// signaled, and waits for each to complete and for b's receive: every
+// kind of packet each side sends (the requester's and the responder's
+// ACKs and READ responses).
+func writeReadSend(t *testing.T, a, b *side) {
+	t.Helper()
+	amr, _ := regMR(t, a, 8192)
+	bmr, _ := regMR(t, b, 8192)
+	sgl := []qp.SGE{{Addr: amr.IOVA(), Length: 3000, LKey: amr.LKey()}}
+	_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: 9, SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 8192, LKey: bmr.LKey()}}}})
+	require.NoError(t, err)
+	for i, op := range []qp.WROpcode{qp.WRRDMAWrite, qp.WRRDMARead, qp.WRSend} {
+		_, err := a.e.PostSend(a.q, []qp.SendWR{{ID: uint64(i), Opcode: op, Flags: qp.Signaled, SGL: sgl,
+			RemoteAddr: bmr.IOVA(), RKey: bmr.RKey()}})
+		require.NoError(t, err)
+		require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status, "%v", op)
+	}
+	require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
 }

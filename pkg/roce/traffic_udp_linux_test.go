@@ -65,18 +65,7 @@ func TestKernelCarriesTheAVsTOSAndTTLOverUDP(t *testing.T) {
 	b, rb, pb := udpSide(t, "127.0.0.2", qp.RC, true)
 	connectAV(t, a, b, qp.AddrVector{DGID: b.addr, DestPort: pb, TrafficClass: 0x68, HopLimit: 7})
 	connectAV(t, b, a, qp.AddrVector{DGID: a.addr, DestPort: pa, TrafficClass: 0x28, HopLimit: 9})
-	amr, _ := regMR(t, a, 8192)
-	bmr, _ := regMR(t, b, 8192)
-	sgl := []qp.SGE{{Addr: amr.IOVA(), Length: 3000, LKey: amr.LKey()}}
-	_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: 9, SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 8192, LKey: bmr.LKey()}}}})
-	require.NoError(t, err)
-	for i, op := range []qp.WROpcode{qp.WRRDMAWrite, qp.WRRDMARead, qp.WRSend} {
-		_, err := a.e.PostSend(a.q, []qp.SendWR{{ID: uint64(i), Opcode: op, Flags: qp.Signaled, SGL: sgl,
-			RemoteAddr: bmr.IOVA(), RKey: bmr.RKey()}})
-		require.NoError(t, err)
-		require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status, "%v", op)
-	}
-	require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
+	writeReadSend(t, a, b)
 	seen := map[wire.Opcode]bool{}
 	for _, p := range rb.received() { // a's packets
 		require.Equal(t, sentTraffic{p.op, 0x68, 7}, p, "a's %v as b's kernel received it", p.op)
