@@ -33,7 +33,7 @@ func newForger(t *testing.T, addr string) *forger {
 	t.Cleanup(func() { _ = dev.Close() })
 	var agent atomic.Pointer[ib.MADAgent]
 	m := cm.New(cm.Config{NodeGUID: 0x02_0000_0000_0f0f,
-		Send: func(dst, src netip.Addr, b []byte) error { return agent.Load().Send(src, dst, b) }})
+		Send: func(dst, src netip.Addr, _ cm.Traffic, b []byte) error { return agent.Load().Send(src, dst, b) }})
 	t.Cleanup(m.Close)
 	a, err := ib.OpenMADAgent(dev, ib.MADAgentConfig{Handler: m.HandleMAD})
 	require.NoError(t, err)

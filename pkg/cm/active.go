@@ -98,6 +98,7 @@ func (m *Manager) Connect(p ConnectParams, h Handler) (*ID, error) {
 	id.service = p.ServiceID
 	id.local, id.remote = p.Src, p.Dst
 	id.localQPN = p.QPN
+	id.traffic = Traffic{TrafficClass: p.TrafficClass, HopLimit: p.HopLimit}
 	id.autoRTU = p.AutoRTU
 	id.timeout = 2*CMTimeout(p.PacketLifeTime) + CMTimeout(p.RemoteCMResponseTimeout)
 	id.maxRetries = int(p.MaxCMRetries)
@@ -192,13 +193,13 @@ func (m *Manager) dupREP(r rx, rep *mad.REP) {
 	case StateEstablished:
 		rtu := &mad.RTU{LocalCommID: id.localID, RemoteCommID: id.remoteID, PrivateData: id.privateData}
 		if b := m.marshal(id.tid, rtu); b != nil {
-			m.sendMAD(r.src, r.dst, b)
+			m.sendMAD(r.src, r.dst, r.replyTraffic(), b)
 		}
 	case StateMRAREPSent:
 		mra := &mad.MRA{LocalCommID: id.localID, RemoteCommID: id.remoteID,
 			MessageMRAed: mad.MRAMsgREP, ServiceTimeout: id.serviceTimeout, PrivateData: id.privateData}
 		if b := m.marshal(id.tid, mra); b != nil {
-			m.sendMAD(r.src, r.dst, b)
+			m.sendMAD(r.src, r.dst, r.replyTraffic(), b)
 		}
 	}
 }
@@ -222,7 +223,7 @@ func (id *ID) SendRTU(privateData []byte) error {
 func (m *Manager) sendRTU(id *ID, pd []byte) {
 	rtu := &mad.RTU{LocalCommID: id.localID, RemoteCommID: id.remoteID, PrivateData: pd}
 	if b := m.marshal(id.tid, rtu); b != nil {
-		m.sendMAD(id.remote, id.local, b)
+		m.sendMAD(id.remote, id.local, id.traffic, b)
 	}
 	id.privateData = pd
 	m.setState(id, StateEstablished)

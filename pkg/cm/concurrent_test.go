@@ -20,9 +20,9 @@ func TestConcurrentDirectWiring(t *testing.T) {
 	clock := cmtest.NewFakeClock(time.Unix(0, 0))
 	var a, b *cm.Manager
 	a = cm.New(cm.Config{NodeGUID: guidA, Clock: clock, Rand: rand.New(rand.NewPCG(1, 1)),
-		Send: func(dst, src netip.Addr, m []byte) error { b.HandleMAD(src, dst, m); return nil }})
+		Send: func(dst, src netip.Addr, _ cm.Traffic, m []byte) error { b.HandleMAD(src, dst, m); return nil }})
 	b = cm.New(cm.Config{NodeGUID: guidB, Clock: clock, Rand: rand.New(rand.NewPCG(2, 2)),
-		Send: func(dst, src netip.Addr, m []byte) error { a.HandleMAD(src, dst, m); return nil }})
+		Send: func(dst, src netip.Addr, _ cm.Traffic, m []byte) error { a.HandleMAD(src, dst, m); return nil }})
 	_, err := b.Listen(serviceID, 0, func(ev cm.Event) {
 		if ev.Type == cm.EventREQ {
 			require.NoError(t, ev.ID.Accept(acceptParams(ev.REQ.LocalQPN+0x1000)))

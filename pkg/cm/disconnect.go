@@ -50,7 +50,7 @@ func (m *Manager) onDREQ(r rx, dreq *mad.DREQ) {
 		m.count("rx_dup_dreq")
 		drep := &mad.DREP{LocalCommID: dreq.RemoteCommID, RemoteCommID: dreq.LocalCommID}
 		if b := m.marshal(r.hdr.TID, drep); b != nil {
-			m.sendMAD(r.src, r.dst, b)
+			m.sendMAD(r.src, r.dst, r.replyTraffic(), b)
 		}
 		return
 	}
@@ -74,7 +74,7 @@ func (m *Manager) onDREQ(r rx, dreq *mad.DREQ) {
 		m.count("rx_dup_dreq")
 		drep := &mad.DREP{LocalCommID: id.localID, RemoteCommID: id.remoteID, PrivateData: id.privateData}
 		if b := m.marshal(id.tid, drep); b != nil {
-			m.sendMAD(r.src, r.dst, b)
+			m.sendMAD(r.src, r.dst, r.replyTraffic(), b)
 		}
 		return
 	case StateDREQRcvd:
@@ -97,7 +97,7 @@ func (m *Manager) sendDREP(id *ID, pd []byte) {
 	m.enterTimewait(id)
 	drep := &mad.DREP{LocalCommID: id.localID, RemoteCommID: id.remoteID, PrivateData: pd}
 	if b := m.marshal(id.tid, drep); b != nil {
-		m.sendMAD(id.remote, id.local, b)
+		m.sendMAD(id.remote, id.local, id.traffic, b)
 	}
 }
 

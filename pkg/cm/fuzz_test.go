@@ -53,7 +53,7 @@ func FuzzHandleMAD(f *testing.F) {
 		sent := 0
 		m = cm.New(cm.Config{
 			NodeGUID: guidB, Clock: clock, Rand: rand.New(rand.NewPCG(1, 2)), MaxHalfOpen: maxHalfOpen,
-			Send: func(dst, src netip.Addr, b []byte) error {
+			Send: func(dst, src netip.Addr, _ cm.Traffic, b []byte) error {
 				sent++
 				if len(b) != mad.MADLen {
 					t.Fatalf("sent a MAD of %d bytes", len(b))

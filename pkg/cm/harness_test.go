@@ -31,6 +31,7 @@ type side struct {
 type packet struct {
 	from, to *side
 	src, dst netip.Addr
+	traffic  cm.Traffic // the IP TOS and TTL it was sent with
 	b        []byte
 	hdr      mad.Header
 	msg      mad.Message // nil if it does not parse
@@ -71,8 +72,8 @@ func (l *link) newSide(name string, gid netip.Addr, guid uint64, seed uint64, tw
 		NodeGUID: guid,
 		Clock:    l.clock,
 		Rand:     rand.New(rand.NewPCG(seed, seed*7+1)),
-		Send: func(dst, src netip.Addr, b []byte) error {
-			p := packet{from: s, src: src, dst: dst, b: append([]byte(nil), b...)}
+		Send: func(dst, src netip.Addr, tr cm.Traffic, b []byte) error {
+			p := packet{from: s, src: src, dst: dst, traffic: tr, b: append([]byte(nil), b...)}
 			p.to = l.byGID(dst)
 			p.hdr, p.msg, _ = mad.Parse(p.b)
 			l.queue = append(l.queue, p)

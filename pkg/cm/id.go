@@ -28,6 +28,9 @@ type ID struct {
 	remoteGUID uint64
 	localQPN   uint32
 	remoteQPN  uint32
+	// traffic is the traffic class and hop limit of the ID's primary AV,
+	// which its own MADs leave with (see Traffic).
+	traffic Traffic
 
 	// cm_id_priv->timeout_ms and max_cm_retries: for our REQ (active),
 	// REP (passive) and DREQ.

@@ -18,10 +18,11 @@ type Config struct {
 	// stable for the device's lifetime (the caller derives it, e.g. from
 	// the first GID's MAC-like bytes or a seed).
 	NodeGUID uint64
-	// Send transmits a whole MAD to QP 1 at dst from our GID src. It is
+	// Send transmits a whole MAD to QP 1 at dst from our GID src, with
+	// the IP TOS and TTL of t (the address handle's, see Traffic). It is
 	// called with no Manager lock held. An error counts as a lost MAD
 	// (tx_errors); retransmission recovers as from loss on the wire.
-	Send func(dst, src netip.Addr, mad []byte) error
+	Send func(dst, src netip.Addr, t Traffic, mad []byte) error
 	// Clock drives every timer; nil means SystemClock.
 	Clock Clock
 	// Logger; nil means slog.Default().
@@ -115,6 +116,7 @@ type sidrKey struct {
 type action struct {
 	mad      []byte
 	dst, src netip.Addr
+	traffic  Traffic
 	id       *ID   // event for id's current handler
 	ev       Event //
 	sidr     func()
@@ -298,12 +300,12 @@ func (m *Manager) acquire(local, remote uint32) *ID {
 }
 
 // sendMAD queues b for Config.Send and counts it.
-func (m *Manager) sendMAD(dst, src netip.Addr, b []byte) {
+func (m *Manager) sendMAD(dst, src netip.Addr, t Traffic, b []byte) {
 	if len(b) >= mad.HeaderLen {
 		h, _ := mad.ParseHeader(b)
 		m.count("tx_" + msgName(h.AttrID))
 	}
-	m.outbox = append(m.outbox, action{mad: b, dst: dst, src: src})
+	m.outbox = append(m.outbox, action{mad: b, dst: dst, src: src, traffic: t})
 }
 
 // marshal encodes m with tid; our own messages always fit (parameters are
@@ -376,7 +378,7 @@ func (m *Manager) run(a action, h Handler) {
 		if m.cfg.Send == nil {
 			return
 		}
-		if err := m.cfg.Send(a.dst, a.src, a.mad); err != nil {
+		if err := m.cfg.Send(a.dst, a.src, a.traffic, a.mad); err != nil {
 			m.mu.Lock()
 			m.count(cntTxErrors)
 			m.mu.Unlock()

@@ -96,6 +96,9 @@ func (m *Manager) onREQ(r rx, req *mad.REQ) {
 	id.service = req.ServiceID
 	id.tid = r.hdr.TID
 	id.local, id.remote = r.dst, r.src
+	// cm_req_handler's AV: the REQ's primary path with the hop limit of
+	// the AV it first built from the work completion, the route's.
+	id.traffic = Traffic{TrafficClass: req.Primary.TrafficClass, HopLimit: RouteHopLimit}
 	// The passive side answers within the active side's response
 	// timeout and retries as often as the active side does.
 	id.timeout = CMTimeout(req.LocalCMResponseTimeout)
@@ -163,18 +166,19 @@ func (m *Manager) dupREQ(r rx, id *ID) {
 		mra := &mad.MRA{LocalCommID: id.localID, RemoteCommID: id.remoteID,
 			MessageMRAed: mad.MRAMsgREQ, ServiceTimeout: id.serviceTimeout, PrivateData: id.privateData}
 		if b := m.marshal(id.tid, mra); b != nil {
-			m.sendMAD(r.src, r.dst, b)
+			m.sendMAD(r.src, r.dst, r.replyTraffic(), b)
 		}
 	case StateREPSent, StateMRAREPRcvd:
 		if id.out != nil {
-			m.sendMAD(r.src, r.dst, id.out.mad)
+			// The REP again, on the ID's AV as the first one.
+			m.sendMAD(r.src, r.dst, id.traffic, id.out.mad)
 			if id.out.free >= 0 {
 				id.out.free += repsPerREQ - 1
 			}
 		}
 	case StateTimewait:
 		m.count(cntRejStale)
-		m.sendMAD(r.src, r.dst, m.formatREJ(id, StateTimewait, mad.REJStaleConn, nil, nil))
+		m.sendMAD(r.src, r.dst, r.replyTraffic(), m.formatREJ(id, StateTimewait, mad.REJStaleConn, nil, nil))
 	}
 }
 

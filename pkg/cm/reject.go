@@ -15,7 +15,7 @@ import (
 func (m *Manager) issueREJ(r rx, reason mad.REJReason, msgRejected uint8, ari []byte) {
 	rej := &mad.REJ{LocalCommID: r.words[1], RemoteCommID: r.words[0], MessageRejected: msgRejected, Reason: reason, ARI: ari}
 	if b := m.marshal(r.hdr.TID, rej); b != nil {
-		m.sendMAD(r.src, r.dst, b)
+		m.sendMAD(r.src, r.dst, r.replyTraffic(), b)
 	}
 }
 
@@ -61,13 +61,13 @@ func (m *Manager) sendREJ(id *ID, reason mad.REJReason, ari, pd []byte) error {
 		b := m.formatREJ(id, s, reason, ari, pd)
 		m.free(id)
 		if b != nil {
-			m.sendMAD(id.remote, id.local, b)
+			m.sendMAD(id.remote, id.local, id.traffic, b)
 		}
 	case StateREPSent, StateMRAREPRcvd:
 		b := m.formatREJ(id, s, reason, ari, pd)
 		m.enterTimewait(id)
 		if b != nil {
-			m.sendMAD(id.remote, id.local, b)
+			m.sendMAD(id.remote, id.local, id.traffic, b)
 		}
 	default:
 		return ErrState
@@ -147,7 +147,7 @@ func (id *ID) destroy(noReject bool) {
 		case StateEstablished:
 			dreq := &mad.DREQ{LocalCommID: id.localID, RemoteCommID: id.remoteID, RemoteQPN: id.remoteQPN}
 			if b := m.marshal(m.formTID(id), dreq); b != nil {
-				m.sendMAD(id.remote, id.local, b)
+				m.sendMAD(id.remote, id.local, id.traffic, b)
 			}
 		case StateDREQRcvd:
 			m.sendDREP(id, nil)

@@ -18,6 +18,10 @@ type SIDRParams struct {
 	// - 8)) and retries (0: 15).
 	Timeout      time.Duration
 	MaxCMRetries uint8
+	// TrafficClass and HopLimit (0: RouteHopLimit) are the path's, which
+	// the SIDR_REQs leave with (ib_send_cm_sidr_req's cm_init_av_by_path;
+	// rdma_cm's path carries the ID's TOS on RoCE).
+	TrafficClass, HopLimit uint8
 }
 
 // SIDRQuery sends a SIDR_REQ (ib_send_cm_sidr_req), retransmitted until a
@@ -50,6 +54,10 @@ func (m *Manager) SIDRQuery(p SIDRParams, h SIDRHandler) (*ID, error) {
 	id.service = p.ServiceID
 	id.local, id.remote = p.Src, p.Dst
 	id.sidrHandler = h
+	id.traffic = Traffic{TrafficClass: p.TrafficClass, HopLimit: p.HopLimit}
+	if id.traffic.HopLimit == 0 {
+		id.traffic.HopLimit = RouteHopLimit
+	}
 	id.tid = m.formTID(id)
 	req := &mad.SIDRREQ{RequestID: id.localID, PKey: p.PKey, ServiceID: p.ServiceID, PrivateData: pd}
 	b := m.marshal(id.tid, req)
@@ -128,7 +136,7 @@ func (m *Manager) onSIDRREQ(r rx, req *mad.SIDRREQ) {
 	if a, ok := m.sidrSent[k]; ok {
 		if m.clock.Now().Before(a.until) {
 			m.count("rx_dup_sidr_req")
-			m.sendMAD(k.peer, a.src, slices.Clone(a.mad))
+			m.sendMAD(k.peer, a.src, r.replyTraffic(), slices.Clone(a.mad))
 			return
 		}
 		delete(m.sidrSent, k)
@@ -138,7 +146,7 @@ func (m *Manager) onSIDRREQ(r rx, req *mad.SIDRREQ) {
 		m.count(cntRejNoListen)
 		rep := &mad.SIDRREP{RequestID: req.RequestID, Status: mad.SIDRUnsupported, ServiceID: req.ServiceID}
 		if b := m.marshal(r.hdr.TID, rep); b != nil {
-			m.sendMAD(r.src, r.dst, b)
+			m.sendMAD(r.src, r.dst, r.replyTraffic(), b)
 		}
 		return
 	}
@@ -148,8 +156,11 @@ func (m *Manager) onSIDRREQ(r rx, req *mad.SIDRREQ) {
 	}
 	// A SIDR ID receives no MADs: it is kept by the requester's
 	// address and request ID only, not among the comm IDs.
+	// Its SIDR_REP goes out on the AV cm_init_av_for_response built
+	// from the SIDR_REQ (cm_sidr_req_handler): an answer's traffic.
 	id := &ID{m: m, handler: l.handler, passive: true, remoteID: req.RequestID,
-		service: req.ServiceID, tid: r.hdr.TID, local: r.dst, remote: r.src, sidrKey: k}
+		service: req.ServiceID, tid: r.hdr.TID, local: r.dst, remote: r.src, sidrKey: k,
+		traffic: r.replyTraffic()}
 	m.sidrRcvd[k] = id
 	m.setState(id, StateSIDRREQRcvd)
 	m.emit(id, Event{Type: EventSIDRREQ, SIDRREQ: req, PrivateData: req.PrivateData})
@@ -193,7 +204,7 @@ func (m *Manager) sendSIDRREP(id *ID, rep *mad.SIDRREP) []byte {
 	rep.ServiceID = id.service
 	b := m.marshal(id.tid, rep)
 	if b != nil {
-		m.sendMAD(id.remote, id.local, b)
+		m.sendMAD(id.remote, id.local, id.traffic, b)
 	}
 	return b
 }

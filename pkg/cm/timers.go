@@ -56,7 +56,7 @@ type retransmit struct {
 func (m *Manager) armRetransmit(id *ID, b []byte, timeout time.Duration, retries int, attr uint16) {
 	m.cancelRetransmit(id)
 	id.out = &retransmit{mad: b, timeout: timeout, retries: retries, free: -1, attrName: msgName(attr)}
-	m.sendMAD(id.remote, id.local, b)
+	m.sendMAD(id.remote, id.local, id.traffic, b)
 	m.startRetransmitTimer(id, timeout)
 }
 
@@ -104,7 +104,7 @@ func (m *Manager) onRetransmitTimer(id *ID, gen uint64) {
 		out.retries--
 		if m.mayResend(out) {
 			m.count("tx_retries_" + out.attrName)
-			m.sendMAD(id.remote, id.local, out.mad)
+			m.sendMAD(id.remote, id.local, id.traffic, out.mad)
 		} else {
 			m.count(cntREPRetriesLimited)
 		}

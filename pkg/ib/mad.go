@@ -222,12 +222,25 @@ func (a *MADAgent) Stats() MADAgentStats {
 // invalid or of the other IP family) fails with ErrBadAV without
 // touching the QP.
 func (a *MADAgent) Send(src, dst netip.Addr, mad []byte) error {
-	return a.SendContext(context.Background(), src, dst, mad)
+	return a.send(context.Background(), src, dst, 0, 0, mad)
 }
 
 // SendContext is Send that gives up waiting for a send buffer when ctx
 // is done.
 func (a *MADAgent) SendContext(ctx context.Context, src, dst netip.Addr, mad []byte) error {
+	return a.send(ctx, src, dst, 0, 0, mad)
+}
+
+// SendTraffic is Send on an address handle whose GRH has trafficClass
+// and hopLimit (0: 64), which the MAD then carries as its IP TOS and TTL
+// (IPv6 traffic class and hop limit), as rxe puts an AH's GRH in the IP
+// header: the CM sends a connection's MADs on its path's AH (cm.c's
+// cm_alloc_msg), whose traffic class rdma_cm makes the ID's TOS.
+func (a *MADAgent) SendTraffic(src, dst netip.Addr, trafficClass, hopLimit uint8, mad []byte) error {
+	return a.send(context.Background(), src, dst, trafficClass, hopLimit, mad)
+}
+
+func (a *MADAgent) send(ctx context.Context, src, dst netip.Addr, trafficClass, hopLimit uint8, mad []byte) error {
 	if len(mad) != MADLen {
 		return fmt.Errorf("ib: MADAgent.Send: a MAD is %d bytes, not %d", MADLen, len(mad))
 	}
@@ -235,7 +248,8 @@ func (a *MADAgent) SendContext(ctx context.Context, src, dst netip.Addr, mad []b
 	if idx < 0 {
 		return fmt.Errorf("ib: MADAgent.Send: %w: %v is not in the GID table", ErrBadAV, src)
 	}
-	av := AddrVector{DGID: dst.Unmap(), SGIDIndex: uint8(idx), PortNum: 1, DestPort: a.dev.UDPPort()}
+	av := AddrVector{DGID: dst.Unmap(), SGIDIndex: uint8(idx), PortNum: 1, DestPort: a.dev.UDPPort(),
+		TrafficClass: trafficClass, HopLimit: hopLimit}
 	if err := qp.CheckAVSource(&av, a.dev.gids); err != nil {
 		return fmt.Errorf("ib: MADAgent.Send: %w", err)
 	}

@@ -212,8 +212,10 @@ func cmErr(err error) error {
 	return err
 }
 
-// send is the Manager's Config.Send.
-func (a *agent) send(dst, src netip.Addr, b []byte) error {
+// send is the Manager's Config.Send: the MAD leaves with t's IP TOS and
+// TTL, its AH's (the connection's path or, for an answer, the received
+// MAD's; see cm.Traffic).
+func (a *agent) send(dst, src netip.Addr, t cm.Traffic, b []byte) error {
 	m := a.mad.Load()
 	if m == nil {
 		// A REQ arrived while QP 1 was being opened and is answered
@@ -221,7 +223,7 @@ func (a *agent) send(dst, src netip.Addr, b []byte) error {
 		// queue, and the peer's retransmission finds us ready.
 		return ib.ErrMADAgentClosed
 	}
-	return m.Send(src, dst, b)
+	return m.SendTraffic(src, dst, t.TrafficClass, t.HopLimit, b)
 }
 
 // close stops the agent when its device closes, first waiting up to the

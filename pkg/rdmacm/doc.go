@@ -84,7 +84,12 @@
 // the IP TTL and TOS (IPv6 hop limit and traffic class) of every packet
 // of the connection. A UD service resolved by DialUD is sent to with the
 // same (UDRemote.HopLimit, TrafficClass: cma_sidr_rep_handler builds the
-// address handle from the dialer's own path).
+// address handle from the dialer's own path). The CM MADs of a connection
+// (REQ, RTU, DREQ, DREP, REJ and SIDR_REQ; the passive side's REP, DREP,
+// DREQ, REJ) leave with the same TOS and TTL 64, as cm.c sends them on
+// the cm_id's primary AV; answers built from a received MAD (a REJ to a
+// REQ nobody listens for, the SIDR_REP) with TOS 0, as
+// ib_init_ah_attr_from_wc reads rxe's IPv4 GRH (see cm.Traffic).
 //
 // Deviations, chosen: loopback addresses are accepted (the kernel refuses
 // them on RoCE; rxed's tests and single-host users live there); a header

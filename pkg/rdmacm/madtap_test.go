@@ -35,6 +35,8 @@ type madTap struct {
 
 	mu   sync.Mutex
 	sent []mad.Message // CM messages sent (held ones too), in order
+	// sentEP are their endpoints (sentEP[i] sent[i]'s: IP TOS and TTL).
+	sentEP []transport.Endpoint
 	// hold, when set, decides whether a CM message is held back.
 	hold   func(mad.Message) bool
 	held   [][]byte
@@ -50,6 +52,7 @@ func (c *madTap) Send(bufs [][]byte, ep transport.Endpoint) error {
 	for _, b := range bufs {
 		if m := cmMessage(b); m != nil {
 			c.sent = append(c.sent, m)
+			c.sentEP = append(c.sentEP, ep)
 			if c.hold != nil && c.hold(m) {
 				c.held = append(c.held, append([]byte(nil), b...))
 				c.heldEP = append(c.heldEP, ep)
@@ -72,6 +75,14 @@ func (c *madTap) messages() []mad.Message {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]mad.Message(nil), c.sent...)
+}
+
+// messageEndpoints returns the endpoints of the CM messages sent so far,
+// as messages lists them.
+func (c *madTap) messageEndpoints() []transport.Endpoint {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]transport.Endpoint(nil), c.sentEP...)
 }
 
 // dataEndpoints returns the endpoints of the datagrams other than CM

@@ -68,7 +68,8 @@ type ConnParam struct {
 	// rdma_cm's RDMA_OPTION_ID_TOS, for Dial: on RoCE cma.c makes it the
 	// path's traffic class (cma_resolve_iboe_route), so it travels in
 	// the REQ's primary path and both QPs' AVs carry it, and with them
-	// every packet of the connection, ACKs and READ responses included.
+	// every packet of the connection, ACKs and READ responses included,
+	// and its CM MADs (cm.c sends them on the cm_id's primary AV).
 	// For DialUD it is UDRemote.TrafficClass, the address handle's, as
 	// rdma_cm's ud_param.ah_attr.
 	// 0 is rdma_cm's default (default_roce_tos 0). Accept's QP takes the

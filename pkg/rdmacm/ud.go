@@ -71,8 +71,11 @@ func DialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p *ConnPa
 		ps = mad.PortSpaceUDP
 	}
 	res := make(chan cm.SIDRResult, 1)
+	// The SIDR_REQs leave on the path's AH, as ib_send_cm_sidr_req's:
+	// the TOS is its traffic class.
 	id, err := a.cm.SIDRQuery(cm.SIDRParams{Src: local, Dst: peer, ServiceID: serviceID(ps, raddr.Port()),
-		PrivateData: append(hdr.Append(nil), p.PrivateData...)}, func(r cm.SIDRResult) { res <- r })
+		PrivateData: append(hdr.Append(nil), p.PrivateData...), TrafficClass: p.TOS, HopLimit: hopLimit},
+		func(r cm.SIDRResult) { res <- r })
 	if err != nil {
 		return nil, fmt.Errorf("rdmacm: DialUD: %w", cmErr(err))
 	}
