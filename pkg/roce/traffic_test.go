@@ -132,3 +132,41 @@ func writeReadSend(t *testing.T, a, b *side) {
 	}
 	require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
 }
+
+// TestUDGRHCarriesTheReceivedTOSAndTTLOverMemNetwork: over the in-memory
+// network too, a UD receive's GRH holds the TOS and TTL the datagram was
+// sent with (the defaults, TOS 0 and TTL 64, for an AV without them): the
+// engine has its MemNetwork Conn report them while a UD QP exists, as
+// over UDP (TestUDGRHCarriesTheReceivedTOSAndTTL). Bug (IP TOS/TTL
+// follow-ups, item 2): MemNetwork delivered no TOS or TTL, so the GRH
+// always said TOS 0 and TTL 64.
+func TestUDGRHCarriesTheReceivedTOSAndTTLOverMemNetwork(t *testing.T) {
+	mn := transport.NewMemNetwork()
+	a := newSide(t, mn, "10.0.0.1", qp.UD)
+	b := newSide(t, mn, "10.0.0.2", qp.UD)
+	udReady(t, a)
+	udReady(t, b)
+	amr, _ := regMR(t, a, 256)
+	bmr, dst := regMR(t, b, 256)
+	for i, av := range []qp.AddrVector{
+		{DGID: b.addr, TrafficClass: 0x68, HopLimit: 7},
+		{DGID: b.addr}, // the defaults: TOS 0, TTL 64
+	} {
+		_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: 9, SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 256, LKey: bmr.LKey()}}}})
+		require.NoError(t, err)
+		_, err = a.e.PostSend(a.q, []qp.SendWR{{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled,
+			SGL:       []qp.SGE{{Addr: amr.IOVA(), Length: 100, LKey: amr.LKey()}},
+			RemoteQPN: b.q.Num(), RemoteQKey: 0x1234, AV: av}})
+		require.NoError(t, err)
+		require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status)
+		require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
+		ip := dst[20:40]
+		wantTTL := av.HopLimit
+		if wantTTL == 0 {
+			wantTTL = 64
+		}
+		require.Equal(t, av.TrafficClass, ip[1], "send %d: GRH TOS", i)
+		require.Equal(t, wantTTL, ip[8], "send %d: GRH TTL", i)
+		require.Zero(t, wire.IPv4Checksum(ip), "send %d: GRH header checksum", i)
+	}
+}

@@ -39,9 +39,10 @@ const MaxDatagramSize = 9216
 // rdma_rxe puts an address vector's into every packet of a QP: 0 and 0
 // (or DefaultHopLimit) are the socket's own (TOS 0, TTL 64) and cost
 // nothing; other values are set per message (on Linux IP_TOS / IP_TTL or
-// IPV6_TCLASS / IPV6_HOPLIMIT control messages; the portable path and
-// the in-memory network ignore them). The ICRC masks both fields. On
-// receive they are 0 unless the Conn reports them (TrafficReporter).
+// IPV6_TCLASS / IPV6_HOPLIMIT control messages; the portable path
+// ignores them, the in-memory network carries them to its receivers).
+// The ICRC masks both fields. On receive they are 0 unless the Conn
+// reports them (TrafficReporter: udpConn on Linux and MemNetwork's).
 type Endpoint struct {
 	Local, Remote          netip.AddrPort
 	TrafficClass, HopLimit uint8

@@ -208,8 +208,9 @@ func (c *memConn) sendGroup(bufs [][]byte, ep Endpoint) {
 		return
 	}
 	for _, m := range members {
+		arrived := m.arrival(key, c.local, ep)
 		for _, b := range bufs {
-			if !m.q.push(b, Endpoint{Local: key, Remote: c.local}) {
+			if !m.q.push(b, arrived) {
 				m.stats.dropQueueFull.Add(1)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 )
 
 // DefaultMemQueueLen is the number of datagrams a MemNetwork Conn queues
@@ -87,6 +88,13 @@ type memConn struct {
 	stats  counters
 	q      *pktQueue
 	once   sync.Once
+
+	// reporting is set while ReportTraffic counts users (trafficUsers,
+	// under trafficMu): deliveries then carry the sent TOS and TTL
+	// (mem_traffic.go).
+	reporting    atomic.Bool
+	trafficMu    sync.Mutex
+	trafficUsers int
 }
 
 func (c *memConn) BatchSize() int               { return DefaultBatchSize }
@@ -117,7 +125,7 @@ func (c *memConn) Send(bufs [][]byte, ep Endpoint) error {
 		c.countSent(bufs)
 		return nil
 	}
-	dst.enqueue(bufs, c.local)
+	dst.enqueue(bufs, c.local, ep)
 	c.countSent(bufs)
 	return nil
 }
@@ -131,8 +139,8 @@ func (c *memConn) countSent(bufs [][]byte) {
 	c.stats.sentBytes.Add(nb)
 }
 
-func (c *memConn) enqueue(bufs [][]byte, from netip.AddrPort) {
-	ep := Endpoint{Local: c.local, Remote: from}
+func (c *memConn) enqueue(bufs [][]byte, from netip.AddrPort, sent Endpoint) {
+	ep := c.arrival(c.local, from, sent)
 	for _, b := range bufs {
 		if !c.q.push(b, ep) {
 			c.stats.dropQueueFull.Add(1)
