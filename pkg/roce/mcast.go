@@ -158,6 +158,7 @@ func (e *Engine) AttachMcast(q *qp.QP, gid netip.Addr) error {
 		}
 		t.groups[group] = g
 		if mem.Conn != nil {
+			e.groupTraffic(mem.Conn)
 			t.loops.Add(1) // under mu, before leaveAll's Wait (closed is false)
 			e.startGroupLoop(mem)
 		}
@@ -328,7 +329,10 @@ func (w *worker) handleMcast(pkt []byte, ep *transport.Endpoint) {
 	// does before rxe_rcv_mcast_pkt looks for the group.
 	w.ctr.RcvdPkts.Add(1)
 	ri := w.ri // the solved IPv4 header fields, for each member's GRH
+	// and the TOS and TTL received (groupTraffic has the group's Conn
+	// report them), as handlePacket's: w.ri holds another datagram's.
 	ri.Src, ri.Dst = ep.Remote, ep.Local
+	ri.TrafficClass, ri.HopLimit = ep.TrafficClass, ep.HopLimit
 	members := e.mcast.members(dst.Unmap())
 	if len(members) == 0 {
 		if transport.IsGroup(dst) {

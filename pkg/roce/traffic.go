@@ -24,3 +24,22 @@ func (e *Engine) udTraffic(t qp.Type, on bool) {
 		e.log.Warn("roce: received TOS/TTL reporting", "on", on, "err", err)
 	}
 }
+
+// groupTraffic has a multicast membership's own Conn (transport.JoinGroup's
+// Membership.Conn: over UDP the socket bound to the group) report the
+// received TOS and TTL, as udTraffic has the engine's Conn, so that a
+// multicast receive's GRH holds them as a unicast UD receive's does. Only
+// UD QPs attach to groups and a membership lasts while one is attached,
+// so this is "while a UD QP exists" already, and a device without groups
+// pays nothing per packet; the Conn is closed with the membership (Leave),
+// which ends its reporting too.
+func (e *Engine) groupTraffic(c transport.Conn) {
+	r, ok := c.(transport.TrafficReporter)
+	if !ok {
+		return
+	}
+	if err := r.ReportTraffic(true); err != nil {
+		// The group's GRHs then show TOS 0 and TTL 64, as before.
+		e.log.Warn("roce: received TOS/TTL reporting on a multicast group", "err", err)
+	}
+}

@@ -118,6 +118,9 @@ type pcapGroupConn struct {
 	r *PcapRecorder
 }
 
+// ReportTraffic implements TrafficReporter: the group Conn's.
+func (g *pcapGroupConn) ReportTraffic(on bool) error { return reportTraffic(g.Conn, on) }
+
 func (g *pcapGroupConn) Receive(bufs [][]byte, sizes []int, eps []Endpoint) (int, error) {
 	n, err := g.Conn.Receive(bufs, sizes, eps)
 	g.r.recordReceived(bufs, sizes, eps, n)
