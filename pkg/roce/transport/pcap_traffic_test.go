@@ -64,7 +64,8 @@ func (c *countingReporter) ReportTraffic(on bool) error {
 // TestWrappersPassReportTrafficOn: Faulty, the pcap recorder and the
 // receive filter (which the daemon's traffic accounting embeds) pass
 // ReportTraffic to the Conn they wrap, so the engine reaches the socket
-// through ib.OpenDevice's stack.
+// through ib.OpenDevice's stack; so does the recorder's view of a group's
+// own Conn.
 func TestWrappersPassReportTrafficOn(t *testing.T) {
 	mn := NewMemNetwork()
 	c, err := mn.Listen(ap("10.0.0.1:1"))
@@ -81,8 +82,14 @@ func TestWrappersPassReportTrafficOn(t *testing.T) {
 	require.Equal(t, 1, inner.n)
 	require.NoError(t, r.ReportTraffic(false))
 	require.Zero(t, inner.n)
-	// An inner Conn that cannot report: no error, nothing reported.
-	f := NewFaulty(c, FaultConfig{})
+	// A multicast membership's own Conn seen through the recorder
+	// (JoinGroup's pcapGroupConn), which the engine has report too.
+	g := &pcapGroupConn{Conn: inner}
+	require.NoError(t, g.ReportTraffic(true))
+	require.Equal(t, 1, inner.n)
+	// An inner Conn that cannot report (only Conn's methods): no error,
+	// nothing reported.
+	f := NewFaulty(struct{ Conn }{c}, FaultConfig{})
 	t.Cleanup(func() { f.Close() })
 	require.NoError(t, f.ReportTraffic(true))
 }
