@@ -79,9 +79,11 @@
 // hop limit is 64 (the route's, which cma_resolve_iboe_route puts in the
 // path) and its traffic class the active side's ConnParam.TOS
 // (RDMA_OPTION_ID_TOS; cma_resolve_iboe_route makes the ID's tos the
-// route's traffic_class), both carried in the REQ, from which the passive
-// side takes them (cm_format_paths_from_req): both AVs carry them, and so
-// the IP TTL and TOS (IPv6 hop limit and traffic class) of every packet
+// route's traffic_class), both carried in the REQ. The passive side takes
+// the traffic class from it (cm_format_paths_from_req) and the hop limit
+// from its own route to the peer (cm_req_handler overwrites the REQ's with
+// it), so both AVs carry the TOS and, on a default route, hop limit 64:
+// the IP TOS and TTL (IPv6 traffic class and hop limit) of every packet
 // of the connection. A UD service resolved by DialUD is sent to with the
 // same (UDRemote.HopLimit, TrafficClass: cma_sidr_rep_handler builds the
 // address handle from the dialer's own path). The CM MADs of a connection

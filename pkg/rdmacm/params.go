@@ -24,8 +24,9 @@ const (
 	// maxRetry is the largest retry count (3 bits).
 	maxRetry = 7
 	// hopLimit is what rdma_cm puts in the REQ path on RoCE (the
-	// route's hop limit, cma_resolve_iboe_route: 64 by default), and our
-	// active side's AV; the passive side takes the REQ's.
+	// route's hop limit, cma_resolve_iboe_route: 64 by default), and both
+	// sides' AVs: the passive side's is the route's too, not the REQ's
+	// (passiveSetup).
 	hopLimit = 64
 )
 
@@ -205,12 +206,13 @@ func activeSetup(dev *ib.Device, p *ConnParam, local, peer netip.Addr, mtu ib.MT
 // passiveSetup derives the passive side's QP attributes from the REQ and
 // its accept parameters (cm_req_handler, cm_format_paths_from_req: the
 // path's packet life time is the REQ's local ACK timeout - 1, so the ACK
-// timeout is the REQ's local ACK timeout; its hop limit and traffic class
-// are the REQ's primary path's, which cm_init_av_by_path's
-// ib_init_ah_attr_from_path puts in the AV's GRH as they are, so on
-// RoCE every packet of the QP carries them as its IP TTL and TOS). A hop
-// limit of 0 (a subnet-local IB path; no rdma_cm peer sends it on RoCE,
-// where the route's hop limit goes in) is ib.ConnectAttr's default, 64.
+// timeout is the REQ's local ACK timeout). Its traffic class is the REQ's
+// primary path's, which cm_init_av_by_path's ib_init_ah_attr_from_path
+// puts in the AV's GRH, so on RoCE every packet of the QP carries it as
+// its IP TOS; its hop limit is not the REQ's but the route's (64):
+// cm_req_handler overwrites the path's with that of the AV it built to
+// answer the REQ (work->path[0].hop_limit = grh->hop_limit, from
+// ib_init_ah_attr_from_wc).
 func passiveSetup(dev *ib.Device, p *ConnParam, local, peer netip.Addr, req *mad.REQ, ourPSN uint32) qpSetup {
 	mtu := ibMTU(req.PathMTU)
 	if pa, err := dev.QueryPort(1); err == nil {
@@ -228,7 +230,7 @@ func passiveSetup(dev *ib.Device, p *ConnParam, local, peer netip.Addr, req *mad
 			SGIDIndex: dev.GIDIndex(local), PSN: req.StartingPSN, AccessFlags: initAccess(p.ResponderResources),
 			Timeout: timeout, RetryCnt: req.RetryCount, RNRRetry: req.RNRRetryCount,
 			MinRNRTimer: p.MinRNRTimer, MaxRdAtomic: p.InitiatorDepth, MaxDestRdAtomic: p.ResponderResources,
-			HopLimit: req.Primary.HopLimit, TrafficClass: req.Primary.TrafficClass,
+			HopLimit: hopLimit, TrafficClass: req.Primary.TrafficClass,
 		},
 	}
 }
