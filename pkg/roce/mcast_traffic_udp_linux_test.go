@@ -56,6 +56,12 @@ func TestMcastGRHCarriesTheReceivedTOSAndTTLOverUDP(t *testing.T) {
 	for i, av := range []qp.AddrVector{
 		{DGID: group, TrafficClass: 0x68, HopLimit: 7},
 		{DGID: group, TrafficClass: 0x28, HopLimit: 9},
+		// The defaults, from a sender that never joined the group: TTL
+		// 64, rdma_cm's group hop limit, not the socket's multicast
+		// default of 1 (the sender's sockets set IP_MULTICAST_TTL as
+		// they open; before, only a join did).
+		{DGID: group},
+		{DGID: group, HopLimit: 64},
 	} {
 		_, err := b.e.PostRecv(b.q, []qp.RecvWR{{ID: 9, SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 256, LKey: bmr.LKey()}}}})
 		require.NoError(t, err)
@@ -67,7 +73,11 @@ func TestMcastGRHCarriesTheReceivedTOSAndTTLOverUDP(t *testing.T) {
 		require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
 		ip := dst[20:40]
 		require.Equal(t, av.TrafficClass, ip[1], "send %d: GRH TOS", i)
-		require.Equal(t, av.HopLimit, ip[8], "send %d: GRH TTL", i)
+		wantTTL := av.HopLimit
+		if wantTTL == 0 {
+			wantTTL = 64
+		}
+		require.Equal(t, wantTTL, ip[8], "send %d: GRH TTL", i)
 		require.Zero(t, wire.IPv4Checksum(ip), "send %d: GRH header checksum", i)
 	}
 }

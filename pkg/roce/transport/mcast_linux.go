@@ -92,7 +92,8 @@ func joinOn(s *udpSocket, group, local netip.Addr) error {
 }
 
 // setSendOpts prepares a sending socket for the group: rdma_cm's hop
-// limit and, for IPv6 (which has no "interface of the source address"
+// limit (which every socket has had since it opened, udp_linux.go; set
+// again here for a socket opened otherwise) and, for IPv6 (which has no "interface of the source address"
 // rule as IPv4 routing does for a bound socket), the outgoing interface.
 func setSendOpts(s *udpSocket, group, local netip.Addr) error {
 	var err error

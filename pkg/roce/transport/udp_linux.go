@@ -109,10 +109,17 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 			set(unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER")
 			set(unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO")
 			set(unix.SOL_UDP, unix.UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX")
+			set(unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, mcastHops, "IPV6_MULTICAST_HOPS")
 		} else {
 			set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER")
 			set(unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO")
+			set(unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, mcastHops, "IP_MULTICAST_TTL")
 		}
+		// The multicast TTL too: a datagram to a group whose AV has the
+		// default hop limit (64, which sends no per-message TTL:
+		// trafficOf) leaves with the socket's multicast TTL, 1 unless
+		// set, as the AV's 64 from a sender that never joined the group
+		// did (a join's setSendOpts set it on the joining Conn only).
 		// Buffer sizes are best effort: the FORCE variants need
 		// CAP_NET_ADMIN and ignore rmem_max.
 		if unix.SetsockoptInt(f, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, cfg.SocketBufferBytes) != nil {
