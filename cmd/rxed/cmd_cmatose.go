@@ -33,7 +33,8 @@ type cmaOpts struct {
 	size    int
 	port    uint
 	wait    time.Duration
-	ackTO   uint   // --ack-timeout (RC)
+	ackTO   uint // --ack-timeout (RC)
+	tos     tosFlag
 	tool    string // "cmatose" or "udaddy": the prefix of its lines
 	command string // the rxed subcommand
 }
@@ -49,6 +50,11 @@ func parseCma(name, tool string, defPort uint, args []string, stderr io.Writer) 
 	fs.IntVar(&o.count, "C", 10, "message `count` each way per connection")
 	fs.IntVar(&o.size, "S", 100, "message `size` in bytes")
 	fs.UintVar(&o.port, "p", defPort, "rdma_cm `port`")
+	tosUsage := "IP TOS `value` of the client's connections, 0..255, e.g. 104 or 0x68 (rdma_set_option RDMA_OPTION_ID_TOS); a server's take each client's REQ's"
+	if name == "udaddy" {
+		tosUsage = "IP TOS `value` of the client's datagrams, 0..255, e.g. 104 or 0x68 (rdma_set_option RDMA_OPTION_ID_TOS: the address handle's traffic class); a server replies with the TOS of each client's"
+	}
+	fs.Var(&o.tos, "t", tosUsage)
 	ps := ""
 	if name == "cmatose" {
 		fs.UintVar(&o.ackTO, "ack-timeout", 0, "local ACK timeout `exponent` (4.096 µs * 2^N, RDMA_OPTION_ID_ACK_TIMEOUT); 0 lets rdma_cm derive it (2.1 s on RoCE)")
@@ -299,7 +305,7 @@ func pollNodes(ctx context.Context, o *cmaOpts, nodes []*cmaNode, index int) err
 // cmaParams are ucmatose's connect parameters: one read each way, retry
 // 5, RNR retry 0 (its receives are posted before it connects).
 func cmaParams(local netip.Addr, o *cmaOpts) cmParams {
-	return cmParams{local: local, respResources: 1, initiatorDepth: 1, retryCount: 5, ackTimeout: uint8(o.ackTO), timeout: o.ef.timeout}
+	return cmParams{local: local, respResources: 1, initiatorDepth: 1, retryCount: 5, ackTimeout: uint8(o.ackTO), tos: o.tos.v, timeout: o.ef.timeout}
 }
 
 func cmatose(ctx context.Context, o *cmaOpts, dev *ib.Device, stdout io.Writer) error {

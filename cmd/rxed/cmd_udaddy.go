@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -129,17 +130,23 @@ func (n *udNode) postSends(o *cmaOpts, signaled bool) error {
 
 // replyAH is create_reply_ah: the address handle from the first
 // received GRH (ibv_create_ah_from_wc), the peer's QPN from the
-// immediate data, and our own Q_Key (both sides use rdma_cm's).
+// immediate data, and our own Q_Key (both sides use rdma_cm's). The
+// handle takes the GRH's traffic class, as ibv_init_ah_from_wc does, so
+// replies carry the TOS the client's -t gave its datagrams; its hop
+// limit is the route's (the kernel's ib_resolve_eth_dmac replaces the
+// GRH's), as udAV's.
 func (n *udNode) replyAH(pd *ib.PD, dev *ib.Device, local netip.Addr, wc ib.WC) error {
 	off := int(wc.ID) * n.slot
-	src, ok := grhSource(n.mem[off : off+grhLen])
+	src, tclass, ok := grhSource(n.mem[off : off+grhLen])
 	if !ok {
 		return fmt.Errorf("connection %d: the first message has no IPv4/IPv6 GRH", n.id)
 	}
 	if wc.Flags&ib.WCWithImm == 0 {
 		return fmt.Errorf("connection %d: the first message has no immediate data (the sender's QPN)", n.id)
 	}
-	ah, err := pd.CreateAH(udAV(dev, local, src))
+	av := udAV(dev, local, src)
+	av.TrafficClass = tclass
+	ah, err := pd.CreateAH(av)
 	if err != nil {
 		return fmt.Errorf("connection %d: failure creating address handle: %v", n.id, err)
 	}
@@ -147,16 +154,28 @@ func (n *udNode) replyAH(pd *ib.PD, dev *ib.Device, local netip.Addr, wc ib.WC) 
 	return nil
 }
 
-// grhSource reads the sender's address out of a received GRH: an IPv6
-// header, or for IPv4 20 zero bytes and the IPv4 header (rxe's layout).
-func grhSource(grh []byte) (netip.Addr, bool) {
+// Offsets into a received GRH (struct ibv_grh), which rxe fills with the
+// packet's IP header: an IPv6 header, or for IPv4 20 zero bytes and then
+// the IPv4 header.
+const (
+	grhV6TClassFlow = 0  // version (4 bits), traffic class (8), flow label (20)
+	grhV6SGID       = 8  // the source address
+	grhV4Header     = 20 // where the IPv4 header starts
+	grhV4TOS        = grhV4Header + 1
+	grhV4Src        = grhV4Header + 12
+)
+
+// grhSource reads the sender's address and the packet's traffic class
+// (IPv4 TOS) out of a received GRH.
+func grhSource(grh []byte) (netip.Addr, uint8, bool) {
 	switch {
-	case grh[0]>>4 == 6:
-		return netip.AddrFrom16([16]byte(grh[8:24])).Unmap(), true
-	case grh[20]>>4 == 4:
-		return netip.AddrFrom4([4]byte(grh[32:36])), true
+	case grh[grhV6TClassFlow]>>4 == 6:
+		tclass := uint8(binary.BigEndian.Uint32(grh[grhV6TClassFlow:]) >> 20)
+		return netip.AddrFrom16([16]byte(grh[grhV6SGID : grhV6SGID+16])).Unmap(), tclass, true
+	case grh[grhV4Header]>>4 == 4:
+		return netip.AddrFrom4([4]byte(grh[grhV4Src : grhV4Src+4])), grh[grhV4TOS], true
 	}
-	return netip.Addr{}, false
+	return netip.Addr{}, 0, false
 }
 
 // udAV is the path from local to the peer's GID on this engine's UDP port.
@@ -262,12 +281,13 @@ func udaddyClient(ctx context.Context, o *cmaOpts, dev *ib.Device, pd *ib.PD, no
 		nodes[i] = n
 		cctx, cancel := context.WithTimeout(ctx, o.ef.timeout)
 		defer cancel()
-		r, err := cmDialUD(cctx, dev, raddr, cmParams{local: local, timeout: o.ef.timeout})
+		r, err := cmDialUD(cctx, dev, raddr, cmParams{local: local, tos: o.tos.v, timeout: o.ef.timeout})
 		if err != nil {
 			return connectError(raddr, err, o.ef.timeout, "a udaddy server running there")
 		}
-		// resolved_handler: the SIDR_REP's QPN and Q_Key, an AH to the peer.
-		if n.ah, err = pd.CreateAH(udAV(dev, local, r.gid)); err != nil {
+		// resolved_handler: the SIDR_REP's QPN and Q_Key, an AH to the
+		// peer with -t's traffic class (rdma_cm's ud.ah_attr).
+		if n.ah, err = pd.CreateAH(r.av(dev, local)); err != nil {
 			return fmt.Errorf("connection %d: failure creating address handle: %v", i, err)
 		}
 		n.remoteQP, n.qkey = r.qpn, r.qkey

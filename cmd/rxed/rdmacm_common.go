@@ -33,7 +33,14 @@ type cmParams struct {
 	// RDMA_OPTION_ID_ACK_TIMEOUT); 0 derives it from the CM exchange as
 	// rdma_cm does (19 on RoCE: 2.1 s before a lost packet is resent).
 	ackTimeout uint8
-	timeout    time.Duration // bound on the whole exchange
+	// tos is the connection's IP TOS (rdma_set_option's
+	// RDMA_OPTION_ID_TOS, ucmatose's and udaddy's -t, perftest's -T): a
+	// dialer's REQ path and every packet of the connection carry it, a
+	// SIDR dialer's address handle too. Accepting, the REQ's traffic
+	// class wins, as on the kernel's passive side. 0 is rdma_cm's
+	// default.
+	tos     uint8
+	timeout time.Duration // bound on the whole exchange
 }
 
 // initQPForCM moves a new RC QP to INIT as rdma_create_qp does

@@ -77,10 +77,22 @@ func cmDial(ctx context.Context, q *ib.QP, raddr netip.AddrPort, p cmParams) (*c
 	return &cmConn{c: c}, nil
 }
 
-// udRemote is a resolved UD service: where to send datagrams.
+// udRemote is a resolved UD service: where to send datagrams, and the
+// traffic class and hop limit of the address handle to send them with
+// (rdma_cm's ud_param.ah_attr: the dialer's ConnParam.TOS and route).
 type udRemote struct {
-	gid       netip.Addr
-	qpn, qkey uint32
+	gid                    netip.Addr
+	qpn, qkey              uint32
+	trafficClass, hopLimit uint8
+}
+
+// av is the address handle's path to the service from local, on this
+// engine's UDP port (ibv_create_ah on RDMA_CM_EVENT_ESTABLISHED's
+// ah_attr).
+func (u udRemote) av(dev *ib.Device, local netip.Addr) ib.AddrVector {
+	av := udAV(dev, local, u.gid)
+	av.TrafficClass, av.HopLimit = u.trafficClass, u.hopLimit
+	return av
 }
 
 // cmDialUD resolves the UD service at raddr by SIDR.
@@ -91,12 +103,12 @@ func cmDialUD(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, p cmPar
 	if err != nil {
 		return udRemote{}, err
 	}
-	return udRemote{gid: u.GID, qpn: u.QPN, qkey: u.QKey}, nil
+	return udRemote{gid: u.GID, qpn: u.QPN, qkey: u.QKey, trafficClass: u.TrafficClass, hopLimit: u.HopLimit}, nil
 }
 
 func connParam(p cmParams) *rdmacm.ConnParam {
 	return &rdmacm.ConnParam{Local: p.local, ResponderResources: p.respResources, InitiatorDepth: p.initiatorDepth,
-		RetryCount: p.retryCount, RNRRetryCount: p.rnrRetryCount, ACKTimeout: p.ackTimeout, Timeout: p.timeout}
+		RetryCount: p.retryCount, RNRRetryCount: p.rnrRetryCount, ACKTimeout: p.ackTimeout, TOS: p.tos, Timeout: p.timeout}
 }
 
 // errNoAnswer is rdmacm.ErrTimeout without the package's prefix.
