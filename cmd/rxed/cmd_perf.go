@@ -77,6 +77,14 @@ type perfOpts struct {
 	// listen is the server's --listen: the TCP address of the exchange
 	// (listenAddress; "" listens on every address, as perftest).
 	listen string
+	// tos is perftest's -T/--tos: with -R, the IP TOS the client sets on
+	// its test connections (rdma_set_option RDMA_OPTION_ID_TOS; the
+	// control connection keeps 0, as perftest's comm params' DEF_TOS).
+	tos tosFlag
+	// tclass is perftest's --tclass: the traffic class of this side's
+	// QPs connected over the TCP exchange (ctx_modify_qp_to_rtr's
+	// grh.traffic_class, the AH's for UD).
+	tclass tosFlag
 }
 
 // perfMaxOutReads is rxe's max_qp_rd_atom, perftest's default -o for read and atomic tests.
@@ -139,6 +147,10 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	tokenFile := fs.String("token-file", "", "client: read the shared secret from `file` (trailing newline ignored)")
 	fs.StringVar(&o.listen, "listen", "", "server: TCP `address` of the exchange (default: every address, port -p); e.g. 10.0.0.1 or [::1]:18515")
 	fs.BoolVar(&o.rdmaCM, "R", false, "connect with rdma_cm (perftest -R): no TCP, the exchange runs over an rdma_cm control connection on port -p")
+	tosUsage := "with -R: the IP TOS `value` of the client's test connections, 0..255, e.g. 104 or 0x68 (rdma_set_option RDMA_OPTION_ID_TOS; the server's take the client's)"
+	fs.Var(&o.tos, "T", tosUsage)
+	fs.Var(&o.tos, "tos", tosUsage+" (same as -T)")
+	fs.Var(&o.tclass, "tclass", "traffic class (IP TOS) `value` of this side's QPs connected over TCP, 0..255, e.g. 104 or 0x68 (the AV's, for UD the address handle's; not with -R: use -T)")
 	rest, code, ok := parseArgsAnywhere(fs, args[1:], stderr)
 	if !ok {
 		return nil, code, false
@@ -191,6 +203,14 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 	o.connName = strings.ToUpper(*connType)
 	if o.rdmaCM && o.conn != ib.RC {
 		return bad("-R: only RC connections (-c RC)")
+	}
+	// perftest: " TOS only valid for rdma_cm based QP and RawEth QP";
+	// --tclass sets the AV of ctx_modify_qp_to_rtr, which -R skips.
+	if o.tos.set && !o.rdmaCM {
+		return bad("-T %d: the TOS of rdma_cm connections, only with -R (as perftest); --tclass sets the traffic class of QPs connected over TCP", o.tos.v)
+	}
+	if o.tclass.set && o.rdmaCM {
+		return bad("--tclass %d: the traffic class of QPs connected over TCP, which perftest ignores with -R; use -T for rdma_cm connections", o.tclass.v)
 	}
 	if o.rdmaCM && len(o.token) > 0 {
 		return bad("-R: --token is for serve's TCP exchange; rdma_cm sessions carry no token")
@@ -602,7 +622,7 @@ func (r *perfRun) connect(remotes []oob.Key) error {
 		if dgid.IsUnspecified() {
 			return errors.New("the peer sent an all-zero GID")
 		}
-		av := ib.AddrVector{DGID: dgid, SGIDIndex: uint8(o.gidx), PortNum: 1, DestPort: uint16(o.ef.port)}
+		av := ib.AddrVector{DGID: dgid, SGIDIndex: uint8(o.gidx), TrafficClass: o.tclass.v, PortNum: 1, DestPort: uint16(o.ef.port)}
 		// As perftest: we accept as many reads as we announced, and issue as
 		// many as the peer announced.
 		var err error

@@ -131,12 +131,17 @@ func (r *perfRun) rdmaCMSession(ctx context.Context) (err error) {
 }
 
 // cmParamsFor is what perftest passes to rdma_connect and rdma_accept:
-// retry 7, RNR retry 7, --qp-timeout as RDMA_OPTION_ID_ACK_TIMEOUT, and for
-// the test QPs of read and atomic tests -o both ways.
+// retry 7, RNR retry 7, --qp-timeout as RDMA_OPTION_ID_ACK_TIMEOUT, for
+// the test QPs -T as RDMA_OPTION_ID_TOS (the control connection's comm
+// params have DEF_TOS), and for the test QPs of read and atomic tests -o
+// both ways.
 func (s *perfCM) cmParamsFor(testQP bool) cmParams {
 	o := s.r.o
 	gid, _ := o.ef.gid("-x", o.gidx)
 	p := cmParams{local: gid, retryCount: 7, rnrRetryCount: 7, ackTimeout: uint8(o.qpTimeout), timeout: o.ef.timeout}
+	if testQP {
+		p.tos = o.tos.v
+	}
 	if testQP && (o.test.Verb == oob.VerbRead || o.test.Verb == oob.VerbAtomic) {
 		p.respResources, p.initiatorDepth = uint8(o.outReads), uint8(o.outReads)
 	}

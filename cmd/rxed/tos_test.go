@@ -200,3 +200,142 @@ func TestGRHSource(t *testing.T) {
 	_, _, ok = grhSource(make([]byte, grhLen))
 	require.False(t, ok, "neither IPv4 nor IPv6")
 }
+
+// TestPerfTOSFlags: perftest's -T/--tos only with -R (perftest: "TOS only
+// valid for rdma_cm based QP and RawEth QP"), --tclass only without it
+// (perftest sets it in ctx_modify_qp_to_rtr, which -R skips), both a
+// byte. Task: tools' flags for the session's TOS features.
+func TestPerfTOSFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args        []string
+		tos, tclass uint8
+		err         string
+	}{
+		{[]string{"write", "--addr", "127.0.0.1"}, 0, 0, ""},
+		{[]string{"write", "--addr", "127.0.0.1", "-R", "-T", "0x68"}, 104, 0, ""},
+		{[]string{"write", "--addr", "127.0.0.1", "-R", "--tos", "184"}, 184, 0, ""},
+		{[]string{"send", "--addr", "127.0.0.1", "-c", "UD", "--tclass", "0x68"}, 0, 104, ""},
+		{[]string{"write", "--addr", "127.0.0.1", "--tclass", "0", "127.0.0.2"}, 0, 0, ""},
+		{[]string{"write", "--addr", "127.0.0.1", "-T", "104"}, 0, 0, "-T 104: the TOS of rdma_cm connections, only with -R"},
+		{[]string{"write", "--addr", "127.0.0.1", "-R", "--tclass", "104"}, 0, 0, "--tclass 104: the traffic class of QPs connected over TCP"},
+		{[]string{"write", "--addr", "127.0.0.1", "-R", "-T", "256"}, 0, 0, "invalid value \"256\" for flag -T: 256 out of range 0..255"},
+		{[]string{"write", "--addr", "127.0.0.1", "--tclass", "x"}, 0, 0, "invalid value \"x\" for flag -tclass: not a number"},
+	} {
+		var stderr strings.Builder
+		o, code, ok := parsePerf(tc.args, &stderr)
+		if tc.err != "" {
+			require.False(t, ok, "%v", tc.args)
+			require.Equal(t, 2, code, "%v", tc.args)
+			require.Contains(t, stderr.String(), tc.err, "%v", tc.args)
+			continue
+		}
+		require.True(t, ok, "%v: %s", tc.args, stderr.String())
+		require.Equal(t, tc.tos, o.tos.v, "%v: -T", tc.args)
+		require.Equal(t, tc.tclass, o.tclass.v, "%v: --tclass", tc.args)
+		if o.rdmaCM {
+			s := &perfCM{r: &perfRun{o: o}}
+			require.Equal(t, tc.tos, s.cmParamsFor(true).tos, "%v: the test connections' TOS", tc.args)
+			require.Zero(t, s.cmParamsFor(false).tos, "%v: the control connection keeps TOS 0", tc.args)
+		}
+	}
+}
+
+// tosByDestQP is the TOS of every packet from src to a QP other than QP
+// 1, by destination QP, and the destination QPs of RDMA WRITEs.
+func tosByDestQP(pkts []rocePacket, src string) (tos map[uint32]map[uint8]int, writes map[uint32]bool) {
+	tos, writes = map[uint32]map[uint8]int{}, map[uint32]bool{}
+	for _, p := range pkts {
+		if p.src.String() != src || p.destQP == 1 {
+			continue
+		}
+		if tos[p.destQP] == nil {
+			tos[p.destQP] = map[uint8]int{}
+		}
+		tos[p.destQP][p.tos]++
+		switch p.opcode {
+		case wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLast, wire.RCWriteOnly:
+			writes[p.destQP] = true
+		}
+	}
+	return tos, writes
+}
+
+// TestPerfRDMACMTOS: perf -R -T sets the client's test connection's TOS,
+// as perftest's rdma_set_option(RDMA_OPTION_ID_TOS): the test QPs carry it
+// both ways (the server's QP takes the REQ's traffic class), the control
+// connection keeps TOS 0. Task: connParam passed no TOS.
+func TestPerfRDMACMTOS(t *testing.T) {
+	t.Parallel()
+	a, b := addrPair(t)
+	spcap, cpcap := tempPath(t, "server.pcap"), tempPath(t, "client.pcap")
+	common := []string{"-R", "--timeout", "20s", "--progress", "0", "-s", "4096", "-n", "50"}
+	srv, cli := runPair(t,
+		append([]string{"perf", "write", "--addr", a, "--pcap", spcap}, common...), "Waiting for client",
+		append(append([]string{"perf", "write", "--addr", b, "--pcap", cpcap, "-T", "0x68"}, common...), a))
+	requireOK(t, "server", srv)
+	requireOK(t, "client", cli)
+	for _, side := range []struct{ name, pcap, src string }{{"client", cpcap, b}, {"server", spcap, a}} {
+		tos, writes := tosByDestQP(capturedRoCE(t, side.pcap), side.src)
+		require.Len(t, tos, 2, "%s: the control and the test connection: dest QP -> TOS -> count %v", side.name, tos)
+		var test, ctrl int
+		for qpn, m := range tos {
+			require.Len(t, m, 1, "%s: QP %#x: one TOS per connection: %v", side.name, qpn, tos)
+			switch {
+			case m[0x68] > 0:
+				test++
+			case m[0] > 0:
+				ctrl++
+			}
+		}
+		require.Equal(t, 1, test, "%s: the test connection has TOS 0x68: %v", side.name, tos)
+		require.Equal(t, 1, ctrl, "%s: the control connection TOS 0: %v", side.name, tos)
+		for qpn := range writes {
+			require.Positive(t, tos[qpn][0x68], "%s: the WRITEs to QP %#x carry TOS 0x68: %v", side.name, qpn, tos)
+		}
+		if side.name == "client" {
+			require.Len(t, writes, 1, "the client WRITEs to the server's test QP")
+		}
+	}
+}
+
+// TestPerfTclass: perf --tclass is the traffic class of this side's QPs
+// connected over TCP, as perftest's ctx_modify_qp_to_rtr: each side's
+// packets carry its own (RC: the QP's AV; UD: the address handle's).
+// Task: tools' flags for the session's TOS features.
+func TestPerfTclass(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name           string
+		args           []string
+		server, client map[uint8]int // TOS -> count of the side's packets (nil: not checked)
+	}{
+		{"write_rc", []string{"write", "-s", "4096", "-n", "50"}, nil, nil},
+		{"send_ud", []string{"send", "-c", "UD", "-s", "512", "-n", "40"}, nil, map[uint8]int{0xb8: 40}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, b := addrPair(t)
+			port := reservePort(t)
+			spcap, cpcap := tempPath(t, "server.pcap"), tempPath(t, "client.pcap")
+			common := append([]string{"-p", port, "--timeout", "20s", "--progress", "0"}, tc.args[1:]...)
+			srv, cli := runPair(t,
+				append([]string{"perf", tc.args[0], "--addr", a, "--pcap", spcap, "--tclass", "0x68"}, common...), "Waiting for client",
+				append(append([]string{"perf", tc.args[0], "--addr", b, "--pcap", cpcap, "--tclass", "184"}, common...), "127.0.0.1"))
+			requireOK(t, "server", srv)
+			requireOK(t, "client", cli)
+			sent := tosOfSent(capturedRoCE(t, cpcap), b)
+			if tc.client != nil {
+				require.Equal(t, tc.client, sent, "the client's packets: TOS -> count")
+			} else {
+				require.Len(t, sent, 1, "the client's packets: TOS -> count %v", sent)
+				require.Positive(t, sent[0xb8], "the client's packets: TOS -> count %v", sent)
+			}
+			if tc.args[0] == "write" {
+				sent = tosOfSent(capturedRoCE(t, spcap), a)
+				require.Len(t, sent, 1, "the server's ACKs: TOS -> count %v", sent)
+				require.Positive(t, sent[0x68], "the server's ACKs: TOS -> count %v", sent)
+			}
+		})
+	}
+}
