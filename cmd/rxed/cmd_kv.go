@@ -110,8 +110,10 @@ type kvServer struct {
 }
 
 // startKVServer starts the server; keepAlive is its RDMA side's
-// (kv.RDMAServerConfig.KeepAlive: 0 the default, negative none).
-func startKVServer(ef *engineFlags, tf kvTableFlags, handlerCPU bool, cmPort uint, tcpAddr string, keepAlive time.Duration, stderr io.Writer) (*kvServer, error) {
+// (kv.RDMAServerConfig.KeepAlive: 0 the default, negative none), maxConns
+// the clients each side serves at once (kv.RDMAServerConfig.MaxConns and
+// kv.TCPServerConfig.MaxConns: 0 kv.DefaultMaxConns).
+func startKVServer(ef *engineFlags, tf kvTableFlags, handlerCPU bool, cmPort uint, tcpAddr string, keepAlive time.Duration, maxConns int, stderr io.Writer) (*kvServer, error) {
 	s := &kvServer{}
 	var err error
 	if s.table, err = kv.NewTable(tf.config()); err != nil {
@@ -127,7 +129,7 @@ func startKVServer(ef *engineFlags, tf kvTableFlags, handlerCPU bool, cmPort uin
 		return nil, err
 	}
 	if s.rdma, err = kv.ServeRDMA(s.app, s.en.dev, netip.AddrPortFrom(ef.addrs[0], uint16(cmPort)),
-		&kv.RDMAServerConfig{Logger: ef.logger(stderr), KeepAlive: keepAlive}); err != nil {
+		&kv.RDMAServerConfig{Logger: ef.logger(stderr), KeepAlive: keepAlive, MaxConns: maxConns}); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -136,7 +138,11 @@ func startKVServer(ef *engineFlags, tf kvTableFlags, handlerCPU bool, cmPort uin
 		s.close()
 		return nil, fmt.Errorf("tcp: %v", err)
 	}
-	s.tcp = kv.ServeTCP(s.app, ln)
+	if s.tcp, err = kv.ServeTCPWith(s.app, ln, &kv.TCPServerConfig{MaxConns: maxConns}); err != nil {
+		ln.Close()
+		s.close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -167,18 +173,19 @@ func runKVServe(args []string, stdout, stderr io.Writer) int {
 	handlerCPU := fs.Bool("handler-cpu", false, handlerCPUUsage)
 	dur := fs.Duration("for", 0, "stop after this `duration` (default: until SIGINT/SIGTERM)")
 	keepAlive := fs.Duration("keepalive", kv.DefaultKeepAlive, "probe an RDMA connection idle this long with a zero-length RDMA WRITE, and free the slot of a client that no longer answers (`duration`; 0: never)")
+	maxConns := fs.Int("max-conns", kv.DefaultMaxConns, "clients served at once by each side: RDMA connections (one more is refused with REJ \"kv: too many clients\") and TCP connections (one more is closed as it is accepted); `N` at least 1")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
 	}
 	ka, kaErr := kvKeepAlive(*keepAlive)
-	if err := errors.Join(ef.check(), tf.check(), kaErr); err != nil {
+	if err := errors.Join(ef.check(), tf.check(), kaErr, kvMaxConns(*maxConns)); err != nil {
 		fail(stderr, "kv serve", err)
 		return 2 // a usage error
 	}
 	if *tcpAddr == "" {
 		*tcpAddr = netip.AddrPortFrom(ef.addrs[0], kvTCPPort).String()
 	}
-	s, err := startKVServer(&ef, tf, *handlerCPU, *cmPort, *tcpAddr, ka, stderr)
+	s, err := startKVServer(&ef, tf, *handlerCPU, *cmPort, *tcpAddr, ka, *maxConns, stderr)
 	if err != nil {
 		return fail(stderr, "kv serve", err)
 	}
@@ -212,6 +219,16 @@ func kvKeepAlive(d time.Duration) (time.Duration, error) {
 		return -1, nil
 	}
 	return d, nil
+}
+
+// kvMaxConns checks kv serve's --max-conns: the servers' 0 means their
+// default, which the flag already is, so a 0 given would quietly serve
+// 256; the RDMA side's upper bound (its CQ's size) is ServeRDMA's to say.
+func kvMaxConns(n int) error {
+	if n < 1 {
+		return fmt.Errorf("--max-conns %d: want at least 1 (default %d)", n, kv.DefaultMaxConns)
+	}
+	return nil
 }
 
 // runKVOp is one GET, PUT or DELETE against a running server.
@@ -432,7 +449,7 @@ func runKVBench(args []string, stdout, stderr io.Writer) int {
 		sf := o.ef
 		sf.addrs = addrList{o.server}
 		sf.pcap, sf.countersOut = "", ""
-		s, err := startKVServer(&sf, o.tf, o.handlerCPU, o.cmPort, tcpAddr, 0, stderr)
+		s, err := startKVServer(&sf, o.tf, o.handlerCPU, o.cmPort, tcpAddr, 0, 0, stderr)
 		if err != nil {
 			return fail(stderr, "kv bench", fmt.Errorf("server: %v", err))
 		}

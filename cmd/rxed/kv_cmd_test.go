@@ -177,7 +177,7 @@ func TestKVSpin(t *testing.T) {
 
 		srv, _ := addrPair(t)
 		ef := engineFlags{addrs: addrList{netip.MustParseAddr(srv)}, port: transport.RoCEv2Port, timeout: 5 * time.Second, spin: c.spin}
-		s, err := startKVServer(&ef, kvTableFlags{buckets: 64, extent: 256, probe: 8}, false, 17474, srv+":17475", 0, io.Discard)
+		s, err := startKVServer(&ef, kvTableFlags{buckets: 64, extent: 256, probe: 8}, false, 17474, srv+":17475", 0, 0, io.Discard)
 		require.NoError(t, err)
 		require.Equal(t, c.server, ef.busyPoll, "server's busy poll for --spin %v", c.spin)
 		require.NoError(t, s.close())

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rxed/rxed/examples/kv"
+	"github.com/rxed/rxed/pkg/rdmacm"
+	"github.com/rxed/rxed/pkg/roce/transport"
+)
+
+// TestKVServeMaxConns: kv serve --max-conns N caps both sides: a TCP
+// connection beyond N is closed as it is accepted (its first call fails
+// with ErrConnLost), an RDMA one is refused with REJ "kv: too many
+// clients"; a freed slot serves the next client. Task: kv serve had no
+// flag for TCPServerConfig.MaxConns (nor RDMAServerConfig.MaxConns).
+func TestKVServeMaxConns(t *testing.T) {
+	srv, cli := addrPair(t)
+	tcpAddr := srv + ":17472"
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	kvServeContext = func() context.Context { return ctx }
+	defer func() { kvServeContext = context.Background }()
+	sout, _, sdone := startCmd("kv", "serve", "--addr", srv, "--tcp", tcpAddr, "--buckets", "64", "--extent", "256", "--max-conns", "1")
+	sout.waitFor(t, "kv: serving 64 buckets", 20*time.Second)
+	octx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// TCP: the first connection is served, the second closed unread.
+	c1, err := kv.DialTCP(octx, tcpAddr)
+	require.NoError(t, err)
+	require.NoError(t, c1.Put(octx, []byte("k"), []byte("over tcp")))
+	c2, err := kv.DialTCP(octx, tcpAddr)
+	require.NoError(t, err, "the refusal comes after the handshake")
+	_, err = c2.Get(octx, []byte("k"))
+	require.ErrorIs(t, err, kv.ErrConnLost, "a second TCP connection with --max-conns 1")
+	c2.Close()
+	require.NoError(t, c1.Close())
+
+	// RDMA: the first client holds the one slot, the second is refused.
+	ef := engineFlags{addrs: addrList{netip.MustParseAddr(cli)}, port: transport.RoCEv2Port, timeout: 20 * time.Second}
+	en, err := ef.open(slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer en.close()
+	raddr := netip.AddrPortFrom(netip.MustParseAddr(srv), kvCMPort)
+	r1, err := kv.DialRDMA(octx, en.dev, raddr, nil)
+	require.NoError(t, err)
+	v, err := r1.Get(octx, []byte("k"))
+	require.NoError(t, err)
+	require.Equal(t, "over tcp", string(v))
+	_, err = kv.DialRDMA(octx, en.dev, raddr, nil)
+	var rej *rdmacm.RejectError
+	require.True(t, errors.As(err, &rej), "a second RDMA client with --max-conns 1: %v", err)
+	require.Equal(t, "kv: too many clients", string(trimZeros(rej.PrivateData)))
+	require.NoError(t, r1.Close())
+
+	stop()
+	requireOK(t, "serve", await(t, sdone, 30*time.Second))
+}
+
+// trimZeros drops the zero padding of a REJ's private data.
+func trimZeros(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// TestKVServeMaxConnsFlag: --max-conns takes at least 1 (the servers' 0
+// would be their default, quietly); the RDMA side's bound is ServeRDMA's.
+func TestKVServeMaxConnsFlag(t *testing.T) {
+	require.NoError(t, kvMaxConns(1))
+	require.NoError(t, kvMaxConns(kv.DefaultMaxConns))
+	requireOneLineError(t, runCmd("kv", "serve", "--addr", "127.0.2.1", "--max-conns", "0"), "--max-conns 0: want at least 1 (default 256)")
+	requireOneLineError(t, runCmd("kv", "serve", "--addr", "127.0.2.1", "--max-conns", "-3"), "--max-conns -3: want at least 1")
+	r := runCmd("kv", "serve", "--addr", "127.0.2.1", "--max-conns", "many")
+	require.Equal(t, 2, r.code)
+	requireOneLineError(t, r, "invalid value \"many\" for flag -max-conns")
+	// Beyond the RDMA server's CQ: ServeRDMA says so, as the server starts.
+	srv, _ := addrPair(t)
+	requireOneLineError(t, runCmd("kv", "serve", "--addr", srv, "--tcp", srv+":17472", "--max-conns", "7000"), "rxed kv serve: kv: MaxConns 7000: want 0 (the default, 256) to 6553")
+}
