@@ -449,7 +449,7 @@ func runKVBench(args []string, stdout, stderr io.Writer) int {
 		sf := o.ef
 		sf.addrs = addrList{o.server}
 		sf.pcap, sf.countersOut = "", ""
-		s, err := startKVServer(&sf, o.tf, o.handlerCPU, o.cmPort, tcpAddr, 0, 0, stderr)
+		s, err := startKVServer(&sf, o.tf, o.handlerCPU, o.cmPort, tcpAddr, 0, kvBenchMaxConns(o), stderr)
 		if err != nil {
 			return fail(stderr, "kv bench", fmt.Errorf("server: %v", err))
 		}
@@ -538,7 +538,20 @@ func kvServeArgs(o *kvBenchOpts, tcpAddr string) []string {
 	return []string{"kv", "serve", "--addr", o.server.String(), "--port", strconv.Itoa(int(o.ef.port)),
 		"--cm-port", strconv.Itoa(int(o.cmPort)), "--tcp", tcpAddr,
 		"--buckets", strconv.Itoa(o.tf.buckets), "--extent", o.tf.extent.String(), "--probe", strconv.Itoa(o.tf.probe),
-		"--spin", (*spinFlag)(&o.ef.spin).String(), "--handler-cpu=" + strconv.FormatBool(o.handlerCPU)}
+		"--spin", (*spinFlag)(&o.ef.spin).String(), "--handler-cpu=" + strconv.FormatBool(o.handlerCPU),
+		"--max-conns", strconv.Itoa(kvBenchMaxConns(o))}
+}
+
+// kvBenchMaxConns is the connection cap of the server kv bench starts:
+// the default, or its largest client count and the bench's own stats
+// connection if that is more, so that a cell of more clients than
+// kv.DefaultMaxConns is served, not refused.
+func kvBenchMaxConns(o *kvBenchOpts) int {
+	n := kv.DefaultMaxConns
+	for _, c := range o.clients {
+		n = max(n, c+1)
+	}
+	return n
 }
 
 func spawnKVServer(o *kvBenchOpts, tcpAddr string, stderr io.Writer) (*kvChild, error) {

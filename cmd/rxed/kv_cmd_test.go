@@ -190,6 +190,21 @@ func TestKVSpin(t *testing.T) {
 	require.Zero(t, o2.ef.doorbell)
 	require.Contains(t, kvDoorbellDescr(0), "sent at once")
 	require.Contains(t, kvServeArgs(o, "127.0.2.2:7472"), "--handler-cpu=true", "the spawned server measures what the bench reports")
+	// The server serves the largest cell's clients and the bench's stats
+	// connection, not kv.DefaultMaxConns (256) only: a cell of 300
+	// clients was refused all but 255 (a helper's note on --max-conns).
+	for _, c := range []struct {
+		clients string
+		want    int
+	}{{"1,4,16", kv.DefaultMaxConns}, {"1,300,16", 301}, {"255", kv.DefaultMaxConns}, {"256", 257}} {
+		o3, _, ok := parseKVBench([]string{"--addr", "127.0.2.1", "--server", "127.0.2.2", "--clients", c.clients}, io.Discard)
+		require.True(t, ok)
+		args := kvServeArgs(o3, "127.0.2.2:7472")
+		i := slices.Index(args, "--max-conns")
+		require.GreaterOrEqual(t, i, 0, "spawned server's args %q", args)
+		require.Equal(t, strconv.Itoa(c.want), args[i+1], "--clients %s", c.clients)
+		require.Equal(t, c.want, kvBenchMaxConns(o3))
+	}
 	requireOneLineError(t, runCmd("kv", "serve", "--addr", "127.0.2.1", "--spin", "fast"), "invalid value \"fast\" for flag -spin")
 }
 
