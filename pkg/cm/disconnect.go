@@ -67,8 +67,10 @@ func (m *Manager) onDREQ(r rx, dreq *mad.DREQ) {
 		// rdma_accept takes for success).
 		m.establish(id, nil)
 	case StateDREQSent:
-		// A DREQ crossing ours ends the wait.
+		// A DREQ crossing ours ends the wait (cm_dreq_handler cancels
+		// our DREQ): the DREP to ours may still come, in timewait.
 		m.cancelRetransmit(id)
+		id.dreqCrossed = true
 	case StateEstablished:
 	case StateTimewait:
 		m.count("rx_dup_dreq")
@@ -101,19 +103,37 @@ func (m *Manager) sendDREP(id *ID, pd []byte) {
 	}
 }
 
-// onDREP is cm_drep_handler.
+// onDREP is cm_drep_handler, plus one event cm.c does not give
+// (crossedDREP).
 func (m *Manager) onDREP(r rx, drep *mad.DREP) {
 	id := m.acquire(drep.RemoteCommID, drep.LocalCommID)
 	if id == nil {
 		m.count(cntUnknownComm)
 		return
 	}
+	if id.state == StateTimewait && id.dreqCrossed {
+		m.crossedDREP(id, drep)
+		return
+	}
 	if id.state != StateDREQSent && id.state != StateDREQRcvd {
-		// Crossed DREQs end in timewait on both sides; the DREP to our
-		// DREQ then finds us there.
 		m.count("rx_dup_drep")
 		return
 	}
 	m.enterTimewait(id)
 	m.emit(id, Event{Type: EventDisconnected, PrivateData: drep.PrivateData})
+}
+
+// crossedDREP takes the DREP to our DREQ after crossed DREQs: we answered
+// the peer's DREQ in DREQ_SENT and sit in timewait, where cm.c drops this
+// DREP. It tells us that the peer owes and is owed nothing more: it had
+// our DREQ, so its own was cancelled (cm_dreq_handler cancels the DREQ MAD
+// of DREQ_SENT; cm_drep_handler, or the retries running out, had done so
+// if it was in timewait already) and it will not retry it, and the DREP we
+// sent it for that DREQ is needed by nobody. A consumer that outlives its
+// CM only for the peer's retried DREQ (pkg/rdmacm's linger) can stop
+// here; the ID stays in TIMEWAIT, answering stray DREQs, until
+// EventTimewaitExit. Nothing is sent.
+func (m *Manager) crossedDREP(id *ID, drep *mad.DREP) {
+	id.dreqCrossed = false
+	m.emit(id, Event{Type: EventCrossedDREP, PrivateData: drep.PrivateData})
 }

@@ -42,7 +42,11 @@
 // does (EventDREQ); crossed DREQs both end that way; a DREQ in TIMEWAIT
 // gets the DREP again, a DREQ for no ID gets one too (cm_issue_drep). Both
 // sides then sit in TIMEWAIT for CMTimeout(av.timeout) and leave with
-// EventTimewaitExit; the ID is then gone. While in timewait an ID keeps
+// EventTimewaitExit; the ID is then gone. After crossed DREQs the DREP to
+// ours, which cm.c drops in TIMEWAIT, gives EventCrossedDREP (nothing is
+// sent): the peer had our DREQ, so it cancelled its own and will retry
+// none, and the side that got it owes the peer nothing more; the
+// consumer that stays up only to answer a retried DREQ may go. While in timewait an ID keeps
 // its (GUID, comm ID) and (GUID, QPN) entries, so a REQ reusing them is
 // stale (cm.c drops them on entering timewait; IBA keeps them).
 //

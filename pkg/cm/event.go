@@ -32,8 +32,8 @@ const (
 	// ServiceTimeout.
 	EventMRA
 	// EventDREQ: the peer disconnected (a DREQ arrived, also when it
-	// crossed our own). The Manager has answered with a DREP; the ID is
-	// in TIMEWAIT.
+	// crossed our own: then EventCrossedDREP may follow). The Manager has
+	// answered with a DREP; the ID is in TIMEWAIT.
 	EventDREQ
 	// EventDisconnected: our DREQ was answered by a DREP (Err nil) or went
 	// unanswered (Err ErrTimeout); the ID is in TIMEWAIT.
@@ -43,6 +43,14 @@ const (
 	// EventSIDRREQ (passive): a SIDR_REQ arrived; Event.SIDRREQ is the
 	// message. Answer with ID.SIDRReply (or ID.Destroy: status REJECT).
 	EventSIDRREQ
+	// EventCrossedDREP: after crossed DREQs (EventDREQ came while our
+	// DREQ was unanswered), the DREP to our DREQ arrived, in TIMEWAIT.
+	// The peer had our DREQ, so its own DREQ is cancelled and will not be
+	// retried: nothing more is owed to it, though the ID stays in
+	// TIMEWAIT until EventTimewaitExit. At most once per ID, never after
+	// EventDisconnected; cm.c drops this DREP without an event.
+	// PrivateData is the DREP's.
+	EventCrossedDREP
 )
 
 var eventNames = [...]string{
@@ -56,6 +64,7 @@ var eventNames = [...]string{
 	EventDisconnected: "DISCONNECTED",
 	EventTimewaitExit: "TIMEWAIT_EXIT",
 	EventSIDRREQ:      "SIDR_REQ",
+	EventCrossedDREP:  "CROSSED_DREP",
 }
 
 func (t EventType) String() string {

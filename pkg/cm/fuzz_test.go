@@ -134,7 +134,8 @@ func FuzzHandleMAD(f *testing.F) {
 
 // checkEventLife fails when an ID that already had the events seen gets
 // next: the first event of a passive ID is the request that created it,
-// REP, ESTABLISHED, DREQ and DISCONNECTED come at most once, and an ID is
+// REP, ESTABLISHED, DREQ, DISCONNECTED and CROSSED_DREP come at most once
+// (CROSSED_DREP only after DREQ, never with DISCONNECTED), and an ID is
 // silent once it is gone.
 func checkEventLife(t *testing.T, seen []cm.EventType, next cm.EventType) {
 	t.Helper()
@@ -165,10 +166,13 @@ func checkLaterEvent(t *testing.T, seen []cm.EventType, next cm.EventType) {
 	switch next {
 	case cm.EventREQ, cm.EventSIDRREQ:
 		t.Fatalf("%v again after %v", next, seen)
-	case cm.EventREP, cm.EventEstablished, cm.EventDREQ, cm.EventDisconnected, cm.EventTimewaitExit, cm.EventTimeout:
+	case cm.EventREP, cm.EventEstablished, cm.EventDREQ, cm.EventDisconnected, cm.EventTimewaitExit, cm.EventTimeout, cm.EventCrossedDREP:
 		if slices.Contains(seen, next) {
 			t.Fatalf("%v twice: %v", next, seen)
 		}
+	}
+	if next == cm.EventCrossedDREP && (!slices.Contains(seen, cm.EventDREQ) || slices.Contains(seen, cm.EventDisconnected)) {
+		t.Fatalf("%v without a crossed disconnect: %v", next, seen)
 	}
 	if last := seen[len(seen)-1]; last == cm.EventTimeout || last == cm.EventTimewaitExit {
 		t.Fatalf("%v after the ID was gone: %v", next, seen)

@@ -46,6 +46,10 @@ type ID struct {
 	privateData    []byte // of our last MRA, RTU or DREP, resent with it
 	inRemoteID     bool   // in m.remoteIDs under (remoteGUID, remoteID)
 	inRemoteQP     bool   // in m.remoteQPs under (remoteGUID, remoteQPN)
+	// dreqCrossed: the peer's DREQ came while ours was unanswered
+	// (DREQ_SENT); we answered it and entered timewait, still owed the
+	// DREP to ours (onDREP: EventCrossedDREP).
+	dreqCrossed bool
 
 	out         *retransmit
 	gen         uint64 // bumped whenever out changes; stale timer callbacks see it
