@@ -60,10 +60,12 @@ type Conn struct {
 	events chan Event
 	done   chan struct{}
 	// settled is closed once the peer needs no more answers from us: our
-	// DREQ was answered, timewait ended, or the handshake failed. A
+	// DREQ was answered (also after the peer's crossed it:
+	// cm.EventCrossedDREP), timewait ended, or the handshake failed. A
 	// lingering device close waits for it (agent.close); a connection
-	// that answered the peer's DREQ stays unsettled through its timewait,
-	// in which a peer whose DREP got lost retries.
+	// that answered the peer's DREQ, and had no DREQ of its own answered,
+	// stays unsettled through its timewait, in which a peer whose DREP
+	// got lost retries.
 	settled    chan struct{}
 	settleOnce sync.Once
 
@@ -180,6 +182,14 @@ func (c *Conn) onEvent(ev cm.Event) {
 		c.post(Event{Type: EventDisconnected, Err: err})
 		// Our DREQ was answered (or ran out of retries): the peer expects
 		// nothing more of us, timewait or not.
+		c.settle()
+		return
+	case cm.EventCrossedDREP:
+		// Our DREQ crossed the peer's, which ended the connection
+		// (EventDREQ), and has its DREP now: the peer had our DREQ, so
+		// it cancelled its own and retries none, and needs no more
+		// answers from us. Nothing to report: the connection ended
+		// already.
 		c.settle()
 		return
 	case cm.EventTimewaitExit:
