@@ -113,7 +113,8 @@ type Config struct {
 	// this with it, so that a scan reads the test's clock when the test
 	// says, not at a real tick. The accept loops' backoff after a failed
 	// Accept waits for its first tick too (every: the delay; backoff.go),
-	// and so does shutdown's ShutdownGrace (every: the grace; graceWait).
+	// and so do shutdown's ShutdownGrace (every: the grace; graceWait)
+	// and an rdma_cm session's wait for the client's DREQs (cmEndGrace).
 	// stop ends the ticker.
 	Ticker func(every time.Duration) (c <-chan time.Time, stop func())
 }

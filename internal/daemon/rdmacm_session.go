@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -56,7 +57,7 @@ func (d *Daemon) rdmaCMSession(ctx context.Context, req *rdmacm.Request, s *sess
 		return err
 	}
 	var qps []*cmTestQP
-	defer func() { d.endCMSession(ctrl, qps, cq) }()
+	defer func() { d.endCMSession(log, ctrl, qps, cq, err == nil) }()
 	p := &rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7, ACKTimeout: d.cfg.QPTimeout}
 	conn, err := req.Accept(hctx, ctrl.QP(), p)
 	if err != nil {
@@ -204,18 +205,60 @@ func (d *Daemon) acceptTestConn(ctx context.Context, req *rdmacm.Request, cq *ib
 	return q, nil
 }
 
-// endCMSession disconnects the test connections (after giving the client
-// a moment to do it, as perftest's client does first) and the control
-// connection, and frees the session's QPs.
-func (d *Daemon) endCMSession(ctrl *CMControl, qps []*cmTestQP, cq *ib.CQ) {
-	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
+// cmEndGrace bounds how long a session's end waits for the client's
+// DREQs before disconnecting what is left itself.
+const cmEndGrace = 2 * time.Second
+
+// endCMSession ends the session's connections so that, after a completed
+// run (finished), the client is the active side of every DREQ, as
+// perftest's client is of its test connections (../shared/pcaps:
+// rdmacm_*_R.pcap, the client's DREQ comes first): it waits, up to
+// cmEndGrace on the daemon's clock, for the client's DREQ on each test
+// connection and then on the control one, disconnects only what is still
+// up, and frees the session's QPs. After a failed session only the test
+// connections get that grace (the client may be waiting for us).
+//
+// Why the control connection too: a client on rxed's CM (rxed perf -R)
+// ends its CM with its process, so its device close lingers for a
+// connection that answered our DREQ, through its timewait (a peer whose
+// DREP got lost retries), while one whose own DREQ was answered owes
+// nothing and closes at once. A session that disconnected the control
+// connection as soon as the test ones were gone beat or crossed the
+// client's DREQ, and every such client exited a timewait (2 s) late
+// (TestRDMACMClientExitsWithoutTimewait). The daemon, which answers the
+// DREQs, is the side that sits out timewait: it lingers only when its
+// device closes.
+func (d *Daemon) endCMSession(log *slog.Logger, ctrl *CMControl, qps []*cmTestQP, cq *ib.CQ, finished bool) {
+	var waits []<-chan struct{}
 	for _, q := range qps {
-		select {
-		case <-q.conn.Done():
-		case <-dctx.Done():
+		waits = append(waits, q.conn.Done())
+	}
+	if c := ctrl.Conn(); c != nil && finished {
+		waits = append(waits, c.Done())
+	}
+	var dctx context.Context
+	if allClosed(waits) {
+		// Nothing to wait for, and no ticker started for it; what is
+		// left (a failed session's control connection) waits as long
+		// for its DREP.
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(context.Background(), cmEndGrace)
+		defer cancel()
+	} else {
+		var cancel func()
+		dctx, cancel = d.graceContext(cmEndGrace)
+		defer cancel()
+		for i, w := range waits {
+			if i == len(qps) && !allClosed(waits[i:]) {
+				log.Debug("rdma_cm session waits for the client to disconnect the control connection")
+			}
+			select {
+			case <-w:
+			case <-dctx.Done():
+			}
 		}
 	}
+	// The rest waits for the DREPs within what is left of the same bound.
 	for _, q := range qps {
 		_ = q.conn.Disconnect(dctx)
 	}
@@ -227,4 +270,39 @@ func (d *Daemon) endCMSession(ctrl *CMControl, qps []*cmTestQP, cq *ib.CQ) {
 	}
 	ctrl.Close()
 	_ = cq.Destroy()
+}
+
+// allClosed reports whether every channel of chs is closed.
+func allClosed(chs []<-chan struct{}) bool {
+	for _, c := range chs {
+		select {
+		case <-c:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// graceContext returns a context that ends grace from now on the daemon's
+// clock (Config.Ticker's first tick, so that a test drives it; a real
+// ticker without one), or when cancel is called. cancel joins the
+// goroutine that waits for the tick.
+func (d *Daemon) graceContext(grace time.Duration) (ctx context.Context, cancel func()) {
+	ctx, stopCtx := context.WithCancel(context.Background())
+	tick, stop := d.ticker(grace)
+	joined := make(chan struct{})
+	go func() {
+		defer close(joined)
+		defer stop()
+		select {
+		case <-tick:
+			stopCtx()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		stopCtx()
+		<-joined
+	}
 }
