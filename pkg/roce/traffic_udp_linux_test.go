@@ -17,9 +17,8 @@ import (
 // each received datagram's TOS and TTL and records them with its opcode.
 type rxTrafficSpy struct {
 	transport.Conn
-	mu   sync.Mutex
-	got  []sentTraffic
-	self transport.TrafficReporter
+	mu  sync.Mutex
+	got []sentTraffic
 }
 
 func (s *rxTrafficSpy) Receive(bufs [][]byte, sizes []int, eps []transport.Endpoint) (int, error) {
