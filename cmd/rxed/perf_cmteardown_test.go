@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/internal/testenv"
 	"github.com/rxed/rxed/pkg/cm/cmtest"
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/rdmacm"
@@ -44,22 +45,6 @@ func (s *cmSide) qp(t *testing.T) *ib.QP {
 		Cap: ib.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
 	return q
-}
-
-// closeWithin closes the device in a goroutine and reports whether that
-// returned within d.
-func closeWithin(dev *ib.Device, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		_ = dev.Close()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
 }
 
 // TestPerfRDMACMClientExitsWithoutTimewait: a perf -R client ends as the
@@ -115,7 +100,7 @@ func TestPerfRDMACMClientExitsWithoutTimewait(t *testing.T) {
 		close(srvDone)
 	}()
 	endPerfConns(false, cliConns[1:], cliConns[0], 20*time.Second)
-	require.True(t, closeWithin(cli.dev, 10*time.Second),
+	require.True(t, testenv.ReturnsWithin(func() { _ = cli.dev.Close() }, 10*time.Second),
 		"the client's device close waited for its linger: it answered a DREQ of the server's instead of sending every DREQ itself")
 
 	<-srvDone
@@ -125,5 +110,5 @@ func TestPerfRDMACMClientExitsWithoutTimewait(t *testing.T) {
 	// The server answered every DREQ and lingers through their timewait;
 	// once it is over (2 s on the CM's clock), it closes.
 	srv.clock.Advance(time.Minute)
-	require.True(t, closeWithin(srv.dev, 20*time.Second), "the server's close still lingered after its timewait")
+	require.True(t, testenv.ReturnsWithin(func() { _ = srv.dev.Close() }, 20*time.Second), "the server's close still lingered after its timewait")
 }

@@ -19,7 +19,7 @@ import (
 // (rxed perf -R) that disconnects its test connections and then its
 // control connection, as perftest's client does, is the active side of
 // every DREQ: its DREPs came, nothing can need an answer from it, so its
-// device closes at once whatever its linger. Bug (session BI): the
+// device closes at once whatever its linger. Bug (session AJ): the
 // session disconnected the control connection as soon as the test
 // connections were gone, beating or crossing the client's DREQ, so the
 // client answered a DREQ and sat out a timewait (2 s) in its device close

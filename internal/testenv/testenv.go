@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // InCI reports whether the tests run under CI (CI=true), where anything a
@@ -65,4 +66,22 @@ func SharedPath(t testing.TB, elem ...string) string {
 	_, err := os.Stat(p)
 	Need(t, err == nil, "reference data %s missing: %v", p, err)
 	return p
+}
+
+// ReturnsWithin runs f in a goroutine and reports whether it returned
+// within d: a hang detector for a call that should return on an event
+// (a device close whose linger the test's fake clock never ends), with d
+// far above how long it takes, so a loaded machine does not fail it.
+func ReturnsWithin(f func(), d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		f()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }

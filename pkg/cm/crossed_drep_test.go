@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The DREP of a crossed disconnect (session BI): a side that answered the
+// The DREP of a crossed disconnect (session AJ): a side that answered the
 // peer's DREQ while its own was out learns from the DREP to its own that
 // it owes the peer nothing more (EventCrossedDREP), whichever of the
 // peer's DREQ and DREP reaches it first, and nothing on the wire changes.

@@ -59,7 +59,7 @@ func TestDisconnectFromEitherSide(t *testing.T) {
 // Both sides send DREQ at once (cm.c: a DREQ in DREQ_SENT cancels ours and
 // is answered): both get EventDREQ, both end in timewait, the DREP to each
 // DREQ finds its sender already there and settles it (EventCrossedDREP:
-// the peer has our DREQ and will not retry its own). Bug (session BI):
+// the peer has our DREQ and will not retry its own). Bug (session AJ):
 // that DREP was dropped as a duplicate (rx_dup_drep) without an event, so
 // pkg/rdmacm could not tell a settled crossed disconnect from one that
 // might still need our DREP, and a lingering close sat out the timewait.

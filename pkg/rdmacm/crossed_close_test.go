@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/internal/testenv"
 	"github.com/rxed/rxed/pkg/cm/cmtest"
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/rdmacm"
@@ -44,27 +45,11 @@ func holdFirstDREQ(tap *madTap) <-chan struct{} {
 	return held
 }
 
-// closeReturnsWithin closes dev in a goroutine and reports whether that
-// returned within d.
-func closeReturnsWithin(dev *ib.Device, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		_ = dev.Close()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
 // TestCrossedDisconnectClosesWithoutLinger: both sides disconnect at once,
 // their DREQs crossing (each held until the other's is out); each answers
 // the other's DREQ and then gets the DREP to its own, after which it owes
 // the peer nothing (the peer cancelled its DREQ when ours arrived), so
-// both devices close at once, whatever their linger. Bug (session BI):
+// both devices close at once, whatever their linger. Bug (session AJ):
 // pkg/cm dropped that DREP as a duplicate without an event, and a crossed
 // disconnect lingered through the whole timewait, as a connection that
 // only answered the peer's DREQ must.
@@ -106,9 +91,9 @@ func TestCrossedDisconnectClosesWithoutLinger(t *testing.T) {
 	require.ErrorIs(t, sc.Err(), rdmacm.ErrDisconnected)
 	require.ErrorIs(t, cc.Err(), rdmacm.ErrDisconnected)
 
-	require.True(t, closeReturnsWithin(cli.dev, 10*time.Second),
+	require.True(t, testenv.ReturnsWithin(func() { _ = cli.dev.Close() }, 10*time.Second),
 		"the client's device close lingered after its crossed DREQ was answered (CM counters %v)", rdmacm.Counters(cli.dev))
-	require.True(t, closeReturnsWithin(srv.dev, 10*time.Second),
+	require.True(t, testenv.ReturnsWithin(func() { _ = srv.dev.Close() }, 10*time.Second),
 		"the server's device close lingered after its crossed DREQ was answered")
 	// The wire is cm.c's: one DREQ and one DREP from each side.
 	for _, tap := range []*madTap{tapS, tapC} {
