@@ -14,7 +14,6 @@ import (
 	"github.com/rxed/rxed/internal/testenv"
 	"github.com/rxed/rxed/pkg/qp"
 	"github.com/rxed/rxed/pkg/roce/transport"
-	"github.com/rxed/rxed/pkg/wire"
 )
 
 // TestMcastGRHCarriesTheReceivedTOSAndTTLOverUDP: over real UDP sockets
@@ -71,13 +70,6 @@ func TestMcastGRHCarriesTheReceivedTOSAndTTLOverUDP(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status)
 		require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
-		ip := dst[20:40]
-		require.Equal(t, av.TrafficClass, ip[1], "send %d: GRH TOS", i)
-		wantTTL := av.HopLimit
-		if wantTTL == 0 {
-			wantTTL = 64
-		}
-		require.Equal(t, wantTTL, ip[8], "send %d: GRH TTL", i)
-		require.Zero(t, wire.IPv4Checksum(ip), "send %d: GRH header checksum", i)
+		requireGRHTraffic(t, dst, av, i)
 	}
 }

@@ -64,19 +64,7 @@ func TestPacketsCarryTheAVsTrafficClassAndHopLimit(t *testing.T) {
 	connectAV(t, b, a, qp.AddrVector{DGID: a.addr, TrafficClass: 0x28, HopLimit: 9})
 	writeReadSend(t, a, b)
 
-	seen := map[wire.Opcode]bool{}
-	for _, p := range sa.taken() {
-		require.Equal(t, sentTraffic{p.op, 0x68, 7}, p, "a's %v", p.op)
-		seen[p.op] = true
-	}
-	for _, p := range sb.taken() {
-		require.Equal(t, sentTraffic{p.op, 0x28, 9}, p, "b's %v", p.op)
-		seen[p.op] = true
-	}
-	for _, op := range []wire.Opcode{wire.RCWriteFirst, wire.RCReadRequest, wire.RCSendLast,
-		wire.RCAck, wire.RCReadResponseFirst, wire.RCReadResponseLast} {
-		require.True(t, seen[op], "no %v sent", op)
-	}
+	requireEverySideTraffic(t, sa.taken(), sb.taken(), "sent")
 }
 
 // TestUDSendCarriesTheWRsTrafficClassAndHopLimit: a UD send's packets
@@ -160,14 +148,7 @@ func TestUDGRHCarriesTheReceivedTOSAndTTLOverMemNetwork(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status)
 		require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
-		ip := dst[20:40]
-		wantTTL := av.HopLimit
-		if wantTTL == 0 {
-			wantTTL = 64
-		}
-		require.Equal(t, av.TrafficClass, ip[1], "send %d: GRH TOS", i)
-		require.Equal(t, wantTTL, ip[8], "send %d: GRH TTL", i)
-		require.Zero(t, wire.IPv4Checksum(ip), "send %d: GRH header checksum", i)
+		requireGRHTraffic(t, dst, av, i)
 	}
 }
 
@@ -215,4 +196,39 @@ func TestMcastGRHCarriesTheReceivedTOSAndTTL(t *testing.T) {
 		require.Equal(t, wantTTL, ip[8], "send %d: GRH TTL", i)
 		require.Zero(t, wire.IPv4Checksum(ip), "send %d: GRH header checksum", i)
 	}
+}
+
+// requireEverySideTraffic checks the packets of writeReadSend as seen
+// (sent or received): a's all carry TOS 0x68 and TTL 7, b's 0x28 and 9,
+// and every kind each side sends is among them.
+func requireEverySideTraffic(t *testing.T, aPkts, bPkts []sentTraffic, how string) {
+	t.Helper()
+	seen := map[wire.Opcode]bool{}
+	for _, p := range aPkts {
+		require.Equal(t, sentTraffic{p.op, 0x68, 7}, p, "a's %v as %s", p.op, how)
+		seen[p.op] = true
+	}
+	for _, p := range bPkts {
+		require.Equal(t, sentTraffic{p.op, 0x28, 9}, p, "b's %v as %s", p.op, how)
+		seen[p.op] = true
+	}
+	for _, op := range []wire.Opcode{wire.RCWriteFirst, wire.RCReadRequest, wire.RCSendLast,
+		wire.RCAck, wire.RCReadResponseFirst, wire.RCReadResponseLast} {
+		require.True(t, seen[op], "no %v %s", op, how)
+	}
+}
+
+// requireGRHTraffic checks the IPv4 GRH a UD receive wrote at the start
+// of dst for send i: the TOS and TTL av sent with (hop limit 0: 64) and a
+// valid header checksum.
+func requireGRHTraffic(t *testing.T, dst []byte, av qp.AddrVector, i int) {
+	t.Helper()
+	ip := dst[20:40]
+	wantTTL := av.HopLimit
+	if wantTTL == 0 {
+		wantTTL = 64
+	}
+	require.Equal(t, av.TrafficClass, ip[1], "send %d: GRH TOS", i)
+	require.Equal(t, wantTTL, ip[8], "send %d: GRH TTL", i)
+	require.Zero(t, wire.IPv4Checksum(ip), "send %d: GRH header checksum", i)
 }

@@ -65,19 +65,7 @@ func TestKernelCarriesTheAVsTOSAndTTLOverUDP(t *testing.T) {
 	connectAV(t, a, b, qp.AddrVector{DGID: b.addr, DestPort: pb, TrafficClass: 0x68, HopLimit: 7})
 	connectAV(t, b, a, qp.AddrVector{DGID: a.addr, DestPort: pa, TrafficClass: 0x28, HopLimit: 9})
 	writeReadSend(t, a, b)
-	seen := map[wire.Opcode]bool{}
-	for _, p := range rb.received() { // a's packets
-		require.Equal(t, sentTraffic{p.op, 0x68, 7}, p, "a's %v as b's kernel received it", p.op)
-		seen[p.op] = true
-	}
-	for _, p := range ra.received() { // b's
-		require.Equal(t, sentTraffic{p.op, 0x28, 9}, p, "b's %v as a's kernel received it", p.op)
-		seen[p.op] = true
-	}
-	for _, op := range []wire.Opcode{wire.RCWriteFirst, wire.RCReadRequest, wire.RCSendLast,
-		wire.RCAck, wire.RCReadResponseFirst, wire.RCReadResponseLast} {
-		require.True(t, seen[op], "no %v received", op)
-	}
+	requireEverySideTraffic(t, rb.received(), ra.received(), "the peer's kernel received it")
 }
 
 // TestUDGRHCarriesTheReceivedTOSAndTTL: a UD receive's GRH holds the
@@ -103,13 +91,6 @@ func TestUDGRHCarriesTheReceivedTOSAndTTL(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status)
 		require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
-		ip := dst[20:40]
-		wantTTL := av.HopLimit
-		if wantTTL == 0 {
-			wantTTL = 64
-		}
-		require.Equal(t, av.TrafficClass, ip[1], "send %d: GRH TOS", i)
-		require.Equal(t, wantTTL, ip[8], "send %d: GRH TTL", i)
-		require.Zero(t, wire.IPv4Checksum(ip), "send %d: GRH header checksum", i)
+		requireGRHTraffic(t, dst, av, i)
 	}
 }
