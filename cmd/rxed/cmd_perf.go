@@ -210,7 +210,10 @@ func parsePerf(args []string, stderr io.Writer) (*perfOpts, int, bool) {
 		return bad("-T %d: the TOS of rdma_cm connections, only with -R (as perftest); --tclass sets the traffic class of QPs connected over TCP", o.tos.v)
 	}
 	if o.tclass.set && o.rdmaCM {
-		return bad("--tclass %d: the traffic class of QPs connected over TCP, which perftest ignores with -R; use -T for rdma_cm connections", o.tclass.v)
+		// perftest takes it and does nothing with it: a perftest command
+		// line with both runs here too, told so.
+		fmt.Fprintf(stderr, "rxed perf: --tclass %d has no effect with -R (as in perftest, where it sets only QPs connected over TCP); -T sets the TOS of rdma_cm connections\n", o.tclass.v)
+		o.tclass = tosFlag{}
 	}
 	if o.rdmaCM && len(o.token) > 0 {
 		return bad("-R: --token is for serve's TCP exchange; rdma_cm sessions carry no token")
