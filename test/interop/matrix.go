@@ -102,6 +102,13 @@ type Cell struct {
 	Baseline string
 	Args     string // extra flags given to both sides
 	RxeArgs  string // extra flags given to the rxe tool only ({rxeargs})
+	// ClientArgs are extra flags given to the client only, either implementation, before the
+	// server's address (a TOS cell's -T: the server must take the client's TOS).
+	ClientArgs string
+	// TOS makes a TOS cell (matrix_tos.go): the client sets this IP TOS, and the run's
+	// captures (rxed's and the wire's, runner_tos.go) must show it on every packet of the test
+	// connections both ways, TTL 64.
+	TOS int
 	// Serve runs rxed as the daemon (ServeRxed, exporting a pre-filled file) instead of the
 	// tool's Rxed column; the rxe tool is its client ServeClients times in a row. rxed is
 	// the server only, so the cell has no rxed-client direction and no rxe-mode run.
@@ -246,6 +253,9 @@ func Matrix() []Cell {
 		add(c)
 	}
 	for _, c := range rdmacmPerfCells() { // perftest -R (matrix_rdmacm_perf.go)
+		add(c)
+	}
+	for _, c := range tosCells() { // IP TOS of rdma_cm connections (matrix_tos.go)
 		add(c)
 	}
 	for _, c := range McastCells() { // mckey (matrix_mcast.go)

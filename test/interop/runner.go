@@ -193,13 +193,23 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 	peer := r.peer()
 	peerEnd := end{vm: peer, cmdline: Render(tool.Rxe, c, Vars{GID: gidOf(peer, c), Port: r.port})}
 	_, subjAddr := r.subjectAddrs(c)
+	peerAddr := peer.IP
+	if c.IPv6 {
+		peerAddr = peer.IP6
+	}
 	var subj end
+	var rxedPcap string
 	if vm := r.subjectVM(); vm != nil {
 		subj = end{vm: vm, cmdline: Render(tool.Rxe, c, Vars{GID: gidOf(vm, c), Port: r.port})}
 	} else {
 		subj = end{counters: res.LogPrefix + ".counters.json"}
 		subj.cmdline = Render(tool.Rxed, c, Vars{Rxed: r.Rxed, Addr: subjAddr, Port: r.port, Counters: subj.counters})
 		_ = os.Remove(subj.counters)
+		if c.TOS != 0 { // a TOS cell judges what rxed sent from its capture (runner_tos.go)
+			rxedPcap = res.LogPrefix + ".pcap"
+			_ = os.Remove(rxedPcap)
+			subj.cmdline += " --pcap " + rxedPcap
+		}
 	}
 	srv, cli := subj, peerEnd
 	if d == SubjectClient {
@@ -208,6 +218,9 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 	srvTCP := peer.IP
 	if d == SubjectServer {
 		srvTCP, _ = r.subjectAddrs(c)
+	}
+	if c.ClientArgs != "" {
+		cli.cmdline += " " + c.ClientArgs
 	}
 	cli.cmdline += " " + srvTCP
 	res.ServerCmd, res.ClientCmd = srv.cmdline, cli.cmdline
@@ -231,6 +244,15 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 			return res
 		}
 		defer func() { _ = r.Lab.SetLoss(context.Background(), 0) }()
+	}
+
+	var wire *wireCapture
+	if c.TOS != 0 {
+		if wire, err = startWire(ctx, peer.Tap, res.LogPrefix+".wire.pcap"); err != nil {
+			fail("wire capture: %v", err)
+			return res
+		}
+		defer wire.stop()
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, c.Timeout+30*time.Second)
@@ -294,6 +316,14 @@ func (r *Runner) Run(ctx context.Context, c Cell, d Direction) (res Result) {
 
 	r.judgeCounters(ctx, &res, before, hostBefore, subj.counters, fail)
 	res.Metric = r.judgeOutput(&res, tool, srv, cli, fail)
+	if wire != nil {
+		wire.stop()
+		var pcaps []string
+		if rxedPcap != "" {
+			pcaps = []string{rxedPcap}
+		}
+		r.judgeTOS(ctx, &res, wire.file, pcaps, subjAddr, peerAddr, fail)
+	}
 	if row, ok := ParsePerf(res.ClientOut); ok && tool.Kind == PerfBW {
 		res.BW = row["BW average[MB/sec]"]
 	}

@@ -117,6 +117,15 @@ func (r *Runner) runCM(ctx context.Context, c Cell, d Direction) (res Result) {
 	}
 	hostBefore := r.hostDrops(ctx)
 
+	var wire *wireCapture
+	if c.TOS != 0 { // a TOS cell (matrix_tos.go): the wire's view of both directions
+		if wire, err = startWire(ctx, peer.Tap, res.LogPrefix+".wire.pcap"); err != nil {
+			fail("wire capture: %v", err)
+			return res
+		}
+		defer wire.stop()
+	}
+
 	life := time.Duration(len(s.Steps))*c.Timeout + 20*time.Second
 	cctx, cancel := context.WithTimeout(ctx, life+10*time.Second)
 	defer cancel()
@@ -263,6 +272,10 @@ func (r *Runner) runCM(ctx context.Context, c Cell, d Direction) (res Result) {
 				}
 			}
 		}
+	}
+	if wire != nil {
+		wire.stop()
+		r.judgeTOS(ctx, &res, wire.file, pcaps, subjAddr, peerAddr, fail)
 	}
 	return res
 }

@@ -205,6 +205,12 @@ func printMatrix(cells []interop.Cell) {
 			}
 		}
 		fmt.Printf("%s\n  rxe : %s\n  rxed: %s\n", c.Name, interop.Render(t.Rxe, c, v), interop.Render(rxed, c, v))
+		if c.TOS != 0 {
+			fmt.Printf("  (rxed also --pcap P.pcap; the wire captured on the guest's tap)\n")
+		}
+		if c.ClientArgs != "" {
+			fmt.Printf("  (client only: %s)\n", c.ClientArgs)
+		}
 		if c.Runs(interop.SubjectRxed, interop.SubjectServer) {
 			runs++
 		}
