@@ -25,6 +25,7 @@ var WireFields = []string{
 	"infiniband.cm.rtu.localcommid", "infiniband.cm.rtu.remotecommid",
 	"infiniband.cm.dreq.localcommid", "infiniband.cm.dreq.remotecommid",
 	"infiniband.cm.drsp.localcommid", "infiniband.cm.drsp.remotecommid",
+	"infiniband.cm.rej.remotecommid", "infiniband.cm.rej.reason",
 }
 
 // Column indices of WireFields.
@@ -54,6 +55,8 @@ const (
 	wfDREQRemote
 	wfDREPLocal
 	wfDREPRemote
+	wfREJRemote
+	wfREJReason
 	wfCount
 )
 
@@ -70,6 +73,7 @@ type WirePacket struct {
 	Attr     uint16    // CM attribute ID of a MAD (DestQP 1), 0 otherwise
 	Comm     [2]uint32 // a CM MAD's local and remote comm IDs (a REQ has no remote one)
 	QPN      uint32    // a REQ's or REP's local QPN
+	Reason   int       // a REJ's reason
 	PathTC   int       // a REQ's primary path traffic class and hop limit, -1 otherwise
 	PathHop  int
 }
@@ -130,6 +134,8 @@ func ParseWire(s string) []WirePacket {
 			p.Comm = [2]uint32{u32(wfDREQLocal), u32(wfDREQRemote)}
 		case AttrDREP:
 			p.Comm = [2]uint32{u32(wfDREPLocal), u32(wfDREPRemote)}
+		case AttrREJ:
+			p.Comm, p.Reason = [2]uint32{0, u32(wfREJRemote)}, int(u32(wfREJReason))
 		}
 		ps = append(ps, p)
 	}
@@ -143,6 +149,7 @@ type WireConn struct {
 	ClientQPN, ServerQPN   uint32
 	PathTC, PathHop        int // the REQ's primary path
 	REQFrame, REPFrame     int
+	REJFrame, REJReason    int // a REQ refused: the REJ that answered it
 }
 
 // WireConns returns the capture's connections in REQ order (a retransmitted REQ, with the
@@ -164,6 +171,10 @@ func WireConns(ps []WirePacket) []*WireConn {
 		case AttrREP:
 			if c := byClient[key(p.Dst, p.Comm[1])]; c != nil && c.REPFrame == 0 {
 				c.ServerComm, c.ServerQPN, c.REPFrame = p.Comm[0], p.QPN, p.Frame
+			}
+		case AttrREJ:
+			if c := byClient[key(p.Dst, p.Comm[1])]; c != nil && c.REPFrame == 0 && c.REJFrame == 0 {
+				c.REJFrame, c.REJReason = p.Frame, p.Reason
 			}
 		}
 	}
@@ -216,9 +227,11 @@ func (g *tosGroup) String() string {
 // CheckTOS judges a capture against w: every connection MAD (REQ, REP, RTU, DREQ, DREP) and
 // every data packet and ACK of a connection must carry its TOS (w.TOS; a control connection 0)
 // and TTL w.TTL, the REQ's primary path its traffic class, and each test connection must show
-// packets from both ends and an ACK. findings says, per connection, what each end sent (the
-// evidence the report keeps); notes lists what the check does not judge (MRA, REJ, packets of
-// no connection).
+// packets from both ends and an ACK. A REQ refused with a REJ (an rxed perf -R client's first
+// try at the test connection before perftest's server listens for it: REJ 8) is an attempt
+// of the connection its client sets up next, whose TOS it must carry. findings says, per
+// connection, what each end sent (the evidence the report keeps); notes lists what the check
+// does not judge (MRA, REJ, packets of no connection).
 func CheckTOS(ps []WirePacket, w TOSWant) (problems, findings, notes []string) {
 	name := func(a string) string {
 		if n := w.Names[a]; n != "" {
@@ -227,50 +240,69 @@ func CheckTOS(ps []WirePacket, w TOSWant) (problems, findings, notes []string) {
 		return a
 	}
 	conns := WireConns(ps)
-	if len(conns) < w.Conns {
-		problems = append(problems, fmt.Sprintf("%d connection(s) (REQs) in the capture, want %d", len(conns), w.Conns))
+	label := map[*WireConn]string{}
+	kind := map[*WireConn]string{}
+	want := map[*WireConn]int{} // the TOS a connection's packets must carry, -1: not judged
+	est := 0
+	for _, c := range conns {
+		if c.REPFrame == 0 && c.REJFrame != 0 {
+			continue
+		}
+		est++
+		label[c], kind[c], want[c] = fmt.Sprintf("connection %d", est), "test", w.TOS
+		if est <= w.Control {
+			kind[c], want[c] = "control", 0
+		}
+	}
+	for i, c := range conns {
+		if label[c] != "" {
+			continue
+		}
+		label[c], kind[c], want[c] = fmt.Sprintf("refused REQ of frame %d", c.REQFrame),
+			fmt.Sprintf("REJ frame %d reason %d", c.REJFrame, c.REJReason), -1
+		for _, n := range conns[i+1:] {
+			if n.Client == c.Client && kind[n] != "" && n.REJFrame == 0 {
+				want[c] = want[n]
+				break
+			}
+		}
+	}
+	if est < w.Conns {
+		problems = append(problems, fmt.Sprintf("%d connection(s) (REQs answered by a REP) in the capture, want %d", est, w.Conns))
 	}
 	byComm := map[string]*WireConn{} // sender address + its local comm ID
 	byQP := map[string]*WireConn{}   // destination address + QPN
 	ck := func(a string, n uint32) string { return fmt.Sprintf("%s/%#x", a, n) }
 	for _, c := range conns {
 		byComm[ck(c.Client, c.ClientComm)] = c
-		byQP[ck(c.Client, c.ClientQPN)] = c
 		if c.REPFrame == 0 {
-			problems = append(problems, fmt.Sprintf("the REQ of frame %d got no REP", c.REQFrame))
+			if c.REJFrame == 0 {
+				problems = append(problems, fmt.Sprintf("the REQ of frame %d got no REP", c.REQFrame))
+			}
 			continue
 		}
+		byQP[ck(c.Client, c.ClientQPN)] = c
 		byComm[ck(c.Server, c.ServerComm)] = c
 		byQP[ck(c.Server, c.ServerQPN)] = c
 	}
-	connTOS := func(i int) int {
-		if i < w.Control {
-			return 0
-		}
-		return w.TOS
-	}
-	index := map[*WireConn]int{}
-	for i, c := range conns {
-		index[c] = i
-	}
 	// groups per connection, in order of first appearance
-	groups := make([][]*tosGroup, len(conns))
-	group := func(i int, what string) *tosGroup {
-		for _, g := range groups[i] {
+	groups := map[*WireConn][]*tosGroup{}
+	group := func(c *WireConn, what string) *tosGroup {
+		for _, g := range groups[c] {
 			if g.what == what {
 				return g
 			}
 		}
 		g := &tosGroup{what: what, count: map[[2]int]int{}, first: map[[2]int]int{}}
-		groups[i] = append(groups[i], g)
+		groups[c] = append(groups[c], g)
 		return g
 	}
 	type sideKey struct {
-		conn int
+		conn *WireConn
 		from string
 	}
 	sent := map[sideKey]int{}
-	acks := map[int]int{}
+	acks := map[*WireConn]int{}
 	bad := map[string]bool{} // one problem per connection, sender and kind
 	var strays []int
 	var unjudged []string
@@ -281,7 +313,11 @@ func CheckTOS(ps []WirePacket, w TOSWant) (problems, findings, notes []string) {
 		case p.DestQP == 1 && p.Attr >= AttrREQ && p.Attr <= AttrDREP && p.Attr != AttrMRA && p.Attr != AttrREJ:
 			c, what = byComm[ck(p.Src, p.Comm[0])], strings.ToUpper(cmName(p.Attr))
 		case p.DestQP == 1:
-			unjudged = append(unjudged, fmt.Sprintf("%s %s TOS 0x%02x TTL %d (frame %d)", name(p.Src), strings.ToUpper(cmName(p.Attr)), p.TOS, p.TTL, p.Frame))
+			x := fmt.Sprintf("%s %s TOS 0x%02x TTL %d (frame %d)", name(p.Src), strings.ToUpper(cmName(p.Attr)), p.TOS, p.TTL, p.Frame)
+			if p.Attr == AttrREJ {
+				x = fmt.Sprintf("%s REJ reason %d TOS 0x%02x TTL %d (frame %d)", name(p.Src), p.Reason, p.TOS, p.TTL, p.Frame)
+			}
+			unjudged = append(unjudged, x)
 			continue
 		default:
 			c, what = byQP[ck(p.Dst, p.DestQP)], "data"
@@ -293,46 +329,41 @@ func CheckTOS(ps []WirePacket, w TOSWant) (problems, findings, notes []string) {
 			strays = append(strays, p.Frame)
 			continue
 		}
-		i := index[c]
-		group(i, name(p.Src)+" "+what).add(p)
+		group(c, name(p.Src)+" "+what).add(p)
 		if what == "data" || what == "ACK" {
-			sent[sideKey{i, p.Src}]++
+			sent[sideKey{c, p.Src}]++
 			if what == "ACK" {
-				acks[i]++
+				acks[c]++
 			}
 		}
-		if w.JudgeFrom != "" && p.Src != w.JudgeFrom {
+		if (w.JudgeFrom != "" && p.Src != w.JudgeFrom) || want[c] < 0 {
 			continue
 		}
-		if want := connTOS(i); (p.TOS != want || p.TTL != w.TTL) && !bad[fmt.Sprint(i, p.Src, what)] {
-			bad[fmt.Sprint(i, p.Src, what)] = true
-			problems = append(problems, fmt.Sprintf("connection %d: %s's %s of frame %d has TOS 0x%02x TTL %d, want TOS 0x%02x TTL %d",
-				i+1, name(p.Src), what, p.Frame, p.TOS, p.TTL, want, w.TTL))
+		if k := fmt.Sprint(label[c], p.Src, what); (p.TOS != want[c] || p.TTL != w.TTL) && !bad[k] {
+			bad[k] = true
+			problems = append(problems, fmt.Sprintf("%s: %s's %s of frame %d has TOS 0x%02x TTL %d, want TOS 0x%02x TTL %d",
+				label[c], name(p.Src), what, p.Frame, p.TOS, p.TTL, want[c], w.TTL))
 		}
 	}
-	for i, c := range conns {
-		kind := "test"
-		if i < w.Control {
-			kind = "control"
+	for _, c := range conns {
+		if (w.JudgeFrom == "" || c.Client == w.JudgeFrom) && want[c] >= 0 && c.PathTC != want[c] {
+			problems = append(problems, fmt.Sprintf("%s: %s's REQ (frame %d) has primary traffic class 0x%02x, want 0x%02x",
+				label[c], name(c.Client), c.REQFrame, c.PathTC, want[c]))
 		}
-		if (w.JudgeFrom == "" || c.Client == w.JudgeFrom) && c.PathTC != connTOS(i) {
-			problems = append(problems, fmt.Sprintf("connection %d: %s's REQ (frame %d) has primary traffic class 0x%02x, want 0x%02x",
-				i+1, name(c.Client), c.REQFrame, c.PathTC, connTOS(i)))
-		}
-		if i >= w.Control && c.REPFrame != 0 {
+		if kind[c] == "test" && c.REPFrame != 0 {
 			for _, a := range []string{c.Client, c.Server} {
-				if sent[sideKey{i, a}] == 0 {
-					problems = append(problems, fmt.Sprintf("connection %d: no data packet or ACK from %s in the capture", i+1, name(a)))
+				if sent[sideKey{c, a}] == 0 {
+					problems = append(problems, fmt.Sprintf("%s: no data packet or ACK from %s in the capture", label[c], name(a)))
 				}
 			}
-			if acks[i] == 0 {
-				problems = append(problems, fmt.Sprintf("connection %d: no ACK in the capture", i+1))
+			if acks[c] == 0 {
+				problems = append(problems, fmt.Sprintf("%s: no ACK in the capture", label[c]))
 			}
 		}
-		f := fmt.Sprintf("connection %d (%s; %s client QPN %#x, %s server QPN %#x; REQ frame %d primary path traffic class 0x%02x hop limit %d)",
-			i+1, kind, name(c.Client), c.ClientQPN, name(c.Server), c.ServerQPN, c.REQFrame, c.PathTC, c.PathHop)
+		f := fmt.Sprintf("%s (%s; %s client QPN %#x, %s server QPN %#x; REQ frame %d primary path traffic class 0x%02x hop limit %d)",
+			label[c], kind[c], name(c.Client), c.ClientQPN, name(c.Server), c.ServerQPN, c.REQFrame, c.PathTC, c.PathHop)
 		var gs []string
-		for _, g := range groups[i] {
+		for _, g := range groups[c] {
 			gs = append(gs, g.String())
 		}
 		findings = append(findings, f+": "+strings.Join(gs, "; "))

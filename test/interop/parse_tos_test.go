@@ -12,7 +12,9 @@ import (
 
 // testdata/rdmacm_{ucmatose,send_bw_R}.wire.txt are tshark's WireFields (-E occurrence=f) of
 // the reference captures /work/shared/pcaps/rdmacm_ucmatose.pcap and rdmacm_send_bw_R.pcap:
-// two rdma_rxe guests, no TOS set.
+// two rdma_rxe guests, no TOS set. testdata/tos104_* are the first runs of the TOS cells
+// against the Debian guest's rdma_rxe (rxed the client): the wire captured on the guest's
+// tap, and rxed's own --pcap of the write_bw_R run.
 
 func TestParseWireReal(t *testing.T) {
 	ps := ParseWire(readTestdata(t, "rdmacm_ucmatose.wire.txt"))
@@ -81,7 +83,7 @@ func TestCheckTOSReal(t *testing.T) {
 	}
 	// three connections wanted, two there
 	p, _, _ = CheckTOS(sendR, TOSWant{TOS: 0, TTL: 64, Control: 1, Conns: 3})
-	require.Equal(t, []string{"2 connection(s) (REQs) in the capture, want 3"}, p)
+	require.Equal(t, []string{"2 connection(s) (REQs answered by a REP) in the capture, want 3"}, p)
 }
 
 // wireLine builds one line of tshark's WireFields output.
@@ -168,7 +170,7 @@ func TestCheckTOS(t *testing.T) {
 			problems: []string{"connection 1: rxed's ACK of frame 7 has TOS 0x00 TTL 64, want TOS 0x68 TTL 64"}},
 		{name: "no REP", lines: append(tosFlow(all(0x68), all(64))[:1], tosFlow(all(0x68), all(64))[3:]...), w: want,
 			problems: []string{"the REQ of frame 1 got no REP"},
-			notes:    []string{"3 RoCE packet(s) of no connection in the capture (first frame 4)"}},
+			notes:    []string{"5 RoCE packet(s) of no connection in the capture (first frame 4)"}},
 		{name: "no ACK, no data from the server",
 			lines: func() []string { l := tosFlow(all(0x68), all(64)); return append(l[:4], l[7:]...) }(), w: want,
 			problems: []string{"connection 1: no data packet or ACK from guest in the capture", "connection 1: no ACK in the capture"}},
@@ -176,7 +178,7 @@ func TestCheckTOS(t *testing.T) {
 			lines: append(tosFlow(all(0x68), all(64)), wireLine(map[int]string{wfFrame: "10", wfSrc4: guest, wfDst4: rxed,
 				wfTOS4: "0x00", wfTTL4: "64", wfOpcode: "100", wfDestQP: "0x000001", wfAttr: "0x0011"})), w: want,
 			notes: []string{"not judged: guest MRA TOS 0x00 TTL 64 (frame 10)"}},
-		{name: "nothing at all", w: want, problems: []string{"0 connection(s) (REQs) in the capture, want 1"}},
+		{name: "nothing at all", w: want, problems: []string{"0 connection(s) (REQs answered by a REP) in the capture, want 1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, f, n := CheckTOS(ParseWire(strings.Join(tc.lines, "\n")), tc.w)
@@ -216,4 +218,56 @@ func TestTOSWantOf(t *testing.T) {
 	require.NotContains(t, cm.CM.RxeServer+cm.CM.RxedServer, "-t ")
 	require.Equal(t, "-T 104", perf.ClientArgs)
 	require.NotContains(t, perf.Args, "-T")
+}
+
+// The kernel against rxed, TOS 104 set by rxed's client: every packet of the test connection
+// carries TOS 0x68 TTL 64 both ways on the wire, the kernel's REP, DREQ/DREP and data/ACKs
+// included; perftest -R's control connection stays at 0, and the REJ 8 that refused rxed's
+// first test REQ (perftest's server was not listening yet) carries TOS 0.
+func TestCheckTOSAgainstTheKernel(t *testing.T) {
+	names := map[string]string{"10.78.0.1": "rxed", "10.78.0.11": "guest"}
+	ucma := ParseWire(readTestdata(t, "tos104_ucmatose_rxed_client.wire.txt"))
+	p, f, n := CheckTOS(ucma, TOSWant{TOS: 0x68, TTL: 64, Conns: 1, Names: names})
+	require.Empty(t, p)
+	require.Empty(t, n)
+	require.Len(t, f, 1)
+	for _, x := range []string{"guest REP: 1x TOS 0x68 TTL 64 (first frame 2)", "guest data: 10x TOS 0x68 TTL 64 (first frame 4)",
+		"guest ACK: 10x TOS 0x68 TTL 64 (first frame 34)", "guest DREQ: 1x TOS 0x68 TTL 64 (first frame 44)"} {
+		require.Contains(t, f[0], x)
+	}
+
+	wbw := ParseWire(readTestdata(t, "tos104_write_bw_R_rxed_client.wire.txt"))
+	w := TOSWant{TOS: 0x68, TTL: 64, Control: 1, Conns: 2, Names: names}
+	p, f, n = CheckTOS(wbw, w)
+	require.Empty(t, p)
+	require.Equal(t, []string{"not judged: guest REJ reason 8 TOS 0x00 TTL 64 (frame 25)"}, n)
+	require.Len(t, f, 3)
+	require.Contains(t, f[0], "connection 1 (control;")
+	require.Contains(t, f[0], "guest REP: 1x TOS 0x00 TTL 64 (first frame 2)")
+	require.Contains(t, f[1], "refused REQ of frame 24 (REJ frame 25 reason 8;")
+	require.Contains(t, f[1], "rxed REQ: 1x TOS 0x68 TTL 64 (first frame 24)")
+	require.Contains(t, f[2], "connection 2 (test;")
+	require.Contains(t, f[2], "guest ACK: 50x TOS 0x68 TTL 64 (first frame 174)")
+	require.Contains(t, f[2], "guest DREP: 1x TOS 0x68 TTL 64 (first frame 324)")
+
+	// a refused REQ is judged with the TOS of the connection its client set up next
+	bad := append([]WirePacket(nil), wbw...)
+	for i := range bad {
+		if bad[i].Frame == 24 {
+			bad[i].TOS = 0
+		}
+	}
+	p, _, _ = CheckTOS(bad, w)
+	require.Equal(t, []string{"refused REQ of frame 24: rxed's REQ of frame 24 has TOS 0x00 TTL 64, want TOS 0x68 TTL 64"}, p)
+
+	// rxed's own capture: what rxed sent is right; the kernel's packets are recorded with TOS
+	// 0 (rxed reports received TOS only while a UD QP exists), which JudgeFrom leaves alone
+	own := ParseWire(readTestdata(t, "tos104_write_bw_R_rxed_client.rxedpcap.txt"))
+	w.JudgeFrom = "10.78.0.1"
+	p, f, _ = CheckTOS(own, w)
+	require.Empty(t, p)
+	require.Contains(t, f[2], "guest ACK: 50x TOS 0x00 TTL 64 (first frame 174)")
+	w.JudgeFrom = ""
+	p, _, _ = CheckTOS(own, w)
+	require.Contains(t, p, "connection 2: guest's ACK of frame 174 has TOS 0x00 TTL 64, want TOS 0x68 TTL 64")
 }
