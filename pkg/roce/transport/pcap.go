@@ -44,6 +44,9 @@ type PcapRecorder struct {
 	scratch []byte
 	err     error
 	flat    flattener // SendGather's datagrams joined for an inner Conn without it
+	// reporting is set when the recorder asked inner to report received
+	// TOS and TTL (NewPcapRecorder), so that Close undoes it.
+	reporting bool
 }
 
 // NewPcapRecorder writes the pcap file header to w and returns a recorder
@@ -52,13 +55,16 @@ type PcapRecorder struct {
 // Frames are Ethernet/IPv4-or-IPv6/UDP. MAC addresses are made up
 // (02:00:<last four bytes of the IP address>). For sent datagrams the IP
 // header is exactly the one Linux puts on packets from OpenUDP's sockets
-// (IPv4: TOS 0, ID 0, DF, TTL 64, header checksum; IPv6: traffic class 0,
-// hop limit 64; flow label 0, which Linux may set differently but the ICRC
-// masks), so the ICRC in each recorded frame verifies. The UDP checksum is 0,
+// (IPv4: the Endpoint's TOS and TTL, by default 0 and 64, ID 0, DF, header
+// checksum; IPv6: the Endpoint's traffic class and hop limit; flow label 0,
+// which Linux may set differently but the ICRC masks), so the ICRC in each
+// recorded frame verifies. The UDP checksum is 0,
 // as rdma_rxe sends it (OpenUDP's sockets send a real one; the ICRC masks it).
 //
 // A received datagram's IP header is not visible through a UDP socket, so it
-// is reconstructed the same way. The unknowns that matter are the IPv4
+// is reconstructed the same way, with the TOS and TTL (traffic class and
+// hop limit) the socket reports: the recorder asks inner to report them
+// for the whole capture (TrafficReporter). The unknowns that matter are the IPv4
 // Identification rdma_rxe sets and the DF flag (set by Linux and rxe, clear
 // from some other senders): both are solved from the packet's ICRC
 // (wire.Flow.VerifyIPv4) so that the frame's ICRC verifies; when they
@@ -94,6 +100,20 @@ func NewPcapRecorder(inner Conn, w io.Writer, opts PcapOptions) (*PcapRecorder, 
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
+	}
+	// A received frame's TOS and TTL are what the socket reports, and a
+	// socket reports them only while someone asks (ReportTraffic: the
+	// engine does while it has a UD QP). The recorder asks for the whole
+	// capture, so that a received RC frame shows the TOS and TTL it came
+	// with, not TOS 0 and TTL 64 whatever the peer sent (an interop TOS
+	// cell saw the kernel's 0x68 written as 0x00); the cost, a control
+	// message or two per datagram, is paid only while capturing.
+	if tr, ok := inner.(TrafficReporter); ok {
+		if err := tr.ReportTraffic(true); err != nil {
+			r.log.Warn("pcap: received TOS/TTL not reported: frames show TOS 0, TTL 64", "err", err)
+		} else {
+			r.reporting = true
+		}
 	}
 	return r, nil
 }
@@ -264,9 +284,16 @@ func putMAC(b []byte, a netip.Addr) {
 func (r *PcapRecorder) BatchSize() int               { return r.inner.BatchSize() }
 func (r *PcapRecorder) LocalAddrs() []netip.AddrPort { return r.inner.LocalAddrs() }
 
-// Close closes the inner Conn. The writer is not closed: it belongs to the
+// Close closes the inner Conn, first withdrawing the recorder's request
+// for received TOS and TTL. The writer is not closed: it belongs to the
 // caller, who may also want to flush it.
-func (r *PcapRecorder) Close() error { return r.inner.Close() }
+func (r *PcapRecorder) Close() error {
+	if r.reporting {
+		r.reporting = false
+		_ = r.inner.(TrafficReporter).ReportTraffic(false)
+	}
+	return r.inner.Close()
+}
 
 // Stats forwards the inner Conn's counters when it has them.
 func (r *PcapRecorder) Stats() Stats {

@@ -46,6 +46,34 @@ func TestPcapRecorderWritesTrafficClass(t *testing.T) {
 	}
 }
 
+// TestPcapRecorderWritesReceivedTrafficClass: a received frame carries the
+// TOS and TTL the datagram came with even when no UD QP asked the socket
+// to report them: the recorder asks for the whole capture, and Close
+// withdraws its request. Bug (interop TOS cells, session AJ): rxed's
+// --pcap wrote every received RC frame with TOS 0x00 and TTL 64 while the
+// kernel peer sent 0x68.
+func TestPcapRecorderWritesReceivedTrafficClass(t *testing.T) {
+	mn := NewMemNetwork()
+	a, _ := mn.Listen(ap("10.0.0.1:1"))
+	b, _ := mn.Listen(ap("10.0.0.2:1"))
+	var w bytes.Buffer
+	rb, err := NewPcapRecorder(b, &w, PcapOptions{Clock: func() time.Time { return time.Unix(1, 0) }})
+	require.NoError(t, err)
+	bm := b.(*memConn)
+	require.True(t, bm.reporting.Load(), "the recorder asked b to report")
+	fl := wire.Flow{Src: ap("10.0.0.1:1"), Dst: ap("10.0.0.2:1")}
+	p := rocePacket(1, 64)
+	fl.Seal(p)
+	require.NoError(t, a.Send([][]byte{p}, Endpoint{Remote: fl.Dst, TrafficClass: 0x68, HopLimit: 7}))
+	receiveN(t, rb, 1, MaxDatagramSize)
+	frames := readPcap(t, w.Bytes())
+	require.Len(t, frames, 1)
+	require.Equal(t, uint8(0x68), frames[0].ip4.TOS, "received frame's TOS")
+	require.Equal(t, uint8(7), frames[0].ip4.TTL, "received frame's TTL")
+	require.NoError(t, rb.Close())
+	require.False(t, bm.reporting.Load(), "Close withdrew the recorder's request")
+}
+
 // countingReporter counts ReportTraffic calls.
 type countingReporter struct {
 	Conn
@@ -76,17 +104,18 @@ func TestWrappersPassReportTrafficOn(t *testing.T) {
 	require.NoError(t, err)
 	stack = NewRxFilterConn(stack, nil)
 	t.Cleanup(func() { stack.Close() })
+	require.Equal(t, 1, inner.n, "the recorder asks for the whole capture")
 	r, ok := stack.(TrafficReporter)
 	require.True(t, ok)
 	require.NoError(t, r.ReportTraffic(true))
-	require.Equal(t, 1, inner.n)
+	require.Equal(t, 2, inner.n)
 	require.NoError(t, r.ReportTraffic(false))
-	require.Zero(t, inner.n)
+	require.Equal(t, 1, inner.n)
 	// A multicast membership's own Conn seen through the recorder
 	// (JoinGroup's pcapGroupConn), which the engine has report too.
 	g := &pcapGroupConn{Conn: inner}
 	require.NoError(t, g.ReportTraffic(true))
-	require.Equal(t, 1, inner.n)
+	require.Equal(t, 2, inner.n)
 	// An inner Conn that cannot report (only Conn's methods): no error,
 	// nothing reported.
 	f := NewFaulty(struct{ Conn }{c}, FaultConfig{})
