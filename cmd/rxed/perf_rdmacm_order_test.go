@@ -37,10 +37,19 @@ func (e wireEvent) String() string {
 // wireOrder records, in one order for both sides, what they send on an
 // in-memory network. MemNetwork delivers inside Send, so a datagram is
 // recorded before its receiver can react to it: a reaction is always
-// recorded after its cause.
+// recorded after its cause. A SEND is recorded once: its retransmissions
+// (same sender, QP and PSN; a loaded machine under -race delays an ACK
+// past the retransmit timer) are not new messages.
 type wireOrder struct {
 	mu     sync.Mutex
 	events []wireEvent
+	sent   map[sendID]bool
+}
+
+// sendID names one RC SEND of a side: its destination QP and PSN.
+type sendID struct {
+	from     string
+	qpn, psn uint32
 }
 
 type wireOrderConn struct {
@@ -62,6 +71,14 @@ func (c *wireOrderConn) Send(bufs [][]byte, ep transport.Endpoint) error {
 				c.log.events = append(c.log.events, wireEvent{from: c.side, attr: h.AttrID, send: -1})
 			}
 		case wire.RCSendOnly:
+			id := sendID{c.side, p.BTH.DestQP(), p.BTH.PSN()}
+			if c.log.sent[id] {
+				continue // a retransmission
+			}
+			if c.log.sent == nil {
+				c.log.sent = map[sendID]bool{}
+			}
+			c.log.sent[id] = true
 			c.log.events = append(c.log.events, wireEvent{from: c.side, send: len(p.Payload)})
 		}
 	}
@@ -110,8 +127,8 @@ func runPerfOnMem(t *testing.T, net *transport.MemNetwork, log *wireOrder, side,
 // create_rdma_cm_connection: ctx_hand_shake, then rdma_cm_client_connection;
 // frames 20-24 of ../shared/pcaps/perftest_write_bw_rc_4096_rdmacm.pcap),
 // and rxed's server, whose listener is up from the control connection on,
-// answers it with its REP: no REJ on the wire. An interop run (session BL's
-// brief: rxed client against ib_write_bw -R, REJ 8 in frames 24-25) met
+// answers it with its REP: no REJ on the wire. An interop run (session AJ's
+// TOS cells: rxed client against ib_write_bw -R, REJ 8 in frames 24-25) met
 // perftest's server, which calls rdma_listen only after that answer, so
 // no event tells a client when it listens (perf_rdmacm.go); a server made
 // to listen as late (closing its listener after the control connection,
