@@ -21,12 +21,10 @@ import (
 // run fails when the wire shows otherwise, and its notes keep what every side sent (frames
 // and fields) whether it passes or not.
 //
-// Where the packets are read: rxed's own capture (--pcap) records a received frame's TOS and
-// TTL only while its Conn reports received traffic, which it does only while a UD QP exists,
-// so for these RC connections it shows received frames with TOS 0 whatever the kernel sent.
-// The harness therefore also captures the wire: dumpcap on the peer guest's tap inside the
-// lab's namespace (runner_tos.go), which judges both directions; rxed's capture judges the
-// packets rxed sent.
+// Where the packets are read: the wire, captured by dumpcap on the peer guest's tap inside
+// the lab's namespace (runner_tos.go), both directions; and rxed's own capture (--pcap), also
+// whole, its recorder having the socket report received TOS and TTL (it recorded TOS 0 for
+// every received RC frame until the first runs of these cells showed it).
 
 // cellTOS is the TOS the TOS cells' clients set: DSCP 26 (AF31), ECN 0.
 const cellTOS = 0x68

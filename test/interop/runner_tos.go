@@ -86,8 +86,7 @@ func readWire(ctx context.Context, pcap string) ([]WirePacket, error) {
 	return ParseWire(string(out)), nil
 }
 
-// judgeTOS judges a TOS run's captures (CheckTOS): the wire's both ways, and each of rxed's
-// for the packets rxed sent. Every finding goes to the notes (RESULTS.md keeps them), pass
+// judgeTOS judges a TOS run's captures (CheckTOS) both ways: the wire's and each of rxed's. Every finding goes to the notes (RESULTS.md keeps them), pass
 // or fail: they are what the kernel did with the TOS.
 func (r *Runner) judgeTOS(ctx context.Context, res *Result, wire string, rxedPcaps []string, subjAddr, peerAddr string,
 	fail func(string, ...any)) {
@@ -97,36 +96,26 @@ func (r *Runner) judgeTOS(ctx context.Context, res *Result, wire string, rxedPca
 		subj = "guest2"
 	}
 	w.Names = map[string]string{subjAddr: subj, peerAddr: "guest"}
-	ps, err := readWire(ctx, wire)
-	if err != nil {
-		fail("wire capture: %v", err)
-		return
-	}
-	problems, findings, notes := CheckTOS(ps, w)
-	for _, p := range problems {
-		fail("wire (%s): %s", wire, p)
-	}
-	for _, f := range findings {
-		res.Notes = append(res.Notes, "wire: "+f)
-	}
-	for _, n := range notes {
-		res.Notes = append(res.Notes, "wire: "+n)
-	}
-	// rxed's own capture: judged for what rxed sent; what it recorded of the received
-	// packets is summarised only (see matrix_tos.go)
-	w.JudgeFrom = subjAddr
-	for _, p := range rxedPcaps {
-		ps, err := readWire(ctx, p)
+	judge := func(label, path string) {
+		ps, err := readWire(ctx, path)
 		if err != nil {
-			fail("rxed's capture: %v", err)
-			continue
+			fail("%s: %v", label, err)
+			return
 		}
-		problems, findings, _ := CheckTOS(ps, w)
-		for _, x := range problems {
-			fail("rxed's capture (%s): %s", p, x)
+		problems, findings, notes := CheckTOS(ps, w)
+		for _, p := range problems {
+			fail("%s (%s): %s", label, path, p)
 		}
-		for _, f := range findings {
-			res.Notes = append(res.Notes, "rxed's capture: "+f)
+		for _, f := range append(findings, notes...) {
+			res.Notes = append(res.Notes, label+": "+f)
 		}
+	}
+	judge("wire", wire)
+	// rxed's own capture, judged whole: its recorder has the socket report
+	// received TOS and TTL for the whole capture, so the kernel's packets
+	// show what they arrived with there too (they showed TOS 0 until the
+	// recorder asked, session AJ), a second reading of the wire by rxed.
+	for _, p := range rxedPcaps {
+		judge("rxed's capture", p)
 	}
 }
