@@ -114,6 +114,12 @@ func (f Flow) PutHeaders(b []byte, payloadLen int) int {
 // and fixes its checksum.
 func SetIPv4ID(ip []byte, id uint16) {
 	binary.BigEndian.PutUint16(ip[4:], id)
+	fixIPv4Checksum(ip)
+}
+
+// fixIPv4Checksum recomputes the checksum of the IPv4 header ip (20
+// bytes) after a field of it changed.
+func fixIPv4Checksum(ip []byte) {
 	ip[10], ip[11] = 0, 0
 	binary.BigEndian.PutUint16(ip[10:], IPv4Checksum(ip[:20]))
 }

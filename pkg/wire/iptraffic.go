@@ -14,8 +14,7 @@ func SetIPTraffic(ip []byte, class, hopLimit uint8, flowLabel uint32) {
 		if hopLimit != 0 {
 			ip[8] = hopLimit
 		}
-		ip[10], ip[11] = 0, 0
-		binary.BigEndian.PutUint16(ip[10:], IPv4Checksum(ip[:20]))
+		fixIPv4Checksum(ip)
 		return
 	}
 	binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(class)<<20|flowLabel&0xFFFFF)

@@ -91,21 +91,18 @@ func joinOn(s *udpSocket, group, local netip.Addr) error {
 	return err
 }
 
-// setSendOpts prepares a sending socket for the group: rdma_cm's hop
-// limit (which every socket has had since it opened, udp_linux.go; set
-// again here for a socket opened otherwise) and, for IPv6 (which has no "interface of the source address"
-// rule as IPv4 routing does for a bound socket), the outgoing interface.
+// setSendOpts prepares a sending socket for the group: for IPv6, which has
+// no "interface of the source address" rule as IPv4 routing does for a
+// bound socket, the outgoing interface. Its multicast TTL / hop limit
+// (mcastHops) every socket has had since it opened (udp_linux.go).
 func setSendOpts(s *udpSocket, group, local netip.Addr) error {
+	ix := ifIndexOf(local)
+	if group.Is4() || ix <= 0 {
+		return nil
+	}
 	var err error
 	cerr := s.sys.rc.Control(func(fd uintptr) {
-		if group.Is4() {
-			err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, mcastHops)
-			return
-		}
-		err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, mcastHops)
-		if ix := ifIndexOf(local); err == nil && ix > 0 {
-			err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, ix)
-		}
+		err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, ix)
 	})
 	if cerr != nil {
 		return cerr

@@ -89,12 +89,10 @@ type memConn struct {
 	q      *pktQueue
 	once   sync.Once
 
-	// reporting is set while ReportTraffic counts users (trafficUsers,
-	// under trafficMu): deliveries then carry the sent TOS and TTL
-	// (mem_traffic.go).
-	reporting    atomic.Bool
-	trafficMu    sync.Mutex
-	trafficUsers int
+	// reporting is set while traffic counts ReportTraffic's users:
+	// deliveries then carry the sent TOS and TTL (mem_traffic.go).
+	reporting atomic.Bool
+	traffic   trafficUsers
 }
 
 func (c *memConn) BatchSize() int               { return DefaultBatchSize }

@@ -16,16 +16,10 @@ import "net/netip"
 // udpConn counts them; while any is, deliveries to c carry the TOS and
 // TTL they were sent with.
 func (c *memConn) ReportTraffic(on bool) error {
-	c.trafficMu.Lock()
-	defer c.trafficMu.Unlock()
-	switch {
-	case on:
-		c.trafficUsers++
-	case c.trafficUsers > 0:
-		c.trafficUsers--
-	}
-	c.reporting.Store(c.trafficUsers > 0)
-	return nil
+	return c.traffic.change(on, func(on bool) error {
+		c.reporting.Store(on)
+		return nil
+	})
 }
 
 // arrival is the Endpoint a datagram sent on sent, from from, arrives on

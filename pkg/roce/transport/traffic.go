@@ -1,6 +1,9 @@
 package transport
 
-import "net/netip"
+import (
+	"net/netip"
+	"sync"
+)
 
 // DefaultHopLimit is the TTL (IPv6 hop limit) a socket sends with unless
 // told otherwise: Linux's ip_default_ttl and hop_limit, which rdma_cm's
@@ -40,33 +43,48 @@ func (m *rxMsg) endpoint(port uint16) Endpoint {
 	return Endpoint{Local: netip.AddrPortFrom(m.local, port), Remote: m.remote, TrafficClass: m.class, HopLimit: m.hops}
 }
 
-// ReportTraffic implements TrafficReporter: the first user switches the
-// kernel's TOS and TTL control messages on for every socket, the last
-// one off (trafficUsers counts them, under trafficMu).
-func (c *udpConn) ReportTraffic(on bool) error {
-	c.trafficMu.Lock()
-	defer c.trafficMu.Unlock()
+// trafficUsers counts a Conn's ReportTraffic users: udpConn and memConn
+// report received TOS and TTL while it counts any. change counts one more
+// (on) or one less, calling apply with the new state when reporting turns
+// on or off; one less than none is nothing.
+type trafficUsers struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (u *trafficUsers) change(on bool, apply func(on bool) error) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	switch {
 	case on:
-		c.trafficUsers++
-		if c.trafficUsers != 1 {
+		u.n++
+		if u.n != 1 {
 			return nil
 		}
-	case c.trafficUsers == 0:
+	case u.n == 0:
 		return nil
 	default:
-		c.trafficUsers--
-		if c.trafficUsers != 0 {
+		u.n--
+		if u.n != 0 {
 			return nil
 		}
 	}
-	var err error
-	for _, s := range c.socks {
-		if e := s.recvTraffic(on); e != nil && err == nil {
-			err = e
+	return apply(on)
+}
+
+// ReportTraffic implements TrafficReporter: the first user switches the
+// kernel's TOS and TTL control messages on for every socket, the last
+// one off.
+func (c *udpConn) ReportTraffic(on bool) error {
+	return c.traffic.change(on, func(on bool) error {
+		var err error
+		for _, s := range c.socks {
+			if e := s.recvTraffic(on); e != nil && err == nil {
+				err = e
+			}
 		}
-	}
-	return err
+		return err
+	})
 }
 
 // reportTraffic is ReportTraffic for a wrapper of inner: inner's, when

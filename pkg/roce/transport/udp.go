@@ -108,11 +108,9 @@ type udpConn struct {
 	releaseFn func()      // releaseRead, bound once
 	direct    *udpSocket  // the only socket, read by Receive itself (no reader goroutine)
 	cur       *rxBatch
-	// trafficUsers counts ReportTraffic's users (under trafficMu).
-	trafficMu    sync.Mutex
-	trafficUsers int
-	curMsg       int // index of the message being copied out
-	curOff       int // byte offset of the next datagram inside it
+	traffic   trafficUsers // ReportTraffic's users
+	curMsg    int          // index of the message being copied out
+	curOff    int          // byte offset of the next datagram inside it
 }
 
 // OpenUDP opens one unconnected UDP socket per address in cfg.Addrs and
