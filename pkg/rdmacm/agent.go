@@ -51,7 +51,7 @@ type agent struct {
 	srcMismatch atomic.Uint64
 	// reqEvicted and reqSourceFull count the requests a listener's
 	// backlog refused to make room for another source, and those it
-	// turned away for their source's share (listen_backlog.go).
+	// turned away for their source's cap (listen_backlog.go).
 	reqEvicted, reqSourceFull atomic.Uint64
 	// reqExpired counts the queued requests refused because their active
 	// side had given up (listen_expiry.go).

@@ -118,10 +118,11 @@ func TestFullBacklogDropsTheREQUntilThereIsRoom(t *testing.T) {
 // cm_sidr_req_handler answers a SIDR_REQ its consumer fails
 // (cm_destroy_id in SIDR_REQ_RCVD), where a REQ is dropped
 // (TestFullBacklogDropsTheREQUntilThereIsRoom). Both come from one
-// address, which holds the whole backlog of 1 (MaxPerSource rounds half
-// of it up), so the refusal is that of a source over its share, decided
-// before the request is queued (listen_backlog.go). The request waiting
-// in the backlog is then answered as usual. CM follow-up item 3.
+// address, which holds the whole backlog of 1, so no eviction makes room
+// for the second (it would only swap one request of the source for
+// another), decided before the request is queued (listen_backlog.go).
+// The request waiting in the backlog is then answered as usual. CM
+// follow-up item 3.
 func TestFullBacklogRefusesTheSIDRREQ(t *testing.T) {
 	hs := memHosts(t, nil, "10.12.1.1", "10.12.1.2")
 	srv, cli := hs[0], hs[1]

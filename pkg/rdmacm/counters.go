@@ -12,7 +12,8 @@ import "github.com/rxed/rxed/pkg/ib"
 // address than the one they came from (source.go); req_evicted, the
 // queued requests a full backlog refused to make room for a lighter
 // source, and req_source_full, the requests turned away because their
-// source held its share of the backlog (listen_backlog.go); req_expired,
+// source held the cap ListenOptions.MaxPerSource set it
+// (listen_backlog.go); req_expired,
 // the queued requests refused because their peer's REQ retries were over
 // (listen_expiry.go). A counter appears once
 // it has counted something: a running manager that has seen nothing
@@ -23,7 +24,7 @@ import "github.com/rxed/rxed/pkg/ib"
 // with its device. rdma_cm's other refusals (no listener for the header's
 // address, a malformed header) count nothing of their own: they show as
 // the CM's REJs; the REQs a full backlog drops count as the manager's
-// req_dropped (cm.ID.DestroyNoReject), those over their source's share
+// req_dropped (cm.ID.DestroyNoReject), those over their source's cap
 // too (and in req_source_full).
 //
 // Safe for concurrent use with everything else on dev; the snapshot is

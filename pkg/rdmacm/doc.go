@@ -40,9 +40,9 @@
 //     full is dropped without an answer, as the kernel's ucma and cm.c
 //     drop it (-ENOMEM: no REJ, "to allow future retries"): the peer's
 //     REQ retransmission is a new request, accepted if Accept has made
-//     room by then. So is a REQ from a source IP address that holds its
-//     share of the backlog already (ListenOptions.MaxPerSource), and a
-//     full backlog refuses (REJ 28) the oldest request of its heaviest
+//     room by then. While it has room every request is queued, whatever
+//     its source holds (unless ListenOptions.MaxPerSource caps that), and
+//     a full backlog refuses (REJ 28) the oldest request of its heaviest
 //     source to make room for a lighter one, so REQs forged from one
 //     address cannot keep a real client out (listen_backlog.go).
 //   - A queued REQ whose active side can no longer be waiting (the

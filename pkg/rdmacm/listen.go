@@ -14,7 +14,8 @@ import (
 	"github.com/rxed/rxed/pkg/wire/mad"
 )
 
-// ListenOptions configures Listen; the zero value is rdma_listen's.
+// ListenOptions configures Listen; the zero value is rdma_listen's but
+// for the backlog's size (Backlog).
 type ListenOptions struct {
 	// PortSpace: 0 is mad.PortSpaceTCP (RC/UC connections); a listener in
 	// mad.PortSpaceUDP answers SIDR requests (UD, Request.AcceptUD).
@@ -26,20 +27,27 @@ type ListenOptions struct {
 	// taken as a new request, queued if Accept has made room by then
 	// (counted req_dropped in Counters). A UD request (SIDR_REQ) beyond
 	// it is refused with SIDR_REP REJECT, as cm.c answers any SIDR_REQ
-	// its consumer fails. 0 means 64. A queued REQ whose active side can
-	// no longer be waiting (its retries, by the REQ's timeouts and Max CM
-	// Retries, are over) holds no place: it is refused with REJ 28 as
-	// Accept or a new request meets it (req_expired in Counters;
-	// listen_expiry.go).
+	// its consumer fails. 0 means 64, not rdma_listen's 0 (ucma's
+	// max_backlog, 1024): every queued request is a passive connection
+	// the CM counts against Config.MaxHalfOpen (1024 by default), and a
+	// backlog that large would let one listener's queue take every
+	// half-open place of the device, so that the CM refuses (REJ 3) every
+	// other REQ before the backlog's eviction can make room for another
+	// source. A queued REQ whose active side can no longer be waiting
+	// (its retries, by the REQ's timeouts and Max CM Retries, are over)
+	// holds no place: it is refused with REJ 28 as Accept or a new
+	// request meets it (req_expired in Counters; listen_expiry.go).
 	Backlog int
-	// MaxPerSource is how many of the Backlog requests one source IP
-	// address may hold; one more from it is turned away as over a full
-	// backlog. 0 means half the Backlog, rounded up; more than Backlog
-	// means no cap. A full backlog also makes room for a source that
-	// holds at least two fewer than the heaviest one by refusing (REJ
-	// 28) the heaviest one's oldest request (req_evicted in Counters).
-	// So REQs forged from one address cannot keep a real client out
-	// (listen_backlog.go, docs/security.md).
+	// MaxPerSource, if set, is how many of the Backlog requests one
+	// source IP address may hold: one more from it is turned away as
+	// over a full backlog, even while the backlog has room (req_source_full
+	// in Counters). 0 (or Backlog or more) sets no such cap: a source may
+	// take whatever room there is, so a host opening many connections at
+	// once has them all queued. Either way a full backlog makes room for a
+	// source that holds at least two fewer than the heaviest one by
+	// refusing (REJ 28) the heaviest one's oldest request (req_evicted in
+	// Counters), so REQs forged from one address cannot keep a real client
+	// out (listen_backlog.go, docs/security.md).
 	MaxPerSource int
 }
 

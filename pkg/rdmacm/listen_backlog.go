@@ -12,21 +12,34 @@ import (
 // rdma_cm's backlog is one count (ucma's listen_ctx->backlog), so REQs
 // forged from one address with fresh source ports and comm IDs take all
 // of it, and a real client's REQ then finds it full and is dropped until
-// the application has accepted (and timed out on) every forged one. Two
-// rules keep one source from holding the whole backlog; neither changes
-// what an rdma_cm peer sees beyond what a busy kernel listener shows it:
+// the application has accepted (and timed out on) every forged one. The
+// rule that keeps one source from holding the whole backlog changes
+// nothing an rdma_cm peer sees beyond what a busy kernel listener shows
+// it:
 //
-//   - A source holds at most perSource requests. One more from it is
-//     turned away as a full backlog turns a REQ away (silently: its
-//     retransmission is a new request, admitted once Accept has taken
-//     one of that source's; a SIDR_REQ gets SIDR_REP REJECT), so a real
-//     client that opens many connections at once only waits for a retry.
+//   - While the backlog has room, every request is queued, whoever holds
+//     the rest: a host that opens many connections at once (perftest -R
+//     -q 40, a key-value bench's clients) has them all queued on their
+//     first REQ, as a kernel listener would, instead of waiting seconds
+//     for its REQ retransmissions (rdma_cm's first comes 6 s later).
 //   - A full backlog makes room for a source that holds fewer requests
 //     than the heaviest one by at least two: the heaviest source's oldest
 //     request is refused as Close refuses a queued request (REJ 28,
 //     consumer defined, what the kernel sends when a listener's
 //     application rejects or destroys a connect request it has not
-//     answered; SIDR_REP REJECT for a SIDR_REQ).
+//     answered; SIDR_REP REJECT for a SIDR_REQ). So a flood from one
+//     address fills the backlog, and each real client's REQ still takes
+//     one of the flood's places, which the flood's later REQs cannot
+//     take back (they come from the heaviest source).
+//
+// A cap per source while there is room (ListenOptions.MaxPerSource, set
+// by the application) is a hard one: a request from a source that holds
+// it already is turned away as a full backlog turns a REQ away
+// (silently: its retransmission is a new request, admitted once Accept
+// has taken one of that source's; a SIDR_REQ gets SIDR_REP REJECT).
+// There is none by default: it refused a lone host's burst with the
+// backlog nearly empty, and eviction keeps a flood from one address from
+// keeping others out without it.
 //
 // A request whose active side can no longer be waiting (its REQ's
 // retries are over: listen_expiry.go) holds no place: admit and take
@@ -42,7 +55,7 @@ type backlog struct {
 	reqs      []*Request         // oldest first
 	bySrc     map[netip.Addr]int // how many of reqs each source holds
 	max       int                // ListenOptions.Backlog
-	perSource int                // ListenOptions.MaxPerSource, resolved
+	perSource int                // ListenOptions.MaxPerSource; 0: no cap of its own
 	// ready holds a token while reqs may be non-empty: Accept waits on it
 	// and takes the request under mu (a token without a request is a
 	// spurious wakeup, and Accept waits again).
@@ -56,14 +69,16 @@ const (
 	admitted     admission = iota // room: queue it
 	admitEvicted                  // room made: the victim was taken out
 	backlogFull                   // no room, and nobody to make room
-	sourceFull                    // its source holds perSource already
+	sourceFull                    // its source holds the cap it was set (perSource)
 )
 
+// newBacklog makes a backlog of max requests; perSource 0 (or max or
+// more, which the backlog's own room caps anyway) sets no cap per source.
 func newBacklog(max, perSource int) *backlog {
-	if perSource <= 0 {
-		perSource = (max + 1) / 2
+	if perSource < 0 || perSource >= max {
+		perSource = 0
 	}
-	return &backlog{max: max, perSource: min(perSource, max),
+	return &backlog{max: max, perSource: perSource,
 		bySrc: make(map[netip.Addr]int), ready: make(chan struct{}, 1)}
 }
 
@@ -79,7 +94,7 @@ func (b *backlog) admit(src netip.Addr, now time.Time) (adm admission, victim *R
 	defer b.mu.Unlock()
 	expired = b.expireLocked(now)
 	n := b.bySrc[src]
-	if n >= b.perSource {
+	if b.perSource > 0 && n >= b.perSource {
 		return sourceFull, nil, expired
 	}
 	if len(b.reqs) < b.max {

@@ -9,7 +9,7 @@ import (
 )
 
 // The backlog's rules (listen_backlog.go), request by request: a source
-// over its share is turned away; a full backlog evicts the oldest request
+// over the cap set for it is turned away; a full backlog evicts the oldest request
 // of the heaviest source (the one whose oldest is oldest among equals)
 // only for a source holding at least two fewer, so two sources never
 // take a place back and forth. The residual risk of docs/security.md's
@@ -66,9 +66,9 @@ func TestBacklogAdmission(t *testing.T) {
 	require.Equal(t, 3, q.queued())
 	require.Zero(t, q.bySrc[b])
 
-	// The default share is half the backlog, rounded up, at least 1;
-	// more than the backlog is no cap.
-	require.Equal(t, 32, newBacklog(64, 0).perSource)
-	require.Equal(t, 1, newBacklog(1, 0).perSource)
-	require.Equal(t, 4, newBacklog(4, 100).perSource)
+	// No cap is the default, and so is one of the backlog or more.
+	require.Zero(t, newBacklog(64, 0).perSource)
+	require.Zero(t, newBacklog(4, 4).perSource)
+	require.Zero(t, newBacklog(4, 100).perSource)
+	require.Equal(t, 3, newBacklog(4, 3).perSource)
 }

@@ -127,9 +127,8 @@ func TestAtomicReplayIsAnsweredFromTheCache(t *testing.T) {
 }
 
 // A flood of REQs, each from another source port and with its own comm
-// ID, to an rdma_cm listener that does not accept: the one source holds
-// half the backlog (32 of 64: ListenOptions.MaxPerSource), the rest are
-// dropped without an answer (as cm.c drops a REQ over a full backlog,
+// ID, to an rdma_cm listener that does not accept: the one source fills
+// the backlog (64, the default), the rest are dropped without an answer (as cm.c drops a REQ over a full backlog,
 // with no REJ) and the CM's half-open state stays at that; nothing is
 // sent but, at most, one MAD per REQ to its source. A REQ whose rdma_cm
 // header names another source than its GRH is refused with one REJ.
@@ -170,7 +169,7 @@ func TestREQFloodFromManyPortsIsBounded(t *testing.T) {
 		}
 		c := rdmacm.Counters(w.tgt)
 		t.Logf("%d REQs (%d bytes) from %d ports: %d MADs (%d bytes) in answer; CM counters %v", n, inBytes, n, outMADs, outBytes, c)
-		require.Equal(t, uint64(n-32), c["req_dropped"], "all but the source's half of the backlog dropped")
+		require.Equal(t, uint64(n-64), c["req_dropped"], "all but the backlog's 64 dropped")
 		require.LessOrEqual(t, outMADs, n)
 		require.NoError(t, w.legit(3))
 	})
