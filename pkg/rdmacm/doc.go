@@ -47,12 +47,13 @@
 //     address cannot keep a real client out (listen_backlog.go).
 //   - A queued REQ whose active side can no longer be waiting (the
 //     REQ's own Remote CM Response Timeout, packet life time and Max CM
-//     Retries, with our MRA's wait, have all run out on the CM's clock)
-//     is refused (REJ 28, what cm.c sends when ucma destroys an
-//     unanswered request) and counted req_expired as Accept or a new
-//     request meets it: Accept skips it, and it holds no place in the
-//     backlog (listen_expiry.go). The kernel keeps it until the
-//     application reads it.
+//     Retries, with our MRA's wait, have all run out on the CM's clock,
+//     or 2 minutes have, since a forger sets those fields) is refused
+//     (REJ 28, what cm.c sends when ucma destroys an unanswered request)
+//     and counted req_expired as Accept or a new request meets it:
+//     Accept skips it, and it holds no place in the backlog
+//     (listen_expiry.go). The kernel keeps it until the application
+//     reads it.
 //
 // # QP attributes, as the kernel derives them
 //

@@ -41,22 +41,35 @@ func Rounds(full, short int) int {
 // (REJ), so that the listener's Accept fails instead of waiting for an
 // RTU. q only lends its number (no QP is moved).
 func DialHeader(ctx context.Context, q *ib.QP, raddr netip.AddrPort, edit func(*mad.CMAHeader)) (cm.Event, error) {
+	return DialREQ(ctx, q, raddr, edit, nil)
+}
+
+// DialREQ is DialHeader with the REQ's CM parameters as editREQ leaves
+// them (nil: Dial's): a forger's timeouts and retries, say. editHdr may
+// be nil too.
+func DialREQ(ctx context.Context, q *ib.QP, raddr netip.AddrPort, editHdr func(*mad.CMAHeader), editREQ func(*cm.ConnectParams)) (cm.Event, error) {
 	dev := q.PD().Device()
 	local, hdr, err := activeEnd(dev, &ConnParam{}, raddr)
 	if err != nil {
 		return cm.Event{}, err
 	}
-	edit(&hdr)
+	if editHdr != nil {
+		editHdr(&hdr)
+	}
 	a, err := acquire(dev)
 	if err != nil {
 		return cm.Event{}, err
 	}
 	answers := make(chan cm.Event, 1)
-	id, err := a.cm.Connect(cm.ConnectParams{
+	p := cm.ConnectParams{
 		Src: local, Dst: raddr.Addr().Unmap(), ServiceID: serviceID(0, raddr.Port()),
 		QPN: q.Num(), StartingPSN: a.cm.NewPSN(), PathMTU: uint8(ib.MTU1024),
 		PacketLifeTime: packetLifeTime, HopLimit: hopLimit, PrivateData: hdr.Append(nil),
-	}, func(ev cm.Event) {
+	}
+	if editREQ != nil {
+		editREQ(&p)
+	}
+	id, err := a.cm.Connect(p, func(ev cm.Event) {
 		switch ev.Type {
 		case cm.EventREP:
 			_ = ev.ID.Reject(mad.REJConsumerDefined, nil, nil)

@@ -34,8 +34,8 @@ type ListenOptions struct {
 	// half-open place of the device, so that the CM refuses (REJ 3) every
 	// other REQ before the backlog's eviction can make room for another
 	// source. A queued REQ whose active side can no longer be waiting
-	// (its retries, by the REQ's timeouts and Max CM Retries, are over)
-	// holds no place: it is refused with REJ 28 as Accept or a new
+	// (its retries, by the REQ's timeouts and Max CM Retries, are over;
+	// 2 minutes after it came at most, whatever those say) holds no place: it is refused with REJ 28 as Accept or a new
 	// request meets it (req_expired in Counters; listen_expiry.go).
 	Backlog int
 	// MaxPerSource, if set, is how many of the Backlog requests one
@@ -357,7 +357,7 @@ func (a *agent) onListenEvent(ev cm.Event) {
 		PrivateData: append([]byte(nil), priv[mad.CMAHeaderLen:]...)}
 	if !r.ud {
 		r.req = ev.REQ
-		r.expires = now.Add(reqWaitBound(ev.REQ))
+		r.expires = now.Add(reqResidency(ev.REQ))
 		r.ResponderResources, r.InitiatorDepth = ev.REQ.ResponderResources, ev.REQ.InitiatorDepth
 		r.RetryCount, r.RNRRetryCount = ev.REQ.RetryCount, ev.REQ.RNRRetryCount
 		r.c = newConn(a, nil)
@@ -416,7 +416,7 @@ type Request struct {
 	gid     netip.Addr
 	peerGID netip.Addr
 	// expires is when the REQ's active side has given up for sure, on
-	// the CM's clock (reqWaitBound); zero for a UD request: never.
+	// the CM's clock (reqResidency); zero for a UD request: never.
 	expires time.Time
 
 	mu       sync.Mutex

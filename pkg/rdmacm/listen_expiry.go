@@ -24,7 +24,8 @@ import (
 //
 // So a queued REQ expires once its active side cannot be waiting any
 // more, by the REQ's own fields, on the CM's clock from the moment the
-// REQ arrived (it left no later than that): reqWaitBound. Accept skips an
+// REQ arrived (it left no later than that): reqWaitBound, capped at
+// maxQueuedREQ, since those fields are the sender's to choose. Accept skips an
 // expired request and admission counts it as no room taken; either
 // refuses it with REJ 28 (consumer defined), what cm.c's cm_destroy_id
 // sends for an unanswered request in MRA_REQ_SENT when ucma destroys it,
@@ -56,6 +57,27 @@ func reqWaitBound(req *mad.REQ) time.Duration {
 	reqWait := 2*life + cm.CMTimeout(req.RemoteCMResponseTimeout)
 	mraWait := cm.CMTimeout(mraServiceTimeout) + cm.CMTimeout(ack)
 	return time.Duration(int(req.MaxCMRetries)+1)*max(reqWait, mraWait) + 2*life
+}
+
+// maxQueuedREQ caps how long a REQ waits in a backlog, whatever its
+// fields say. Without it a forger's choice (Remote CM Response Timeout
+// 31, 2^23 ms = 2.3 hours a wait by cm_convert_to_ms, and 15 retries) kept its
+// request queued for about 37 hours. An honest rdma_cm peer never waits
+// that long: cma.c's REQ has CMA_CM_RESPONSE_TIMEOUT 20 and
+// CMA_MAX_CM_RETRIES 15, and on RoCE the packet life time
+// CMA_IBOE_PACKET_LIFETIME (18, Local ACK Timeout 19 in shared/pcaps'
+// REQs; 16 in later kernels), for a reqWaitBound of 100.4 s (74.2 s with
+// 16): 2 minutes leaves a fifth more for a peer whose clock runs slower
+// than ours. A request still queued then has not been taken by the
+// application for 2 minutes either; it is refused with REJ 28 as any
+// expired one, what a kernel listener's application sends when it
+// destroys a request it never answered, so a peer still waiting is told.
+const maxQueuedREQ = 2 * time.Minute
+
+// reqResidency is how long req may stay queued: until its active side
+// has given up (reqWaitBound), at most maxQueuedREQ.
+func reqResidency(req *mad.REQ) time.Duration {
+	return min(reqWaitBound(req), maxQueuedREQ)
 }
 
 // expired reports whether r's active side can no longer be waiting at

@@ -40,6 +40,27 @@ func TestREQWaitBound(t *testing.T) {
 	}
 }
 
+// TestQueuedREQResidencyIsCapped: a REQ stays queued until its active
+// side has given up (reqWaitBound), but never longer than maxQueuedREQ
+// (2 minutes), whatever its fields say; rdma_cm's own REQs, with the
+// packet life time of older (18) and later (16) kernels, stay under the
+// cap, so an honest rdma_cm peer's request is never cut short.
+//
+// Bug (rdma_cm listener backlog edges, item 2): a forger's REQ (Remote
+// CM Response Timeout 31, 15 retries) stayed queued for about 37 hours.
+func TestQueuedREQResidencyIsCapped(t *testing.T) {
+	forged := &mad.REQ{RemoteCMResponseTimeout: 31, MaxCMRetries: 15, Primary: mad.Path{LocalACKTimeout: 31}}
+	require.Greater(t, reqWaitBound(forged), 37*time.Hour, "what the forger's fields claim")
+	require.Equal(t, 2*time.Minute, reqResidency(forged))
+
+	ms := time.Millisecond
+	for ack, want := range map[uint8]time.Duration{19: 100352 * ms, 17: 74240 * ms} {
+		honest := &mad.REQ{RemoteCMResponseTimeout: 20, MaxCMRetries: 15, Primary: mad.Path{LocalACKTimeout: ack}}
+		require.Equal(t, want, reqResidency(honest), "rdma_cm's REQ, Local ACK Timeout %d", ack)
+		require.Less(t, want, maxQueuedREQ)
+	}
+}
+
 // TestBacklogExpiry: take and admit take every expired request out of
 // the queue, wherever it stands (deadlines differ with the REQs'
 // timeouts), hand them back oldest first, and free their sources'

@@ -1,9 +1,11 @@
 package rdmacm_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/pkg/cm"
 	"github.com/rxed/rxed/pkg/cm/cmtest"
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/rdmacm"
@@ -139,4 +141,47 @@ func TestExpiredRequestsMakeRoom(t *testing.T) {
 	got := <-a
 	require.NoError(t, got.err)
 	require.Equal(t, d.conn.LocalAddr(), got.conn.RemoteAddr())
+}
+
+// TestForgedREQTimeoutsAreCapped: a REQ whose fields claim its sender
+// waits for hours (Remote CM Response Timeout 31, packet life time 30,
+// 15 retries: about 37 hours by reqWaitBound) stays queued 2 minutes at
+// most (maxQueuedREQ, above rdma_cm's own 100 s), then is refused with
+// REJ 28 (consumer defined) and counted req_expired: Accept, called with
+// its ctx already done, takes it out and returns no request.
+//
+// Bug (rdma_cm listener backlog edges, item 2): the forger's choice kept
+// the request queued for about 37 hours, handed to Accept all that time.
+func TestForgedREQTimeoutsAreCapped(t *testing.T) {
+	hs, fc := expiryHosts(t, "10.12.8.1", "10.12.8.2")
+	srv, forger := hs[0], hs[1]
+	ctx := testCtx(t)
+	l, err := rdmacm.Listen(srv.dev, ap("10.12.8.1:7485"), nil)
+	require.NoError(t, err)
+	defer l.Close()
+
+	answer := make(chan cm.Event, 1)
+	q := forger.qp(ib.RC)
+	go func() {
+		ev, err := rdmacm.DialREQ(ctx, q, l.Addr(), nil, func(p *cm.ConnectParams) {
+			p.PacketLifeTime, p.RemoteCMResponseTimeout, p.MaxCMRetries = 30, 31, 15
+		})
+		if err != nil {
+			ev = cm.Event{Type: cm.EventTimeout}
+		}
+		answer <- ev
+	}()
+	require.Eventually(t, func() bool { return rdmacm.Queued(l) == 1 }, 20*time.Second, time.Millisecond)
+
+	fc.Advance(2 * time.Minute)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	req, err := l.Accept(done)
+	require.ErrorIs(t, err, context.Canceled, "no request: the forged one expired")
+	require.Nil(t, req)
+	require.Equal(t, uint64(1), rdmacm.Counters(srv.dev)["req_expired"])
+	require.Zero(t, rdmacm.Queued(l))
+	ev := <-answer
+	require.Equal(t, cm.EventREJ, ev.Type, "the forger is refused")
+	require.Equal(t, mad.REJConsumerDefined, ev.Reason)
 }
