@@ -52,8 +52,9 @@
 //     (REJ 28, what cm.c sends when ucma destroys an unanswered request)
 //     and counted req_expired as Accept or a new request meets it:
 //     Accept skips it, and it holds no place in the backlog
-//     (listen_expiry.go). The kernel keeps it until the application
-//     reads it.
+//     (listen_expiry.go). So is a queued SIDR_REQ once rdma_cm's
+//     requester has given up (65.5 s), with SIDR_REP REJECT. The kernel
+//     keeps either until the application reads it.
 //
 // # QP attributes, as the kernel derives them
 //

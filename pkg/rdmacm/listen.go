@@ -36,7 +36,9 @@ type ListenOptions struct {
 	// source. A queued REQ whose active side can no longer be waiting
 	// (its retries, by the REQ's timeouts and Max CM Retries, are over;
 	// 2 minutes after it came at most, whatever those say) holds no place: it is refused with REJ 28 as Accept or a new
-	// request meets it (req_expired in Counters; listen_expiry.go).
+	// request meets it (req_expired in Counters; listen_expiry.go); so is
+	// a queued SIDR_REQ 65.5 s after it came, when rdma_cm's requester has
+	// given up, with SIDR_REP REJECT.
 	Backlog int
 	// MaxPerSource, if set, is how many of the Backlog requests one
 	// source IP address may hold: one more from it is turned away as
@@ -111,9 +113,10 @@ func (l *Listener) Addr() netip.AddrPort { return l.addr }
 // Accept waits for the next connection request. It fails with ErrClosed
 // once the listener is closed, ib.ErrDeviceClosed once its device is
 // (rdma_cm's RDMA_CM_EVENT_DEVICE_REMOVAL), or ctx's error. A request
-// whose peer has given up by its REQ's timeouts is skipped (refused with
-// REJ 28: listen_expiry.go), so that the caller does not spend a REP
-// timeout on it before reaching the next.
+// whose peer has given up by its REQ's timeouts (a SIDR_REQ's: by
+// rdma_cm's) is skipped (refused with REJ 28, SIDR_REP REJECT:
+// listen_expiry.go), so that the caller does not spend a REP timeout on
+// it before reaching the next.
 func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 	for {
 		select {
@@ -355,6 +358,7 @@ func (a *agent) onListenEvent(ev cm.Event) {
 		Remote: netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
 		gid:    ev.ID.LocalAddr(), peerGID: ev.ID.RemoteAddr(),
 		PrivateData: append([]byte(nil), priv[mad.CMAHeaderLen:]...)}
+	r.expires = now.Add(sidrWaitBound)
 	if !r.ud {
 		r.req = ev.REQ
 		r.expires = now.Add(reqResidency(ev.REQ))
@@ -415,8 +419,8 @@ type Request struct {
 	c       *Conn // RC/UC: the connection Accept completes
 	gid     netip.Addr
 	peerGID netip.Addr
-	// expires is when the REQ's active side has given up for sure, on
-	// the CM's clock (reqResidency); zero for a UD request: never.
+	// expires is when the request's active side has given up for sure,
+	// on the CM's clock (reqResidency; sidrWaitBound for a UD request).
 	expires time.Time
 
 	mu       sync.Mutex

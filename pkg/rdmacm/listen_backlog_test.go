@@ -19,7 +19,7 @@ func TestBacklogAdmission(t *testing.T) {
 	a, b, c := src("10.0.0.1"), src("10.0.0.2"), src("::ffff:10.0.0.3")
 	req := func(from netip.Addr) *Request { return &Request{peerGID: from} }
 	q := newBacklog(4, 3)
-	// These requests never expire (UD-like: no expiry time).
+	// These requests never expire (no deadline).
 	admit := func(from netip.Addr) (admission, *Request) {
 		t.Helper()
 		adm, victim, expired := q.admit(from, time.Time{})

@@ -33,9 +33,18 @@ import (
 // gave up (cm_rej_handler drops it) and tells one whose clock ran slower
 // than the bound assumes to stop waiting.
 //
-// A SIDR_REQ carries no timeouts (the kernel's SIDR query timeout is the
-// requester's own), and answering it costs the application nothing to
-// wait for, so UD requests do not expire.
+// A SIDR_REQ carries no timeouts, but its requester's are fixed: rdma_cm
+// resolves a UD service (cma_resolve_ib_udp) with timeout_ms 1 <<
+// (CMA_CM_RESPONSE_TIMEOUT - 8) = 4096 ms and CMA_MAX_CM_RETRIES 15, and
+// ib_send_cm_sidr_req's MAD is sent 16 times, each waiting that long,
+// before the query ends with RDMA_CM_EVENT_UNREACHABLE; DialUD's query
+// (cm.SIDRQuery's defaults) is the same, or shorter with a
+// ConnParam.Timeout. So a queued SIDR_REQ expires sidrWaitBound after it
+// arrived (the CM drops the duplicates of a queued one, so it is the
+// first of its requester's to reach us), as a REQ does: a SIDR_REQ forged
+// once used to sit in the backlog until the application accepted it. It
+// is refused as the backlog's other refusals of a SIDR_REQ are, with
+// SIDR_REP REJECT, and counted req_expired.
 
 // reqWaitBound is the longest an active side may still be waiting for an
 // answer to req after we received it. Every wait is bounded by the larger
@@ -80,20 +89,26 @@ func reqResidency(req *mad.REQ) time.Duration {
 	return min(reqWaitBound(req), maxQueuedREQ)
 }
 
+// sidrWaitBound is how long after we received it a SIDR_REQ's requester
+// may still be waiting for our SIDR_REP: rdma_cm's 16 tries of 4096 ms
+// (above), 65.5 s.
+const sidrWaitBound = (15 + 1) * 4096 * time.Millisecond
+
 // expired reports whether r's active side can no longer be waiting at
-// now (reqWaitBound); never for a UD request.
+// now (reqResidency, sidrWaitBound); never for a request without a
+// deadline (the zero expires).
 func (r *Request) expired(now time.Time) bool {
 	return !r.expires.IsZero() && !now.Before(r.expires)
 }
 
 // expire refuses requests taken out of l's backlog because their active
 // side has given up: REJ 28, as cm_destroy_id answers an unanswered
-// request, counted req_expired.
+// request (SIDR_REP REJECT for a SIDR_REQ), counted req_expired.
 func (l *Listener) expire(rs []*Request) {
 	for _, r := range rs {
 		l.a.reqExpired.Add(1)
-		l.a.log.Debug("rdmacm: a queued request expired: its peer's REQ retries are over",
-			"listener", l.addr, "peer", r.peerGID, "remote", r.Remote)
+		l.a.log.Debug("rdmacm: a queued request expired: its peer's retries are over",
+			"listener", l.addr, "peer", r.peerGID, "remote", r.Remote, "ud", r.ud)
 		rejectRequest(r)
 	}
 }

@@ -61,11 +61,20 @@ func TestQueuedREQResidencyIsCapped(t *testing.T) {
 	}
 }
 
+// TestSIDRWaitBound: a queued SIDR_REQ's requester has given up 16
+// tries of 4096 ms after it (cma_resolve_ib_udp's timeout_ms, 1 <<
+// (CMA_CM_RESPONSE_TIMEOUT - 8), and CMA_MAX_CM_RETRIES 15), which is
+// DialUD's query too (cm.SIDRParams' defaults). Bug reference: rdma_cm
+// listener backlog edges, item 3.
+func TestSIDRWaitBound(t *testing.T) {
+	require.Equal(t, 65536*time.Millisecond, sidrWaitBound)
+}
+
 // TestBacklogExpiry: take and admit take every expired request out of
 // the queue, wherever it stands (deadlines differ with the REQs'
 // timeouts), hand them back oldest first, and free their sources'
-// shares; one expires at its deadline, not a nanosecond before; a UD
-// request (no deadline) never does. Bug reference: rdma_cm listener
+// places; one expires at its deadline, not a nanosecond before; a request
+// without a deadline never does. Bug reference: rdma_cm listener
 // edges task, item 1.
 func TestBacklogExpiry(t *testing.T) {
 	t0 := time.Unix(4_500_000, 0)
@@ -96,7 +105,7 @@ func TestBacklogExpiry(t *testing.T) {
 	require.Equal(t, 2, q.bySrc[a])
 
 	r, expired := q.take(t0.Add(time.Hour))
-	require.Same(t, ud, r, "a UD request never expires")
+	require.Same(t, ud, r, "a request without a deadline never expires")
 	require.Equal(t, []*Request{a1}, expired)
 	require.Zero(t, q.queued())
 	require.Empty(t, q.bySrc)

@@ -185,3 +185,40 @@ func TestForgedREQTimeoutsAreCapped(t *testing.T) {
 	require.Equal(t, cm.EventREJ, ev.Type, "the forger is refused")
 	require.Equal(t, mad.REJConsumerDefined, ev.Reason)
 }
+
+// TestQueuedSIDRREQExpires: a SIDR_REQ queued in a UD listener's backlog
+// expires once rdma_cm's requester has given up (16 tries of 4096 ms,
+// 65.5 s after it came): it is refused with SIDR_REP REJECT, as the
+// backlog's other refusals of a SIDR_REQ, counted req_expired, and Accept
+// no longer hands it out.
+//
+// Bug (rdma_cm listener backlog edges, item 3): SIDR requests never
+// expired, so a SIDR_REQ forged once sat in the backlog until the
+// application accepted it.
+func TestQueuedSIDRREQExpires(t *testing.T) {
+	hs, fc := expiryHosts(t, "10.12.9.1", "10.12.9.2")
+	srv, cli := hs[0], hs[1]
+	ctx := testCtx(t)
+	l, err := rdmacm.Listen(srv.dev, ap("10.12.9.1:7486"), &rdmacm.ListenOptions{PortSpace: mad.PortSpaceUDP})
+	require.NoError(t, err)
+	defer l.Close()
+
+	dialErr := make(chan error, 1)
+	go func() {
+		_, err := rdmacm.DialUD(ctx, cli.dev, l.Addr(), nil) // its clock stands still: one SIDR_REQ
+		dialErr <- err
+	}()
+	require.Eventually(t, func() bool { return rdmacm.Queued(l) == 1 }, 20*time.Second, time.Millisecond)
+
+	fc.Advance(65536 * time.Millisecond)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	req, err := l.Accept(done)
+	require.ErrorIs(t, err, context.Canceled, "no request: the SIDR_REQ expired")
+	require.Nil(t, req)
+	require.Equal(t, uint64(1), rdmacm.Counters(srv.dev)["req_expired"])
+	require.Zero(t, rdmacm.Queued(l))
+	var se *rdmacm.SIDRError
+	require.ErrorAs(t, <-dialErr, &se, "the requester is refused")
+	require.Equal(t, mad.SIDRReject, se.Status)
+}
