@@ -50,9 +50,9 @@
 //     Retries, with our MRA's wait, have all run out on the CM's clock,
 //     or 2 minutes have, since a forger sets those fields) is refused
 //     (REJ 28, what cm.c sends when ucma destroys an unanswered request)
-//     and counted req_expired as Accept or a new request meets it:
-//     Accept skips it, and it holds no place in the backlog
-//     (listen_expiry.go). So is a queued SIDR_REQ once rdma_cm's
+//     and counted req_expired when that time comes, on the CM's clock,
+//     traffic or not: Accept never returns it, and it holds no place in
+//     the backlog (listen_expiry.go). So is a queued SIDR_REQ once rdma_cm's
 //     requester has given up (65.5 s), with SIDR_REP REJECT. The kernel
 //     keeps either until the application reads it.
 //

@@ -35,10 +35,11 @@ type ListenOptions struct {
 	// other REQ before the backlog's eviction can make room for another
 	// source. A queued REQ whose active side can no longer be waiting
 	// (its retries, by the REQ's timeouts and Max CM Retries, are over;
-	// 2 minutes after it came at most, whatever those say) holds no place: it is refused with REJ 28 as Accept or a new
-	// request meets it (req_expired in Counters; listen_expiry.go); so is
-	// a queued SIDR_REQ 65.5 s after it came, when rdma_cm's requester has
-	// given up, with SIDR_REP REJECT.
+	// 2 minutes after it came at most, whatever those say) holds no
+	// place: it is refused with REJ 28 when that time comes, on the CM's
+	// clock (req_expired in Counters; listen_expiry.go); so is a queued
+	// SIDR_REQ 65.5 s after it came, when rdma_cm's requester has given
+	// up, with SIDR_REP REJECT.
 	Backlog int
 	// MaxPerSource, if set, is how many of the Backlog requests one
 	// source IP address may hold: one more from it is turned away as
@@ -101,6 +102,7 @@ func Listen(dev *ib.Device, addr netip.AddrPort, opts *ListenOptions) (*Listener
 	}
 	l := &Listener{a: a, addr: netip.AddrPortFrom(ip, addr.Port()), ps: ps, sid: serviceID(ps, addr.Port()),
 		reqs: newBacklog(backlog, opts.MaxPerSource), closed: make(chan struct{})}
+	l.reqs.expireWith(a.clock, l.expire)
 	if err := a.addListener(l); err != nil {
 		return nil, fmt.Errorf("rdmacm: Listen %v: %w", addr, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/rxed/rxed/pkg/cm"
 )
 
 // A listener's backlog: the requests waiting for Accept, oldest first,
@@ -60,6 +62,17 @@ type backlog struct {
 	// and takes the request under mu (a token without a request is a
 	// spurious wakeup, and Accept waits again).
 	ready chan struct{}
+
+	// The expiry timer (listen_expiry.go): armed on clock for the
+	// earliest deadline of reqs (timerAt), none while none has one; it
+	// hands what expired to onExpire. timerGen numbers the timers armed,
+	// so that one replaced can tell. A nil clock arms nothing (the
+	// package's unit tests of the rules).
+	clock    cm.Clock
+	onExpire func([]*Request)
+	timer    cm.Timer
+	timerAt  time.Time
+	timerGen uint64
 }
 
 // admission is what admit decides for a request.
@@ -92,6 +105,7 @@ func newBacklog(max, perSource int) *backlog {
 func (b *backlog) admit(src netip.Addr, now time.Time) (adm admission, victim *Request, expired []*Request) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.rearmLocked()
 	expired = b.expireLocked(now)
 	n := b.bySrc[src]
 	if b.perSource > 0 && n >= b.perSource {
@@ -127,6 +141,7 @@ func (b *backlog) push(r *Request) bool {
 	b.reqs = append(b.reqs, r)
 	b.bySrc[r.source()]++
 	b.signalLocked()
+	b.rearmLocked()
 	return true
 }
 
@@ -136,6 +151,7 @@ func (b *backlog) push(r *Request) bool {
 func (b *backlog) take(now time.Time) (r *Request, expired []*Request) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.rearmLocked()
 	expired = b.expireLocked(now)
 	if len(b.reqs) == 0 {
 		return nil, expired

@@ -46,6 +46,20 @@ import (
 // is refused as the backlog's other refusals of a SIDR_REQ are, with
 // SIDR_REP REJECT, and counted req_expired.
 
+// Expiry is active: the backlog keeps one timer on the CM's clock, armed
+// for the earliest deadline of its requests and re-armed as they come and
+// go (rearmLocked), which refuses what expired when it fires (fire), as
+// Accept and admission do when they meet it. Checking only when a request
+// arrives or Accept runs bounded the memory (the backlog's size), but not
+// what else an expired request holds: its CM ID counts against the
+// device's MaxHalfOpen, shared by every listener, so an idle listener's
+// dead requests kept places another listener's REQs were refused (REJ 3)
+// for; and a request cut short by maxQueuedREQ has a peer still waiting,
+// whom only the REJ tells. One timer per backlog, not one per request:
+// nothing more to stop or leak when requests leave, and a callback of a
+// timer replaced meanwhile only finds nothing due and arms the current
+// deadline again.
+
 // reqWaitBound is the longest an active side may still be waiting for an
 // answer to req after we received it. Every wait is bounded by the larger
 // of the REQ's own (cm.c's timeout_ms) and the one our MRA sets: while a
@@ -115,3 +129,60 @@ func (l *Listener) expire(rs []*Request) {
 
 // Counter of the requests that expired in a backlog (Counters).
 const cntReqExpired = "req_expired"
+
+// expireWith makes b refuse its expired requests by itself: on clock's
+// timer, handing them to onExpire outside b's lock.
+func (b *backlog) expireWith(clock cm.Clock, onExpire func([]*Request)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.clock, b.onExpire = clock, onExpire
+	b.rearmLocked()
+}
+
+// rearmLocked arms b's timer for the earliest deadline of its requests,
+// stopping the one armed for another; none when no request has one.
+// Requests come and go one at a time, so a scan of the few queued is all
+// the bookkeeping.
+func (b *backlog) rearmLocked() {
+	if b.clock == nil {
+		return
+	}
+	var next time.Time
+	for _, r := range b.reqs {
+		if !r.expires.IsZero() && (next.IsZero() || r.expires.Before(next)) {
+			next = r.expires
+		}
+	}
+	if b.timer != nil && next.Equal(b.timerAt) {
+		return
+	}
+	if b.timer != nil {
+		b.timer.Stop() // one already on its way finds nothing due (fire)
+		b.timer = nil
+	}
+	b.timerAt = next
+	if next.IsZero() {
+		return
+	}
+	b.timerGen++
+	gen := b.timerGen
+	b.timer = b.clock.AfterFunc(max(0, next.Sub(b.clock.Now())), func() { b.fire(gen) })
+}
+
+// fire is timer number gen's: it takes out what expired by now, re-arms
+// for the next deadline, and refuses the expired requests outside b's
+// lock. A timer replaced before it ran (its Stop came too late) leaves the
+// current one armed.
+func (b *backlog) fire(gen uint64) {
+	b.mu.Lock()
+	if gen == b.timerGen {
+		b.timer = nil // this one has fired: rearmLocked arms afresh
+	}
+	expired := b.expireLocked(b.clock.Now())
+	b.rearmLocked()
+	onExpire := b.onExpire
+	b.mu.Unlock()
+	if len(expired) > 0 {
+		onExpire(expired)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rxed/rxed/pkg/cm/cmtest"
 	"github.com/rxed/rxed/pkg/wire/mad"
 	"github.com/stretchr/testify/require"
 )
@@ -109,4 +110,48 @@ func TestBacklogExpiry(t *testing.T) {
 	require.Equal(t, []*Request{a1}, expired)
 	require.Zero(t, q.queued())
 	require.Empty(t, q.bySrc)
+}
+
+// TestBacklogExpiryTimer: a backlog keeps one timer on its clock, not one
+// per request, armed for the earliest deadline; it refuses what expired
+// when it fires (onExpire, outside the lock), re-arms for the next, and
+// is stopped once no request with a deadline is left (Close's drain).
+// Bug reference: rdma_cm listener backlog edges, item 4.
+func TestBacklogExpiryTimer(t *testing.T) {
+	t0 := time.Unix(4_600_000, 0)
+	fc := cmtest.NewFakeClock(t0)
+	var got []*Request
+	q := newBacklog(8, 0)
+	q.expireWith(fc, func(rs []*Request) {
+		require.True(t, q.mu.TryLock(), "onExpire runs outside the backlog's lock")
+		q.mu.Unlock()
+		got = append(got, rs...)
+	})
+	require.Zero(t, fc.Pending())
+	req := func(expires time.Duration) *Request {
+		r := &Request{peerGID: netip.MustParseAddr("10.0.0.1")}
+		if expires > 0 {
+			r.expires = t0.Add(expires)
+		}
+		require.True(t, q.push(r))
+		return r
+	}
+	late := req(30 * time.Second)
+	require.Equal(t, 1, fc.Pending())
+	early := req(10 * time.Second)
+	req(0) // no deadline
+	last := req(40 * time.Second)
+	require.Equal(t, 1, fc.Pending(), "one timer for the backlog")
+	d, _ := fc.NextDeadline()
+	require.Equal(t, 10*time.Second, d, "armed for the earliest deadline")
+
+	fc.Advance(30 * time.Second)
+	require.Equal(t, []*Request{early, late}, got, "each at its deadline")
+	require.Equal(t, 2, q.queued())
+	d, _ = fc.NextDeadline()
+	require.Equal(t, 10*time.Second, d, "re-armed for the next")
+
+	require.NotNil(t, q.pop(), "the one without a deadline")
+	require.Same(t, last, q.pop())
+	require.Zero(t, fc.Pending(), "no timer once nothing can expire")
 }

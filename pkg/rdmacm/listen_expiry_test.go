@@ -222,3 +222,46 @@ func TestQueuedSIDRREQExpires(t *testing.T) {
 	require.ErrorAs(t, <-dialErr, &se, "the requester is refused")
 	require.Equal(t, mad.SIDRReject, se.Status)
 }
+
+// TestQueuedRequestsExpireWithoutTraffic: with no new request and no
+// Accept, a queued request is refused (REJ 28, req_expired) when its
+// deadline passes on the CM's clock, and the next one's when its own
+// does: the backlog's timer re-arms for the earliest deadline left.
+// A nanosecond before a deadline nothing is refused.
+//
+// Bug (rdma_cm listener backlog edges, item 4): expiry was only checked
+// when a request arrived or Accept ran, so an idle listener's dead
+// requests kept their places, and the device's half-open places
+// (MaxHalfOpen, shared by every listener), and their peers got no REJ.
+func TestQueuedRequestsExpireWithoutTraffic(t *testing.T) {
+	hs, fc := expiryHosts(t, "10.12.10.1", "10.12.10.2", "10.12.10.3")
+	srv, f1, f2 := hs[0], hs[1], hs[2]
+	l, err := rdmacm.Listen(srv.dev, ap("10.12.10.1:7487"), nil)
+	require.NoError(t, err)
+	defer l.Close()
+
+	r1, _ := flooder(t, f1, l.Addr(), 1)
+	require.Eventually(t, func() bool { return rdmacm.Queued(l) == 1 }, 20*time.Second, time.Millisecond)
+	fc.Advance(10 * time.Second)
+	r2, _ := flooder(t, f2, l.Addr(), 1)
+	require.Eventually(t, func() bool { return rdmacm.Queued(l) == 2 }, 20*time.Second, time.Millisecond)
+
+	fc.Advance(rdmaCMGaveUp - 10*time.Second - time.Nanosecond)
+	require.Equal(t, 2, rdmacm.Queued(l), "nothing expired yet")
+	require.Zero(t, rdmacm.Counters(srv.dev)["req_expired"])
+
+	fc.Advance(time.Nanosecond)
+	require.Equal(t, 1, rdmacm.Queued(l), "the first expired by itself")
+	require.Equal(t, uint64(1), rdmacm.Counters(srv.dev)["req_expired"])
+	var rej *rdmacm.RejectError
+	require.ErrorAs(t, <-r1, &rej, "its Dial is refused")
+	require.Equal(t, mad.REJConsumerDefined, rej.Reason)
+
+	fc.Advance(10*time.Second - time.Nanosecond)
+	require.Equal(t, 1, rdmacm.Queued(l))
+	fc.Advance(time.Nanosecond)
+	require.Zero(t, rdmacm.Queued(l), "the second at its own deadline")
+	require.Equal(t, uint64(2), rdmacm.Counters(srv.dev)["req_expired"])
+	require.ErrorAs(t, <-r2, &rej)
+	require.Equal(t, mad.REJConsumerDefined, rej.Reason)
+}
