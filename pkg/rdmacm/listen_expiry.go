@@ -25,9 +25,9 @@ import (
 // So a queued REQ expires once its active side cannot be waiting any
 // more, by the REQ's own fields, on the CM's clock from the moment the
 // REQ arrived (it left no later than that): reqWaitBound, capped at
-// maxQueuedREQ, since those fields are the sender's to choose. Accept skips an
-// expired request and admission counts it as no room taken; either
-// refuses it with REJ 28 (consumer defined), what cm.c's cm_destroy_id
+// maxQueuedREQ, since those fields are the sender's to choose. Accept
+// skips an expired request and admission counts it as no room taken;
+// either refuses it with REJ 28 (consumer defined), what cm.c's cm_destroy_id
 // sends for an unanswered request in MRA_REQ_SENT when ucma destroys it,
 // and counts it req_expired. The REJ finds no comm ID at a peer that
 // gave up (cm_rej_handler drops it) and tells one whose clock ran slower
@@ -57,8 +57,8 @@ import (
 // for; and a request cut short by maxQueuedREQ has a peer still waiting,
 // whom only the REJ tells. One timer per backlog, not one per request:
 // nothing more to stop or leak when requests leave, and a callback of a
-// timer replaced meanwhile only finds nothing due and arms the current
-// deadline again.
+// timer replaced meanwhile (its Stop came too late) finds nothing due and
+// leaves the current one armed.
 
 // reqWaitBound is the longest an active side may still be waiting for an
 // answer to req after we received it. Every wait is bounded by the larger
