@@ -13,7 +13,7 @@ import (
 // of the heaviest source (the one whose oldest is oldest among equals)
 // only for a source holding at least two fewer, so two sources never
 // take a place back and forth. The residual risk of docs/security.md's
-// backlog item (TestREQsFromOneSourceTakeAtMostItsShareOfTheBacklog).
+// backlog item (TestREQsFromOneSourceTakeAtMostTheCapSetForThem).
 func TestBacklogAdmission(t *testing.T) {
 	src := func(s string) netip.Addr { return netip.MustParseAddr(s) }
 	a, b, c := src("10.0.0.1"), src("10.0.0.2"), src("::ffff:10.0.0.3")
