@@ -59,6 +59,19 @@ func (y *sockSys) setTraffic(is6 bool, t ipTraffic) {
 	y.txTraf = y.txTrafB[:putTrafficCmsgs(y.txTrafB[:], is6, t)]
 }
 
+// IPv6 socket options x/sys does not name (include/uapi/linux/in6.h).
+const (
+	// ipv6FlowInfo (IPV6_FLOWINFO) set on a socket has recvmsg deliver
+	// an IPV6_FLOWINFO control message with a datagram's flow info, the
+	// first word of its header without the version, big-endian
+	// (ip6_datagram_recv_specific_ctl, rxopt.bits.rxflow); the kernel
+	// leaves it out when that word is 0.
+	ipv6FlowInfo = 11
+	// ipv6FlowLabelMask is the flow label's part of the flow info
+	// (IPV6_FLOWINFO_FLOWLABEL); the traffic class sits above it.
+	ipv6FlowLabelMask = 0x000FFFFF
+)
+
 // recvTraffic switches the kernel's control messages carrying a received
 // datagram's TOS and TTL (IPv6 traffic class and hop limit) on or off.
 // Off, parseCmsgs meets none: a receive costs nothing more than before.

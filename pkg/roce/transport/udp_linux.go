@@ -110,6 +110,12 @@ func openSocket(c *udpConn, ap netip.AddrPort, cfg *UDPConfig) (*udpSocket, erro
 			set(unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO")
 			set(unix.SOL_UDP, unix.UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX")
 			set(unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, mcastHops, "IPV6_MULTICAST_HOPS")
+			// Flow label 0, as rxe's prepare6 writes it (ip6_flow_hdr(ip6h,
+			// prio, htonl(0))): a UDP socket otherwise sends a label hashed
+			// from the flow (net.ipv6.auto_flowlabels, on by default). Best
+			// effort: a kernel or sandbox without the option keeps its
+			// labels, which the ICRC masks; auto_flowlabels=3 forces them.
+			_ = unix.SetsockoptInt(f, unix.IPPROTO_IPV6, unix.IPV6_AUTOFLOWLABEL, 0)
 		} else {
 			set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER")
 			set(unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO")
