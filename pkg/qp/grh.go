@@ -10,11 +10,11 @@ const grhLen = 40
 // IPv4 20 zero bytes and then the packet's IPv4 header. The header is
 // the one the ICRC covered, rebuilt: addresses and lengths from the
 // datagram, the Identification and DF flag the ICRC check solved
-// (RecvInfo), the TOS and TTL (traffic class and hop limit) the
-// transport reported (RecvInfo; it does while a UD QP exists), and
-// otherwise what the ICRC masks as Linux sends it unless told otherwise
-// (TTL / hop limit 64, TOS / traffic class 0; flow label 0, as no
-// transport reports it), with a valid header checksum
+// (RecvInfo), the TOS and TTL (traffic class, hop limit and IPv6 flow
+// label) the transport reported (RecvInfo; it does while a UD or the GSI
+// QP exists), and otherwise what the ICRC masks as Linux sends it unless
+// told otherwise (TTL / hop limit 64, TOS / traffic class 0, flow label
+// 0), with a valid header checksum
 // (libibverbs' ibv_init_ah_from_wc tells IPv4 from IPv6 by it). The
 // receive has room for it (the caller checked); false means its SGL
 // could not take it (malformedRecv).
@@ -30,7 +30,7 @@ func (q *QP) writeGRH(ri *RecvInfo, udpPayload int) bool {
 		fl.PutIPHeader(ip, 8+udpPayload)
 	}
 	if ri.HopLimit != 0 {
-		wire.SetIPTraffic(ip, ri.TrafficClass, ri.HopLimit, 0)
+		wire.SetIPTraffic(ip, ri.TrafficClass, ri.HopLimit, ri.FlowLabel)
 	}
 	if !q.scatter(q.resp.recv.SGL, grh[:], 0) {
 		return false // the caller checked the room: the SGL is malformed

@@ -61,6 +61,9 @@ type RecvInfo struct {
 	// (HopLimit not 0: a received packet's TTL is at least 1), for a UD
 	// GRH; else the GRH has Linux's defaults.
 	TrafficClass, HopLimit uint8
+	// FlowLabel is the IPv6 header's flow label (20 bits), reported with
+	// them (0 over IPv4 and when not reported).
+	FlowLabel uint32
 }
 
 // Config creates a QP (ibv_qp_init_attr plus what the engine supplies).

@@ -332,7 +332,7 @@ func (w *worker) handleMcast(pkt []byte, ep *transport.Endpoint) {
 	// and the TOS and TTL received (groupTraffic has the group's Conn
 	// report them), as handlePacket's: w.ri holds another datagram's.
 	ri.Src, ri.Dst = ep.Remote, ep.Local
-	ri.TrafficClass, ri.HopLimit = ep.TrafficClass, ep.HopLimit
+	ri.TrafficClass, ri.HopLimit, ri.FlowLabel = ep.TrafficClass, ep.HopLimit, ep.FlowLabel
 	members := e.mcast.members(dst.Unmap())
 	if len(members) == 0 {
 		if transport.IsGroup(dst) {

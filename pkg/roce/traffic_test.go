@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"sync"
 	"testing"
@@ -231,4 +232,48 @@ func requireGRHTraffic(t *testing.T, dst []byte, av qp.AddrVector, i int) {
 	require.Equal(t, av.TrafficClass, ip[1], "send %d: GRH TOS", i)
 	require.Equal(t, wantTTL, ip[8], "send %d: GRH TTL", i)
 	require.Zero(t, wire.IPv4Checksum(ip), "send %d: GRH header checksum", i)
+}
+
+// flowLabeler is a Conn whose IPv6 datagrams carry flow label label, as
+// a peer's kernel may send them (rxed's own sends carry 0, as rxe's):
+// the in-memory network hands it to a reporting receiver.
+type flowLabeler struct {
+	transport.Conn
+	label uint32
+}
+
+func (f *flowLabeler) Send(bufs [][]byte, ep transport.Endpoint) error {
+	ep.FlowLabel = f.label
+	return f.Conn.Send(bufs, ep)
+}
+
+// TestUDGRHCarriesTheReceivedFlowLabelOverIPv6: a UD receive's GRH over
+// IPv6 is the received IPv6 header (rxe's build_rdma_network_hdr copies
+// it), so its first word holds the sender's traffic class and flow label
+// too, which libibverbs' ibv_init_ah_from_wc and the kernel's
+// ib_init_ah_attr_from_wc read (flow_class & 0xFFFFF). Bug (IPv6 traffic
+// parity, item 2, session O): the GRH said flow label 0 whatever
+// arrived.
+func TestUDGRHCarriesTheReceivedFlowLabelOverIPv6(t *testing.T) {
+	mn := transport.NewMemNetwork()
+	aAddr := netip.MustParseAddr("fd00::1")
+	c, err := mn.Listen(netip.AddrPortFrom(aAddr, transport.RoCEv2Port))
+	require.NoError(t, err)
+	a := sideOn(t, &flowLabeler{Conn: c, label: 0xABCDE}, aAddr, qp.UD, sideCap)
+	b := newSide(t, mn, "fd00::2", qp.UD)
+	udReady(t, a)
+	udReady(t, b)
+	amr, _ := regMR(t, a, 256)
+	bmr, dst := regMR(t, b, 256)
+	_, err = b.e.PostRecv(b.q, []qp.RecvWR{{ID: 9, SGL: []qp.SGE{{Addr: bmr.IOVA(), Length: 256, LKey: bmr.LKey()}}}})
+	require.NoError(t, err)
+	_, err = a.e.PostSend(a.q, []qp.SendWR{{ID: 1, Opcode: qp.WRSend, Flags: qp.Signaled,
+		SGL:       []qp.SGE{{Addr: amr.IOVA(), Length: 100, LKey: amr.LKey()}},
+		RemoteQPN: b.q.Num(), RemoteQKey: 0x1234, AV: qp.AddrVector{DGID: b.addr, TrafficClass: 0x68, HopLimit: 7}}})
+	require.NoError(t, err)
+	require.Equal(t, qp.WCSuccess, waitWC(t, a.scq).Status)
+	require.Equal(t, qp.WCSuccess, waitWC(t, b.rcq).Status)
+	require.Equal(t, uint32(6<<28|0x68<<20|0xABCDE), binary.BigEndian.Uint32(dst[0:4]), "version, traffic class, flow label")
+	require.Equal(t, byte(7), dst[7], "hop limit")
+	require.Equal(t, aAddr.As16(), [16]byte(dst[8:24]), "source")
 }

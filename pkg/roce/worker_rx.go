@@ -44,7 +44,8 @@ func (w *worker) handlePacket(pkt []byte, ep *transport.Endpoint) {
 		e.drop(parseDrop(err))
 		return
 	}
-	w.ri = qp.RecvInfo{Src: ep.Remote, Dst: ep.Local, TrafficClass: ep.TrafficClass, HopLimit: ep.HopLimit}
+	w.ri = qp.RecvInfo{Src: ep.Remote, Dst: ep.Local, TrafficClass: ep.TrafficClass, HopLimit: ep.HopLimit,
+		FlowLabel: ep.FlowLabel}
 	if p.Opcode == wire.CNP {
 		if r := w.checkICRC(p.Raw, ep); r != qp.DropNone {
 			e.drop(r)

@@ -11,8 +11,9 @@ import (
 )
 
 // rxOOBSize holds an in6_pktinfo, UDP_GRO and SO_RXQ_OVFL cmsgs and the
-// traffic class and hop limit ones (ReportTraffic): 136 bytes on 64-bit.
-const rxOOBSize = 160
+// traffic class, hop limit and flow info ones (ReportTraffic): 160 bytes
+// on 64-bit, with room for one more (a truncated buffer loses the last).
+const rxOOBSize = 184
 
 // txOOBSpace holds a UDP_SEGMENT and an IP(V6)_PKTINFO control message,
 // and the TOS and TTL ones of a non-default Endpoint (traffic_linux.go).

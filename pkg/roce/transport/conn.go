@@ -43,9 +43,19 @@ const MaxDatagramSize = 9216
 // ignores them, the in-memory network carries them to its receivers).
 // The ICRC masks both fields. On receive they are 0 unless the Conn
 // reports them (TrafficReporter: udpConn on Linux and MemNetwork's).
+//
+// FlowLabel is the IPv6 header's flow label (20 bits), reported on
+// receive as TrafficClass is (on Linux an IPV6_FLOWINFO control
+// message), since a UD receive's GRH holds the received IPv6 header
+// whole, as rxe copies it; 0 over IPv4. Sends ignore it: rxed's IPv6
+// datagrams leave with flow label 0, as rxe's prepare6 writes them
+// (udp_linux.go turns the kernel's automatic labels off). The in-memory
+// network alone carries a sender's FlowLabel to its IPv6 receivers, so
+// that tests can craft one.
 type Endpoint struct {
 	Local, Remote          netip.AddrPort
 	TrafficClass, HopLimit uint8
+	FlowLabel              uint32
 }
 
 // GIDAddr is a in the form GIDs and Endpoints carry addresses: an IPv4

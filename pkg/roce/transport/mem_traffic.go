@@ -10,7 +10,10 @@ import "net/netip"
 // a receiving Conn reports them only while it is asked to
 // (TrafficReporter), as udpConn does with IP_RECVTOS / IP_RECVTTL: 0 and
 // 0 otherwise. A multicast member's copy is reported likewise, since it
-// arrives through the member Conn itself.
+// arrives through the member Conn itself. The IPv6 flow label likewise:
+// the sender's Endpoint.FlowLabel (20 bits) reaches a reporting receiver
+// of an IPv6 datagram, which a udpConn cannot send (it sends 0, as rxe)
+// but a peer's kernel may; over IPv4 there is none.
 
 // ReportTraffic implements TrafficReporter: users are counted as
 // udpConn counts them; while any is, deliveries to c carry the TOS and
@@ -31,6 +34,9 @@ func (c *memConn) arrival(local, from netip.AddrPort, sent Endpoint) Endpoint {
 		ep.TrafficClass, ep.HopLimit = sent.TrafficClass, sent.HopLimit
 		if ep.HopLimit == 0 {
 			ep.HopLimit = DefaultHopLimit
+		}
+		if !from.Addr().Unmap().Is4() {
+			ep.FlowLabel = sent.FlowLabel & 0xFFFFF
 		}
 	}
 	return ep

@@ -52,3 +52,33 @@ func TestMemNetworkReportsTrafficWhenAsked(t *testing.T) {
 	require.NoError(t, r.ReportTraffic(true))
 	require.Equal(t, [2]uint8{0x68, 7}, recv(unicast, 0x68, 7), "counted from 0 again")
 }
+
+// TestMemNetworkCarriesTheFlowLabel: an IPv6 datagram reaches a reporting
+// MemNetwork receiver with the sender's Endpoint.FlowLabel (its 20 bits),
+// as a peer kernel's label reaches a udpConn's IPV6_FLOWINFO, so that a
+// UD GRH's can be checked over it; not reporting, and over IPv4 (no
+// such field), it is 0. Bug (IPv6 traffic parity, item 2, session O):
+// no Conn reported a flow label.
+func TestMemNetworkCarriesTheFlowLabel(t *testing.T) {
+	mn := NewMemNetwork()
+	listen := func(a string) Conn {
+		c, err := mn.Listen(ap(a))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a6, b6 := listen("[fd00::1]:4791"), listen("[fd00::2]:4791")
+	a4, b4 := listen("10.0.0.1:4791"), listen("10.0.0.2:4791")
+	recv := func(from, to Conn, label uint32) uint32 {
+		t.Helper()
+		require.NoError(t, from.Send([][]byte{payload(1, 64)}, Endpoint{Remote: to.LocalAddrs()[0], FlowLabel: label}))
+		return receiveN(t, to, 1, 256)[0].ep.FlowLabel
+	}
+	require.Zero(t, recv(a6, b6, 0xABCDE), "not reporting")
+	require.NoError(t, b6.(TrafficReporter).ReportTraffic(true))
+	require.NoError(t, b4.(TrafficReporter).ReportTraffic(true))
+	require.Equal(t, uint32(0xABCDE), recv(a6, b6, 0xABCDE))
+	require.Equal(t, uint32(0xFFFFF), recv(a6, b6, 0xFFFFFFFF), "20 bits")
+	require.Zero(t, recv(a6, b6, 0), "unlabelled")
+	require.Zero(t, recv(a4, b4, 0xABCDE), "IPv4 has no flow label")
+}

@@ -144,7 +144,7 @@ func (s *udpSocket) finishRead(b *rxBatch) (int, error) {
 		m.remote = sockaddrToAddrPort(&y.names[i])
 		m.local = s.addr
 		m.segSize = 0
-		m.class, m.hops = 0, 0
+		m.class, m.hops, m.flow = 0, 0, 0
 		s.parseCmsgs(m, y.oob[i*rxOOBSize:i*rxOOBSize+int(h.hdr.Controllen)])
 		if m.segSize > 0 && m.segSize < len(m.data) {
 			s.conn.stats.groReceives.Add(1)

@@ -229,7 +229,9 @@ func sourceFor(locals []netip.AddrPort, ep Endpoint) netip.AddrPort {
 
 // record writes one frame, the datagram g's pieces joined, with the TOS
 // and TTL (traffic class and hop limit) of ep: those a send set, or
-// those a receive reported (else the defaults); the caller holds r.mu.
+// those a receive reported (else the defaults), and a received IPv6
+// datagram's reported flow label (a sent one's is 0, as the socket sends
+// it); the caller holds r.mu.
 // A received datagram is whole in g[0].
 func (r *PcapRecorder) record(g *Gather, src, dst netip.AddrPort, ep *Endpoint, received bool) {
 	if r.err != nil {
@@ -252,7 +254,11 @@ func (r *PcapRecorder) record(g *Gather, src, dst netip.AddrPort, ep *Endpoint, 
 	fl := wire.Flow{Src: netip.AddrPortFrom(s, src.Port()), Dst: netip.AddrPortFrom(d, dst.Port())}
 	ipLen := fl.PutHeaders(f[off:], n)
 	if ep.TrafficClass != 0 || ep.HopLimit != 0 {
-		wire.SetIPTraffic(f[off:], ep.TrafficClass, ep.HopLimit, 0)
+		var flow uint32
+		if received {
+			flow = ep.FlowLabel
+		}
+		wire.SetIPTraffic(f[off:], ep.TrafficClass, ep.HopLimit, flow)
 	}
 	if s.Is4() && received && !r.keep0 {
 		if v, id, dfClear := fl.VerifyIPv4(g[0]); v == wire.ICRCOK && (id != 0 || dfClear) {

@@ -122,3 +122,32 @@ func TestWrappersPassReportTrafficOn(t *testing.T) {
 	t.Cleanup(func() { f.Close() })
 	require.NoError(t, f.ReportTraffic(true))
 }
+
+// TestPcapRecorderWritesReceivedFlowLabel: a received IPv6 frame carries
+// the flow label the datagram came with (reported as its traffic class
+// is), and a sent one 0, as the socket sends it whatever the Endpoint
+// says; the ICRC, which masks the label, still verifies. Bug (IPv6
+// traffic parity, item 2, session O): every frame said flow label 0.
+func TestPcapRecorderWritesReceivedFlowLabel(t *testing.T) {
+	mn := NewMemNetwork()
+	a, _ := mn.Listen(ap("[fd00::1]:1"))
+	b, _ := mn.Listen(ap("[fd00::2]:1"))
+	var w bytes.Buffer
+	rb, err := NewPcapRecorder(b, &w, PcapOptions{Clock: func() time.Time { return time.Unix(1, 0) }})
+	require.NoError(t, err)
+	fl := wire.Flow{Src: ap("[fd00::1]:1"), Dst: ap("[fd00::2]:1")}
+	p := rocePacket(1, 64)
+	fl.Seal(p)
+	require.NoError(t, a.Send([][]byte{p}, Endpoint{Remote: fl.Dst, TrafficClass: 0x68, FlowLabel: 0xABCDE}))
+	receiveN(t, rb, 1, MaxDatagramSize)
+	back := rocePacket(2, 64)
+	wire.Flow{Src: fl.Dst, Dst: fl.Src}.Seal(back)
+	require.NoError(t, rb.Send([][]byte{back}, Endpoint{Remote: fl.Src, FlowLabel: 0x12345}))
+	frames := readPcap(t, w.Bytes())
+	require.Len(t, frames, 2)
+	require.Equal(t, uint32(0xABCDE), frames[0].ip6.FlowLabel, "received frame's flow label")
+	require.Equal(t, uint8(0x68), frames[0].ip6.TrafficClass)
+	require.Equal(t, wire.ICRCOK, icrcOK(frames[0]))
+	require.Zero(t, frames[1].ip6.FlowLabel, "a sent frame's: the socket sends 0")
+	require.NoError(t, rb.Close())
+}

@@ -40,7 +40,8 @@ type TrafficReporter interface {
 
 // endpoint is the Endpoint m was received on, at port (the socket's).
 func (m *rxMsg) endpoint(port uint16) Endpoint {
-	return Endpoint{Local: netip.AddrPortFrom(m.local, port), Remote: m.remote, TrafficClass: m.class, HopLimit: m.hops}
+	return Endpoint{Local: netip.AddrPortFrom(m.local, port), Remote: m.remote, TrafficClass: m.class, HopLimit: m.hops,
+		FlowLabel: m.flow}
 }
 
 // trafficUsers counts a Conn's ReportTraffic users: udpConn and memConn

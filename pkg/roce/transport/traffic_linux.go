@@ -73,8 +73,9 @@ const (
 )
 
 // recvTraffic switches the kernel's control messages carrying a received
-// datagram's TOS and TTL (IPv6 traffic class and hop limit) on or off.
-// Off, parseCmsgs meets none: a receive costs nothing more than before.
+// datagram's TOS and TTL (IPv6 traffic class, hop limit and flow info)
+// on or off. Off, parseCmsgs meets none: a receive costs nothing more
+// than before.
 func (s *udpSocket) recvTraffic(on bool) error {
 	v := 0
 	if on {
@@ -87,6 +88,11 @@ func (s *udpSocket) recvTraffic(on bool) error {
 			err = unix.SetsockoptInt(f, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, v)
 			if err == nil {
 				err = unix.SetsockoptInt(f, unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, v)
+			}
+			if err == nil {
+				// The flow label, for a UD GRH: a third message
+				// only for datagrams whose label or class is not 0.
+				err = unix.SetsockoptInt(f, unix.IPPROTO_IPV6, ipv6FlowInfo, v)
 			}
 			return
 		}
@@ -102,8 +108,9 @@ func (s *udpSocket) recvTraffic(on bool) error {
 }
 
 // parseTrafficCmsg takes a received datagram's TOS or TTL (IPv6 traffic
-// class or hop limit) from one control message into m, if it is one:
-// IP_TOS carries a byte (ip_cmsg_recv_tos), the others an int.
+// class, hop limit or flow label) from one control message into m, if it
+// is one: IP_TOS carries a byte (ip_cmsg_recv_tos), IPV6_FLOWINFO a
+// big-endian word (the header's, version masked off), the others an int.
 func parseTrafficCmsg(m *rxMsg, level, typ int32, data []byte) {
 	switch {
 	case level == unix.IPPROTO_IP && typ == unix.IP_TOS && len(data) >= 1:
@@ -114,5 +121,7 @@ func parseTrafficCmsg(m *rxMsg, level, typ int32, data []byte) {
 		m.class = uint8(binary.NativeEndian.Uint32(data))
 	case level == unix.IPPROTO_IPV6 && typ == unix.IPV6_HOPLIMIT && len(data) >= 4:
 		m.hops = uint8(binary.NativeEndian.Uint32(data))
+	case level == unix.IPPROTO_IPV6 && typ == ipv6FlowInfo && len(data) >= 4:
+		m.flow = binary.BigEndian.Uint32(data) & ipv6FlowLabelMask
 	}
 }

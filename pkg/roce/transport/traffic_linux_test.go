@@ -184,14 +184,19 @@ func TestUDPSteadyStateAllocsWithTraffic(t *testing.T) {
 }
 
 // TestParseTrafficCmsgs: the received TOS (a byte, ip_cmsg_recv_tos) and
-// TTL (an int), IPv6 traffic class and hop limit (ints), among the other
-// control messages; without them (reporting off) both stay 0.
+// TTL (an int), IPv6 traffic class and hop limit (ints) and flow label
+// (IPV6_FLOWINFO: the header's first word, big-endian, of which the low
+// 20 bits), among the other control messages; without them (reporting
+// off) all stay 0. Bug (IPv6 traffic parity, item 2, session O): the
+// flow info was not asked for nor read, and a UD GRH showed label 0.
 func TestParseTrafficCmsgs(t *testing.T) {
 	u8 := func(v byte) []byte { return []byte{v} }
+	be32 := func(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
 	for _, tc := range []struct {
 		name        string
 		oob         []byte
 		class, hops uint8
+		flow        uint32
 	}{
 		{name: "none", oob: pktinfo4("0.0.0.0", "10.0.0.2")},
 		{name: "IPv4", oob: cat(pktinfo4("0.0.0.0", "10.0.0.2"), cmsg(unix.IPPROTO_IP, unix.IP_TOS, u8(0x68)),
@@ -201,13 +206,24 @@ func TestParseTrafficCmsgs(t *testing.T) {
 		{name: "TTL only, then GRO", oob: cat(cmsg(unix.IPPROTO_IP, unix.IP_TTL, u32(1)),
 			cmsg(unix.SOL_UDP, unix.UDP_GRO, u32(1000))), hops: 1},
 		{name: "short TTL ignored", oob: cmsg(unix.IPPROTO_IP, unix.IP_TTL, []byte{9, 0})},
+		// As Linux 6.18 delivered a plain socket's datagram of traffic
+		// class 0x68 and an automatic label over ::1.
+		{name: "IPv6 flow info", oob: cat(pktinfo6("::1"), cmsg(unix.IPPROTO_IPV6, unix.IPV6_TCLASS, u32(0x68)),
+			cmsg(unix.IPPROTO_IPV6, unix.IPV6_HOPLIMIT, u32(64)), cmsg(unix.IPPROTO_IPV6, ipv6FlowInfo, be32(0x068e1797))),
+			class: 0x68, hops: 64, flow: 0xe1797},
+		{name: "flow info's class bits are not the class", oob: cmsg(unix.IPPROTO_IPV6, ipv6FlowInfo, be32(0x0ff00001)),
+			flow: 1},
+		{name: "flow label alone, first", oob: cat(cmsg(unix.IPPROTO_IPV6, ipv6FlowInfo, be32(0xABCDE)),
+			cmsg(unix.IPPROTO_IPV6, unix.IPV6_HOPLIMIT, u32(3))), hops: 3, flow: 0xABCDE},
+		{name: "short flow info ignored", oob: cmsg(unix.IPPROTO_IPV6, ipv6FlowInfo, []byte{0, 0x0a, 0xbc})},
+		{name: "IPv4 level of the same number is not it", oob: cmsg(unix.IPPROTO_IP, ipv6FlowInfo, be32(0xABCDE))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := rxMsg{class: 1, hops: 1}
-			m.class, m.hops = 0, 0 // as finishRead resets them
+			var m rxMsg // as finishRead resets them
 			cmsgSocket().parseCmsgs(&m, tc.oob)
 			require.Equal(t, tc.class, m.class, "TOS / traffic class")
 			require.Equal(t, tc.hops, m.hops, "TTL / hop limit")
+			require.Equal(t, tc.flow, m.flow, "flow label")
 		})
 	}
 }

@@ -58,6 +58,9 @@ type rxMsg struct {
 	// else 0. Coalesced (GRO) datagrams share them: the kernel's GRO
 	// merges only packets whose TOS and TTL agree.
 	class, hops uint8
+	// flow is the IPv6 flow label while the Conn reports traffic, else
+	// 0 (IPv6 GRO merges only packets of one flow label too).
+	flow uint32
 }
 
 // rxBatch is a set of receive slots owned by one socket. It travels from the
