@@ -1,7 +1,8 @@
 // Package cm is the InfiniBand Communication Manager (IBA Vol 1 ch. 12) as
 // a pure, deterministic state machine that behaves like Linux's
 // drivers/infiniband/core/cm.c driven by rdma_cm (cma.c). It has no
-// sockets: every MAD received on QP 1 goes to Manager.HandleMAD, every MAD
+// sockets: every MAD received on QP 1 goes to Manager.HandleMADTraffic
+// (with the traffic class it arrived with; HandleMAD without), every MAD
 // it sends leaves through Config.Send, and time comes from Config.Clock.
 //
 // # States

@@ -15,7 +15,9 @@ import (
 // Two Managers wired back to back in memory: every MAD either sends goes
 // into one queue that the test delivers explicitly (pump), after passing a
 // drop filter, so loss, duplication and ordering are the test's. Time is a
-// FakeClock shared by both sides and moves only with advance.
+// FakeClock shared by both sides and moves only with advance. A packet
+// arrives with the IP traffic class it was sent with, as a transport that
+// reports received traffic (QP 1's does) hands it on.
 
 type side struct {
 	name   string
@@ -60,9 +62,15 @@ const (
 
 func newLink(t *testing.T, cfgB func(*cm.Config)) *link {
 	t.Helper()
+	return newLinkGIDs(t, gidA, gidB, cfgB)
+}
+
+// newLinkGIDs is newLink between the GIDs a and b (IPv6 ones, say).
+func newLinkGIDs(t *testing.T, a, b netip.Addr, cfgB func(*cm.Config)) *link {
+	t.Helper()
 	l := &link{t: t, clock: cmtest.NewFakeClock(time.Unix(1_000_000, 0))}
-	l.a = l.newSide("A", gidA, guidA, 1, nil)
-	l.b = l.newSide("B", gidB, guidB, 2, cfgB)
+	l.a = l.newSide("A", a, guidA, 1, nil)
+	l.b = l.newSide("B", b, guidB, 2, cfgB)
 	return l
 }
 
@@ -143,7 +151,7 @@ func (l *link) pump() []packet {
 			continue
 		}
 		done = append(done, p)
-		p.to.m.HandleMAD(p.src, p.dst, p.b)
+		p.to.m.HandleMADTraffic(p.src, p.dst, p.traffic.TrafficClass, p.b)
 	}
 	return done
 }
@@ -208,7 +216,7 @@ const serviceID = 0x0000_0000_0106_1C06 // RDMA_PS_TCP, port 7174
 
 func (l *link) connectParams(qpn uint32) cm.ConnectParams {
 	return cm.ConnectParams{
-		Src: gidA, Dst: gidB, ServiceID: serviceID,
+		Src: l.a.gid, Dst: l.b.gid, ServiceID: serviceID,
 		QPN: qpn, StartingPSN: 0x123456, ResponderResources: 1, InitiatorDepth: 1,
 		RetryCount: 7, RNRRetryCount: 7,
 		PrivateData: []byte("hello from A"),

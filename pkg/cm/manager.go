@@ -222,14 +222,21 @@ func (m *Manager) Counters() map[string]uint64 {
 func (m *Manager) count(name string) { m.counters[name]++ }
 
 // HandleMAD processes one MAD received on QP 1 from the peer GID src to our
-// GID dst. It never keeps mad. Bad MADs are dropped and counted.
-func (m *Manager) HandleMAD(src, dst netip.Addr, b []byte) {
+// GID dst. It never keeps mad. Bad MADs are dropped and counted. It is
+// HandleMADTraffic for a MAD that arrived with IP traffic class 0.
+func (m *Manager) HandleMAD(src, dst netip.Addr, b []byte) { m.HandleMADTraffic(src, dst, 0, b) }
+
+// HandleMADTraffic is HandleMAD for a MAD that arrived with IP traffic
+// class class (the IPv6 traffic class or the IPv4 TOS, as its GRH holds
+// it: ib.MADTrafficHandler), which an answer built from it may take
+// (Traffic).
+func (m *Manager) HandleMADTraffic(src, dst netip.Addr, class uint8, b []byte) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return
 	}
-	m.receive(src, dst, b)
+	m.receive(src, dst, class, b)
 	m.mu.Unlock()
 	m.drain()
 }
@@ -237,7 +244,9 @@ func (m *Manager) HandleMAD(src, dst netip.Addr, b []byte) {
 // rx is a received MAD's addressing and header.
 type rx struct {
 	src, dst netip.Addr
-	hdr      mad.Header
+	// class is the IP traffic class the MAD arrived with (replyTraffic).
+	class uint8
+	hdr   mad.Header
 	// words are the message's data bytes 0-3 and 4-7 (mad.CommIDWords):
 	// what cm_issue_rej swaps into a REJ answering it, whatever the
 	// message (a REQ's bytes 4-7 are reserved and its vendor ID).
@@ -248,7 +257,7 @@ type rx struct {
 	data []byte
 }
 
-func (m *Manager) receive(src, dst netip.Addr, b []byte) {
+func (m *Manager) receive(src, dst netip.Addr, class uint8, b []byte) {
 	h, msg, err := mad.Parse(b)
 	if err != nil {
 		switch {
@@ -263,7 +272,7 @@ func (m *Manager) receive(src, dst netip.Addr, b []byte) {
 		return
 	}
 	m.count("rx_" + msgName(h.AttrID))
-	r := rx{src: src, dst: dst, hdr: h, data: b[mad.HeaderLen:]}
+	r := rx{src: src, dst: dst, class: class, hdr: h, data: b[mad.HeaderLen:]}
 	r.words[0], r.words[1], _ = mad.CommIDWords(b[mad.HeaderLen:])
 	switch v := msg.(type) {
 	case *mad.REQ:

@@ -19,11 +19,14 @@ package cm
 //     duplicate's MRA, REJ or RTU, cm_issue_drep, a DREP in timewait, the
 //     SIDR_REP, whose ID has only the AV cm_init_av_for_response made) goes
 //     out on an AH built from the received MAD (ib_init_ah_attr_from_wc):
-//     hop limit the route's, traffic class the GRH's version_tclass_flow.
-//     Over IPv4 rxe's GRH is 20 zero bytes and then the IPv4 header
-//     (rxe_resp.c), so that word is 0 whatever TOS the MAD came with:
-//     replyTraffic. (Over IPv6 it is the received traffic class, which
-//     the MAD agent does not learn: its MADs also answer with 0.)
+//     hop limit the route's, traffic class the GRH's version_tclass_flow
+//     (bits 20-27). rxe fills a GSI receive's GRH as a UD one's
+//     (build_rdma_network_hdr in rxe_resp.c): over IPv6 the received IPv6
+//     header, so that is the traffic class the MAD came with; over IPv4
+//     20 zero bytes and then the IPv4 header, so it is 0 whatever TOS
+//     the MAD came with: replyTraffic, from the class HandleMADTraffic
+//     was given. (The AH's flow label, the GRH's too, does not reach the
+//     wire: rxe sends flow label 0.)
 type Traffic struct {
 	TrafficClass uint8
 	// HopLimit 0 is the sender's default (RouteHopLimit).
@@ -36,5 +39,13 @@ type Traffic struct {
 const RouteHopLimit = 64
 
 // replyTraffic is the Traffic of an answer built from the received MAD
-// r (see Traffic): traffic class 0, the route's hop limit.
-func (r rx) replyTraffic() Traffic { return Traffic{HopLimit: RouteHopLimit} }
+// r (see Traffic): the route's hop limit, and the traffic class r
+// arrived with from an IPv6 peer, 0 from an IPv4 one (in either GID
+// form).
+func (r rx) replyTraffic() Traffic {
+	t := Traffic{HopLimit: RouteHopLimit}
+	if !r.src.Unmap().Is4() {
+		t.TrafficClass = r.class
+	}
+	return t
+}

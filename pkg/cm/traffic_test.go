@@ -2,6 +2,7 @@ package cm_test
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -87,4 +88,72 @@ func TestSIDRMADsCarryTheirTraffic(t *testing.T) {
 	require.Equal(t, []string{"A:SIDR_REQ 0x68/64"}, trafficOf(l.advance(4096*time.Millisecond)), "its retransmission")
 	require.NoError(t, evs[0].ID.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRSuccess, QPN: 0x33, QKey: 1}))
 	require.Equal(t, []string{"B:SIDR_REP 0x00/64"}, trafficOf(l.pump()))
+}
+
+// TestAnswersTakeTheReceivedIPv6TrafficClass: an answer built from a
+// received MAD leaves on an AH made from its GRH (cm_alloc_response_msg,
+// cm_init_av_for_response: ib_init_ah_attr_from_wc), whose traffic class
+// is the GRH's version_tclass_flow: over IPv6 the traffic class the MAD
+// arrived with, since rxe's GRH is the received IPv6 header
+// (build_rdma_network_hdr), and 0 over IPv4 (20 zero bytes, then the
+// IPv4 header), in either GID form. So the REJ to a REQ nobody listens
+// for, the MRA to a duplicate REQ, the DREP to a DREQ in timewait and
+// the SIDR_REP, each answering a MAD of traffic class 0x68; the hop
+// limit is the route's. Bug (IPv6 traffic parity, item 1, session O):
+// the MAD agent did not learn the received traffic class, and every
+// answer over IPv6 left with 0.
+func TestAnswersTakeTheReceivedIPv6TrafficClass(t *testing.T) {
+	for _, fam := range []struct {
+		name  string
+		a, b  netip.Addr
+		class string
+	}{
+		{"IPv6", netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2"), "0x68"},
+		{"IPv4-mapped", gidA, gidB, "0x00"},
+		{"IPv4", netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), "0x00"},
+	} {
+		t.Run(fam.name, func(t *testing.T) {
+			answer := func(attr string) string { return "B:" + attr + " " + fam.class + "/64" }
+			l := newLinkGIDs(t, fam.a, fam.b, nil)
+
+			p := l.connectParams(0x33)
+			p.TrafficClass = 0x68
+			_, err := l.a.m.Connect(p, l.a.handler())
+			require.NoError(t, err)
+			require.Equal(t, []string{"A:REQ 0x68/64", answer("REJ")}, trafficOf(l.pump()), "nobody listens")
+
+			l.listen()
+			p = l.connectParams(0x11)
+			p.TrafficClass, p.HopLimit = 0x68, 9
+			ida, err := l.a.m.Connect(p, l.a.handler())
+			require.NoError(t, err)
+			req := l.pump()
+			evs := l.b.take()
+			require.Len(t, evs, 1)
+			l.queue = append(l.queue, req[0]) // the REQ again, B not having answered
+			require.Equal(t, []string{"A:REQ 0x68/9", answer("MRA")}, trafficOf(l.pump()), "a duplicate REQ")
+
+			require.NoError(t, evs[0].ID.Accept(acceptParams(0x22)))
+			require.Equal(t, []string{"B:REP 0x68/64"}, trafficOf(l.pump()), "the connection's own, from the REQ's path")
+			require.NoError(t, ida.SendRTU(nil))
+			l.pump()
+			require.NoError(t, ida.Disconnect(nil))
+			closing := l.pump()
+			require.Equal(t, []string{"A:DREQ 0x68/9", "B:DREP 0x68/64"}, trafficOf(closing))
+			require.Equal(t, cm.StateTimewait, evs[0].ID.State())
+			l.queue = append(l.queue, closing[0]) // the DREQ again, B in timewait
+			require.Equal(t, []string{"A:DREQ 0x68/9", answer("DREP")}, trafficOf(l.pump()), "a DREQ in timewait")
+			l.b.take()
+
+			_, err = l.b.m.Listen(udpService, 0, l.b.handler())
+			require.NoError(t, err)
+			require.NoError(t, queried(l.a.m.SIDRQuery(cm.SIDRParams{Src: fam.a, Dst: fam.b, ServiceID: udpService,
+				TrafficClass: 0x68}, l.a.sidrHandler())))
+			l.pump()
+			evs = l.b.take()
+			require.Len(t, evs, 1)
+			require.NoError(t, evs[0].ID.SIDRReply(cm.SIDRReplyParams{Status: mad.SIDRSuccess, QPN: 0x33, QKey: 1}))
+			require.Equal(t, []string{answer("SIDR_REP")}, trafficOf(l.pump()), "the SIDR_REP")
+		})
+	}
 }

@@ -2,6 +2,7 @@ package ib
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,6 +34,18 @@ const (
 // to keep.
 type MADHandler func(src, dst netip.Addr, mad []byte)
 
+// MADTrafficHandler is a MADHandler that also gets the IP traffic class
+// the MAD arrived with, as its GRH holds it (rxe copies the received
+// header into a GSI receive's GRH): the IPv6 traffic class, or the IPv4
+// TOS. The kernel's CM answers some MADs on an address handle built
+// from that GRH (ib_init_ah_attr_from_wc), whose traffic class is the
+// GRH's version_tclass_flow: the IPv6 one, but 0 over IPv4, where rxe's
+// GRH starts with 20 zero bytes; which applies is the handler's to say
+// (cm.Manager.HandleMADTraffic). It is 0 while the device's transport
+// does not report received traffic (a Config.Wrap that does not pass
+// transport.TrafficReporter on).
+type MADTrafficHandler func(src, dst netip.Addr, trafficClass uint8, mad []byte)
+
 // MADAgentConfig configures OpenMADAgent.
 type MADAgentConfig struct {
 	// Handler is called for every MAD received, from one goroutine of
@@ -41,6 +54,9 @@ type MADAgentConfig struct {
 	// MAD is delivered, but the receive queue stays filled: the agent
 	// reposts a buffer before it hands the buffer's MAD to the handler.
 	Handler MADHandler
+	// TrafficHandler, set instead of Handler, is called as Handler
+	// would be, with the received traffic class too.
+	TrafficHandler MADTrafficHandler
 	// RecvDepth is the number of receive buffers kept posted; 0 means
 	// DefaultMADRecvDepth. MADs arriving while none is posted are lost
 	// (UD), as with the kernel's MAD layer.
@@ -82,7 +98,7 @@ var ErrMADAgentClosed = errors.New("ib: MAD agent closed")
 // for the handler to return), more than once.
 type MADAgent struct {
 	dev       *Device
-	handler   MADHandler
+	handler   MADTrafficHandler
 	log       *slog.Logger
 	recvDepth int
 	sendDepth int
@@ -114,10 +130,17 @@ type MADAgent struct {
 // receive queue filled, and starts delivering MADs to cfg.Handler. It
 // fails if the device already has a GSI QP (ErrQPNInUse).
 func OpenMADAgent(dev *Device, cfg MADAgentConfig) (*MADAgent, error) {
-	if cfg.Handler == nil {
+	handler := cfg.TrafficHandler
+	switch {
+	case handler != nil && cfg.Handler != nil:
+		return nil, errors.New("ib: OpenMADAgent: Handler and TrafficHandler are exclusive")
+	case handler == nil && cfg.Handler == nil:
 		return nil, errors.New("ib: OpenMADAgent: a handler is required")
+	case handler == nil:
+		h := cfg.Handler
+		handler = func(src, dst netip.Addr, _ uint8, mad []byte) { h(src, dst, mad) }
 	}
-	a := &MADAgent{dev: dev, handler: cfg.Handler, log: cfg.Logger,
+	a := &MADAgent{dev: dev, handler: handler, log: cfg.Logger,
 		recvDepth: cfg.RecvDepth, sendDepth: cfg.SendDepth, done: make(chan struct{})}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
@@ -360,11 +383,13 @@ func (a *MADAgent) received1(wc *WC) bool {
 	i := int(wc.ID)
 	var mad []byte
 	var src, dst netip.Addr
+	var class uint8
 	good := wc.Status == qp.WCSuccess && wc.ByteLen >= grhLen
 	ok := false
 	if good {
 		buf := a.recvBuf(i)
 		if src, dst, ok = grhAddrs(buf[:grhLen]); ok {
+			class = grhTrafficClass(buf[:grhLen])
 			mad = append([]byte(nil), buf[grhLen:wc.ByteLen]...)
 		}
 	}
@@ -384,7 +409,7 @@ func (a *MADAgent) received1(wc *WC) bool {
 		a.badGRH.Add(1)
 	default:
 		a.received.Add(1)
-		a.handler(src, dst, mad)
+		a.handler(src, dst, class, mad)
 	}
 	return true
 }
@@ -465,4 +490,15 @@ func grhAddrs(grh []byte) (src, dst netip.Addr, ok bool) {
 		return src, dst, true
 	}
 	return netip.Addr{}, netip.Addr{}, false
+}
+
+// grhTrafficClass reads the received IP traffic class out of a GRH of a
+// layout grhAddrs accepted: bits 20-27 of the IPv6 header's first word
+// (version_tclass_flow), or the TOS, byte 1 of the IPv4 header after the
+// 20 zero bytes.
+func grhTrafficClass(grh []byte) uint8 {
+	if grh[0]>>4 == 6 {
+		return uint8(binary.BigEndian.Uint32(grh[0:4]) >> 20)
+	}
+	return grh[20+1]
 }

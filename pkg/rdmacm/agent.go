@@ -193,7 +193,9 @@ func register(dev *ib.Device, cfg *Config) (a *agent, fresh bool, err error) {
 		MaxDREQInterval:   dreqInterval,
 		MRAServiceTimeout: mraServiceTimeout,
 	})
-	m, err := ib.OpenMADAgent(dev, ib.MADAgentConfig{Handler: a.cm.HandleMAD, Logger: cfg.Logger})
+	// The received traffic class too: the CM answers some MADs with it
+	// (cm.Traffic); QP 1 has the device's transport report it.
+	m, err := ib.OpenMADAgent(dev, ib.MADAgentConfig{TrafficHandler: a.cm.HandleMADTraffic, Logger: cfg.Logger})
 	if err != nil {
 		a.cm.Close()
 		return nil, false, err

@@ -92,8 +92,9 @@
 // (REQ, RTU, DREQ, DREP, REJ and SIDR_REQ; the passive side's REP, DREP,
 // DREQ, REJ) leave with the same TOS and TTL 64, as cm.c sends them on
 // the cm_id's primary AV; answers built from a received MAD (a REJ to a
-// REQ nobody listens for, the SIDR_REP) with TOS 0, as
-// ib_init_ah_attr_from_wc reads rxe's IPv4 GRH (see cm.Traffic).
+// REQ nobody listens for, the SIDR_REP) with the traffic class that MAD
+// arrived with over IPv6 and TOS 0 over IPv4, as ib_init_ah_attr_from_wc
+// reads rxe's GRH (see cm.Traffic).
 //
 // Deviations, chosen: loopback addresses are accepted (the kernel refuses
 // them on RoCE; rxed's tests and single-host users live there); a header

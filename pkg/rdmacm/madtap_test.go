@@ -46,6 +46,16 @@ type madTap struct {
 	dataEP []transport.Endpoint
 }
 
+// ReportTraffic passes the engine's request on (transport.TrafficReporter),
+// so that a tapped device's QPs learn received traffic as an untapped
+// one's do (QP 1 the traffic class its answers may take).
+func (c *madTap) ReportTraffic(on bool) error {
+	if r, ok := c.Conn.(transport.TrafficReporter); ok {
+		return r.ReportTraffic(on)
+	}
+	return nil
+}
+
 func (c *madTap) Send(bufs [][]byte, ep transport.Endpoint) error {
 	out := make([][]byte, 0, len(bufs))
 	c.mu.Lock()

@@ -160,3 +160,45 @@ func TestCMMADsCarryTheTOS(t *testing.T) {
 	require.Equal(t, "SIDRREQ 0x68/64", cmTraffic(ctap)[4])
 	require.Equal(t, "SIDRREP 0x00/64", cmTraffic(stap)[3])
 }
+
+// TestCMAnswersOverIPv6TakeTheReceivedTrafficClass: over IPv6 an answer
+// built from a received MAD leaves with the traffic class that MAD came
+// with, as the kernel's: cm.c builds its AH from the work completion and
+// GRH (ib_init_ah_attr_from_wc reads version_tclass_flow), and rxe's
+// GRH of a GSI receive is the received IPv6 header
+// (build_rdma_network_hdr). So the server refuses a TOS 0x68 REQ for a
+// port nobody listens on with a REJ at 0x68, and answers a SIDR_REQ at
+// 0x68 with its SIDR_REP at 0x68 (over IPv4 both stay 0:
+// TestCMMADsCarryTheTOS). The device's QP 1 has its transport report
+// received traffic. Bug (IPv6 traffic parity, item 1, session O): the
+// MAD agent did not learn the received traffic class, and both left at
+// 0.
+func TestCMAnswersOverIPv6TakeTheReceivedTrafficClass(t *testing.T) {
+	net := transport.NewMemNetwork()
+	ctap, stap := &madTap{}, &madTap{}
+	srv := openMemHost(t, net, "fd00:12:11::1", stap)
+	cli := openMemHost(t, net, "fd00:12:11::2", ctap)
+	require.NoError(t, rdmacm.Enable(srv.dev, nil))
+	ctx := testCtx(t)
+
+	_, err := rdmacm.Dial(ctx, cli.qp(ib.RC), ap("[fd00:12:11::1]:7491"), &rdmacm.ConnParam{TOS: 0x68})
+	require.Error(t, err)
+	require.Equal(t, []string{"REQ 0x68/64"}, cmTraffic(ctap))
+	require.Equal(t, []string{"REJ 0x68/64"}, cmTraffic(stap), "nobody listens")
+
+	ul, err := rdmacm.Listen(srv.dev, ap("[fd00:12:11::1]:7492"), &rdmacm.ListenOptions{PortSpace: mad.PortSpaceUDP})
+	require.NoError(t, err)
+	defer ul.Close()
+	uq := srv.qp(ib.UD)
+	require.NoError(t, ib.ConnectQP(uq, ib.RemoteQP{}, ib.ConnectAttr{QKey: 5}))
+	go func() {
+		req, err := ul.Accept(ctx)
+		if err == nil {
+			_ = req.AcceptUD(uq, 5, nil)
+		}
+	}()
+	_, err = rdmacm.DialUD(ctx, cli.dev, ap("[fd00:12:11::1]:7492"), &rdmacm.ConnParam{TOS: 0x68})
+	require.NoError(t, err)
+	require.Equal(t, []string{"REQ 0x68/64", "SIDRREQ 0x68/64"}, cmTraffic(ctap))
+	require.Equal(t, []string{"REJ 0x68/64", "SIDRREP 0x68/64"}, cmTraffic(stap))
+}

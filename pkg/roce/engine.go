@@ -456,7 +456,7 @@ func (e *Engine) CreateQP(c qp.Config) (*qp.QP, error) {
 		e.qpns.release(num, false)
 		return nil, err
 	}
-	e.udTraffic(c.Type, true)
+	e.datagramTraffic(c.Type, true)
 	return q, nil
 }
 
@@ -518,7 +518,7 @@ func (e *Engine) DestroyQP(q *qp.QP) error {
 		// windows hold the QP object itself).
 		e.mem.DetachQP(num)
 		e.qpns.release(num, true)
-		e.udTraffic(q.Type(), false)
+		e.datagramTraffic(q.Type(), false)
 	}
 	return err
 }
