@@ -28,12 +28,13 @@ func trafficOf(ep Endpoint) ipTraffic {
 }
 
 // TrafficReporter is implemented by Conns that can report the TOS and
-// TTL (IPv6 traffic class and hop limit) of received datagrams in
-// Endpoint.TrafficClass and HopLimit. Reporting costs the kernel a
-// control message or two per datagram, so it is off until asked for:
-// ReportTraffic(true) counts one user more, ReportTraffic(false) one
-// less, and datagrams are reported while any user is counted (the engine
-// counts its UD QPs, whose GRH holds the received header, as rxe's).
+// TTL (IPv6 traffic class, hop limit and flow label) of received
+// datagrams in Endpoint.TrafficClass, HopLimit and FlowLabel. Reporting
+// costs the kernel two or three control messages per datagram, so it is
+// off until asked for: ReportTraffic(true) counts one user more,
+// ReportTraffic(false) one less, and datagrams are reported while any
+// user is counted (the engine counts its UD QPs and the GSI QP, whose
+// GRH holds the received header, as rxe's).
 type TrafficReporter interface {
 	ReportTraffic(on bool) error
 }
