@@ -33,8 +33,8 @@ func trafficOf(ep Endpoint) ipTraffic {
 // costs the kernel two or three control messages per datagram, so it is
 // off until asked for: ReportTraffic(true) counts one user more,
 // ReportTraffic(false) one less, and datagrams are reported while any
-// user is counted (the engine counts its UD QPs and the GSI QP, whose
-// GRH holds the received header, as rxe's).
+// user is counted (the engine counts its UD QPs, and on a device with an
+// IPv6 GID the GSI QP: their GRH holds the received header, as rxe's).
 type TrafficReporter interface {
 	ReportTraffic(on bool) error
 }
