@@ -94,6 +94,9 @@ type Manager struct {
 	counters  map[string]uint64
 	outbox    []action
 	draining  bool
+	// idle is signalled (on mu) when a drain ends: Close waits for the
+	// one in progress.
+	idle *sync.Cond
 }
 
 type remoteKey struct {
@@ -141,6 +144,7 @@ func New(cfg Config) *Manager {
 		sidrSent:  make(map[sidrKey]sidrAnswer),
 		counters:  make(map[string]uint64),
 	}
+	m.idle = sync.NewCond(&m.mu)
 	if m.clock == nil {
 		m.clock = SystemClock{}
 	}
@@ -177,13 +181,19 @@ func (m *Manager) NewPSN() uint32 {
 }
 
 // Close stops every timer and forgets every connection, listener and
-// query without sending anything; no handler is called afterwards (except
-// those already being delivered). HandleMAD and new calls are ignored or
-// fail with ErrClosed.
+// query; no handler is called afterwards (except those already being
+// delivered). HandleMAD and new calls are ignored or fail with ErrClosed.
+// It sends nothing of its own, but what the steps before it queued (the
+// DREQ of a Destroy that another goroutine's drain took over) still
+// leaves: Close returns once every such MAD has been handed to
+// Config.Send, so that the caller may then close what Send writes to.
+// Dropping them lost a destroyed connection's DREQ for good
+// (TestCloseSendsWhatItsStepsQueued). Close must not be called from a
+// handler, whose drain it would wait for.
 func (m *Manager) Close() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.closed {
+		m.mu.Unlock()
 		return
 	}
 	m.closed = true
@@ -202,7 +212,22 @@ func (m *Manager) Close() {
 	m.sidrOrder = nil
 	m.listeners = nil
 	m.halfOpen = 0
-	m.outbox = nil
+	// The MADs stay, the events and steps go.
+	sends := m.outbox[:0]
+	for _, a := range m.outbox {
+		if a.mad != nil {
+			sends = append(sends, a)
+		}
+	}
+	clear(m.outbox[len(sends):])
+	m.outbox = sends
+	m.mu.Unlock()
+	m.drain()
+	m.mu.Lock()
+	for m.draining {
+		m.idle.Wait()
+	}
+	m.mu.Unlock()
 }
 
 // Counters returns a snapshot of the Manager's counters: rx_<msg>,
@@ -369,6 +394,7 @@ func (m *Manager) drain() {
 	}
 	m.outbox = nil
 	m.draining = false
+	m.idle.Broadcast()
 	m.mu.Unlock()
 }
 
@@ -378,6 +404,7 @@ func (m *Manager) run(a action, h Handler) {
 		if p := recover(); p != nil {
 			m.mu.Lock()
 			m.draining = false
+			m.idle.Broadcast()
 			m.mu.Unlock()
 			panic(p)
 		}

@@ -1,0 +1,74 @@
+package cm_test
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/rxed/rxed/pkg/cm"
+	"github.com/rxed/rxed/pkg/wire/mad"
+	"github.com/stretchr/testify/require"
+)
+
+// TestCloseSendsWhatItsStepsQueued: a Destroy's DREQ queued behind
+// another goroutine's drain (that goroutine in a handler) still leaves
+// when Close follows at once, and Close returns only once it has been
+// handed to Send, so the caller may then close the MAD agent. Close used
+// to empty the outbox: the DREQ was counted tx_dreq and never sent, and
+// the peer's connection stayed up (rdmacm's
+// TestPeerDeviceCloseEndsTheConnection, flaky on a loaded machine: the
+// device's close destroyed the server's ID while the MAD receive
+// goroutine was still delivering the RTU's ESTABLISHED).
+func TestCloseSendsWhatItsStepsQueued(t *testing.T) {
+	l := newLink(t, nil)
+	l.listen()
+	_, b1 := l.established(0x11, 0x21)
+	a2, _ := l.established(0x12, 0x22)
+
+	// B's DREQ for the first connection, delivered to A by a goroutine
+	// whose handler call (EventDREQ) blocks: that goroutine drains A.
+	require.NoError(t, b1.Disconnect(nil))
+	require.Len(t, l.queue, 1)
+	dreq := l.queue[0]
+	l.queue = nil
+	entered, release := make(chan struct{}), make(chan struct{})
+	l.a.react = func(ev cm.Event) {
+		if ev.Type == cm.EventDREQ {
+			close(entered)
+			<-release
+		}
+	}
+	delivered := make(chan struct{})
+	go func() {
+		defer close(delivered)
+		l.a.m.HandleMADTraffic(dreq.src, dreq.dst, dreq.traffic.TrafficClass, dreq.b)
+	}()
+	<-entered
+
+	// Our own DREQ for the second connection joins that drain's queue.
+	a2.Destroy()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		l.a.m.Close()
+	}()
+	// Close has forgotten every ID (what it does under the Manager's
+	// lock, with the outbox) before the drain goes on: the first
+	// connection's ID is gone from the table.
+	for {
+		if ids, _, _, _, _ := l.a.m.TableSizes(); ids == 0 {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	<-closed
+	<-delivered
+
+	var dreqs []uint32
+	for _, p := range l.sent {
+		if d, ok := p.msg.(*mad.DREQ); ok && p.from == l.a {
+			dreqs = append(dreqs, d.LocalCommID)
+		}
+	}
+	require.Equal(t, []uint32{a2.LocalCommID()}, dreqs, "the destroyed ID's DREQ left")
+}
