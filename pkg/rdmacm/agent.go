@@ -232,6 +232,14 @@ func (a *agent) send(dst, src netip.Addr, t cm.Traffic, b []byte) error {
 // linger time for live connections to finish.
 func (a *agent) close() {
 	a.closing.Store(true)
+	// Nobody will accept what the listeners left open still hold: it is
+	// refused now, while the CM can still answer, as Listener.Close
+	// refuses it (REJ 28, SIDR_REP REJECT; no req_expired), which also
+	// stops the backlogs' expiry timers. Their callbacks outlived the
+	// device, up to maxQueuedREQ on the system clock, then refused the
+	// requests against the closed CM and counted them req_expired
+	// (TestDeviceCloseDrainsListenerBacklogs).
+	a.refuseQueued()
 	a.mu.Lock()
 	var live []*Conn
 	for c := range a.live {
@@ -267,6 +275,9 @@ func (a *agent) close() {
 	}
 	a.cm.Close()
 	close(a.gone)
+	// A request the CM's handler queued after the refusal above: its ID
+	// is gone with the CM, and no handler runs any more.
+	a.refuseQueued()
 	_ = a.mad.Load().Close()
 	// Out of the registry last: until QP 1 is free again, an acquire must
 	// find this agent closing (ErrDeviceClosed), not try to open a second
@@ -274,6 +285,21 @@ func (a *agent) close() {
 	registryMu.Lock()
 	delete(registry, a.dev)
 	registryMu.Unlock()
+}
+
+// refuseQueued refuses every request queued in a listener's backlog, as
+// Listener.Close does. The listeners are copied out first: a refusal
+// takes a Conn's mu and untracks it (agent.mu).
+func (a *agent) refuseQueued() {
+	a.mu.Lock()
+	var ls []*Listener
+	for _, sl := range a.listeners {
+		ls = append(ls, sl.byIP...)
+	}
+	a.mu.Unlock()
+	for _, l := range ls {
+		l.rejectQueued(rejectRequest)
+	}
 }
 
 // track and untrack maintain the live set.

@@ -124,3 +124,7 @@ func DialUDHeader(ctx context.Context, dev *ib.Device, raddr netip.AddrPort, edi
 
 // Queued is how many requests wait in l's backlog for Accept.
 func Queued(l *Listener) int { return l.reqs.queued() }
+
+// ExpiredCount is l's device's req_expired, readable after the device
+// closed (Counters is nil then).
+func ExpiredCount(l *Listener) uint64 { return l.a.reqExpired.Load() }

@@ -124,6 +124,10 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 		select {
 		case <-l.closed:
 			return nil, ErrClosed
+		case <-l.a.gone:
+			// The device's close refused what was queued; a request
+			// taken now would be one of a closed CM.
+			return nil, ib.ErrDeviceClosed
 		default:
 		}
 		r, expired := l.reqs.take(l.a.clock.Now())
