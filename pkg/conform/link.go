@@ -302,9 +302,11 @@ func (l *Link) PeerMessages() int {
 func (l *Link) receive() {
 	defer close(l.done)
 	rev := l.flow.Reverse()
+	oob := make([]byte, rxOOBLen)
+	_, realTime := l.clk.(realClock)
 	for {
 		buf := make([]byte, 65536)
-		n, from, err := l.conn.ReadFromUDPAddrPort(buf)
+		n, oobn, _, from, err := l.conn.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -316,6 +318,16 @@ func (l *Link) receive() {
 		}
 		b := buf[:n:n]
 		r := &Rx{At: l.Since()}
+		// A packet is timed when it arrived, not when this goroutine got
+		// to read it: on a loaded host the read can come tens of
+		// milliseconds later, and a verdict that measures the peer's
+		// timers between two packets (Q-SEQ-GOBACK's "driven by the NAK,
+		// not its timer") was then misjudged (TestArrivalIsStampedByTheKernel).
+		// The kernel's stamp is wall clock; a test's fake clock has no
+		// kernel, and its packets are timed as read.
+		if lag, ok := arrivalLag(oob[:oobn], time.Now()); ok && realTime {
+			r.At -= lag
+		}
 		ev := Event{At: r.At, Dir: In, Raw: b}
 		if err := r.Pkt.Parse(b); err != nil {
 			r.Err = err
