@@ -7,14 +7,17 @@ import "sync/atomic"
 type hookPoint int
 
 const (
-	watcherExits    hookPoint = iota // ring.allReduce's watcher is about to return
-	watcherJoined                    // allReduce waits for it
-	reqReaderExits                   // listenRequests' reader is about to return
-	reqReaderJoined                  // acceptPrev waits for it
-	writerExits                      // a tcpLink send's writer is about to return
-	writersJoined                    // tcpLink.close waits for them
-	acceptorsExit                    // one of tcpLink.acceptPrev's goroutines is about to return
-	acceptorsJoined                  // tcpLink.acceptPrev waits for them as it returns
+	watcherExits      hookPoint = iota // ring.allReduce's watcher is about to return
+	watcherJoined                      // allReduce waits for it
+	reqReaderExits                     // listenRequests' reader is about to return
+	reqReaderJoined                    // acceptPrev waits for it
+	writerExits                        // a tcpLink send's writer is about to return
+	writersJoined                      // tcpLink.close waits for them
+	acceptorsExit                      // one of tcpLink.acceptPrev's goroutines is about to return
+	acceptorsJoined                    // tcpLink.acceptPrev waits for them as it returns
+	chunkSent                          // ring.allReduce posted (started sending) a step's chunk
+	closeWaitsForCall                  // Ring.Close stopped the running AllReduce or Leave and waits for it
+	callBegun                          // an AllReduce or Leave was registered as the ring's running call
 )
 
 // testHook, when a test sets it, is called at each hookPoint: holding a

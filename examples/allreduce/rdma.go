@@ -14,16 +14,29 @@ import (
 )
 
 // Ring is one rank of a connected ring. Data is the vector AllReduce sums
-// in place (registered memory over RDMA). Not safe for concurrent use.
+// in place (registered memory over RDMA).
+//
+// Close may be called from any goroutine at any time, also while an
+// AllReduce or Leave runs (a signal handler's, a cancelled context's) and
+// concurrently with itself: it stops the running call, which returns an
+// error wrapping ErrClosed, and frees the ring only once that call has
+// returned (calls.go). AllReduce and Leave run one at a time: a second
+// while one runs returns an error at once instead of racing it.
 type Ring struct {
 	ring
-	// failed is the first failed AllReduce's error, which every later
-	// AllReduce returns (ringFailedError).
-	failed error
-	// closed: Close (or Leave) freed the ring; every later AllReduce or
+	// mu guards closed and running (calls.go).
+	mu sync.Mutex
+	// closed: Close (or Leave) ended the ring; every later AllReduce or
 	// Leave returns ErrClosed (closedError) instead of running on its
 	// destroyed QPs, MRs and CQ, or closed streams.
 	closed bool
+	// running is the AllReduce or Leave in progress, which Close stops
+	// and waits for before it frees what that call uses.
+	running *call
+	// failed is the first failed AllReduce's error, which every later
+	// AllReduce returns (ringFailedError). Only the running call reads or
+	// writes it.
+	failed error
 	// hungUp is set before this rank hangs up (a failed AllReduce's
 	// hangUp, Close): the connections' ends that follow are its own
 	// doing, which DialRDMA's watchers must not record as a neighbour
@@ -43,11 +56,14 @@ func (r *Ring) Data() []float32 { return r.data }
 // error at once. AllReduce does not wait for the neighbours' answers: a
 // dead neighbour never sends its DREP, and waiting it out (Close's bound,
 // a second) made every ring failure a second late (docs/workloads.md).
-// After Close or Leave it returns ErrClosed at once.
+// After Close or Leave it returns ErrClosed at once; a Close while it runs
+// makes it return promptly with an error wrapping ErrClosed.
 func (r *Ring) AllReduce(ctx context.Context) error {
-	if r.closed {
-		return &closedError{r.cfg.Rank, "AllReduce"}
+	ctx, err := r.begin(ctx, "AllReduce")
+	if err != nil {
+		return err
 	}
+	defer r.end()
 	if r.failed != nil {
 		return r.failed
 	}
@@ -71,18 +87,25 @@ func (r *Ring) AllReduce(ctx context.Context) error {
 // sticky ErrRingFailed at once: the failure hung up both neighbours, so
 // no bye could be sent or answered (its byes went to flushed QPs, and the
 // flush was blamed on a neighbour; over TCP it returned nil). After Close
-// or Leave it returns ErrClosed.
+// or Leave it returns ErrClosed, and a Close while it waits makes it
+// return an error wrapping ErrClosed.
 func (r *Ring) Leave(ctx context.Context) error {
-	if r.closed {
-		return &closedError{r.cfg.Rank, "Leave"}
+	ctx, err := r.begin(ctx, "Leave")
+	if err != nil {
+		return err
 	}
 	if r.failed != nil {
+		r.end()
 		r.Close()
 		return r.failed
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	defer cancel()
-	err := r.l.leave(ctx)
+	lctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	err = r.l.leave(lctx)
+	cancel()
+	if c := context.Cause(ctx); err != nil && errors.Is(c, ErrClosed) {
+		err = c // not the neighbours: our own Close cut the wait short
+	}
+	r.end() // before Close, which waits for the running call
 	r.Close()
 	if err != nil {
 		return fmt.Errorf("allreduce: rank %d leaving the ring: %w", r.cfg.Rank, err)
@@ -92,13 +115,17 @@ func (r *Ring) Leave(ctx context.Context) error {
 
 // Close leaves the ring at once, disconnecting both neighbours, and frees
 // it: it waits (over RDMA up to a second) for their DREPs, and returns
-// with none of the ring's goroutines left. Closing a closed ring (or one
-// that Leave ended) is a no-op that returns nil.
+// with none of the ring's goroutines left. An AllReduce or Leave running
+// meanwhile is stopped first (its context cancelled with an ErrClosed
+// cause) and Close waits for it to return before it destroys anything
+// that call polls, posts to or lets the engine write into. Closing a
+// closed ring (or one that Leave ended), also from several goroutines at
+// once, is a no-op that returns nil once the first Close has finished.
 func (r *Ring) Close() error {
 	var err error
 	r.closeOnce.Do(func() {
-		r.closed = true
-		r.hungUp.Store(true)
+		r.hungUp.Store(true) // before the stopped call hangs up
+		r.stopRunning()
 		err = r.closeFn()
 	})
 	return err

@@ -131,6 +131,7 @@ func (r *ring) allReduce(ctx context.Context) error {
 		if err := r.l.send(sctx, step, f32bytes(r.data[slo:shi]), s == n-2); err != nil {
 			return r.stepErr(ctx, name, s, err, toNext)
 		}
+		hook(chunkSent)
 		b, err := r.l.recv(sctx, step, (rhi-rlo)*4)
 		if err != nil {
 			return r.stepErr(ctx, name, s, err, toPrev)
