@@ -173,7 +173,7 @@ func runKVServe(args []string, stdout, stderr io.Writer) int {
 	handlerCPU := fs.Bool("handler-cpu", false, handlerCPUUsage)
 	dur := fs.Duration("for", 0, "stop after this `duration` (default: until SIGINT/SIGTERM)")
 	keepAlive := fs.Duration("keepalive", kv.DefaultKeepAlive, "probe an RDMA connection idle this long with a zero-length RDMA WRITE, and free the slot of a client that no longer answers (`duration`; 0: never)")
-	maxConns := fs.Int("max-conns", kv.DefaultMaxConns, "clients served at once by each side: RDMA connections (one more is refused with REJ \"kv: too many clients\") and TCP connections (one more is closed as it is accepted); `N` at least 1")
+	maxConns := fs.Int("max-conns", kv.DefaultMaxConns, "clients served at once by each side: RDMA connections (one more is refused with REJ \"kv: too many clients\") and TCP connections (one more is answered busy and closed as it is accepted); `N` at least 1")
 	if _, code, ok := parseArgs(fs, args, stderr); !ok {
 		return code
 	}
@@ -301,9 +301,22 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 		err = c.Delete(ctx, key)
 	}
 	if err != nil {
-		return fail(stderr, "kv "+name, err)
+		return fail(stderr, "kv "+name, kvBusyHint(err))
 	}
 	return 0
+}
+
+// kvBusyHint says what to do about a server that turned the client away
+// at its connection cap (kv.ErrServerBusy: a TCP busy answer or the RDMA
+// server's REJ "kv: too many clients"); other errors pass unchanged. Bug
+// (workload edges, task N): over TCP the refusal read as "connection lost
+// (server closed, restarted or unreachable)", over RDMA as "rejected:
+// consumer defined (28)".
+func kvBusyHint(err error) error {
+	if errors.Is(err, kv.ErrServerBusy) {
+		return fmt.Errorf("%w (raise --max-conns on the server, rxed kv serve; default %d)", err, kv.DefaultMaxConns)
+	}
+	return err
 }
 
 // kvDialErr is a failed connect to a kv server in one line: the REJ's
@@ -316,6 +329,8 @@ func runKVOp(name string, args []string, stdout, stderr io.Writer) int {
 func kvDialErr(ctx context.Context, raddr netip.AddrPort, timeout time.Duration, err error) error {
 	const hint = "(is rxed kv serve running there?)"
 	switch {
+	case errors.Is(err, kv.ErrServerBusy):
+		return kvBusyHint(err)
 	case ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("connect %v: no answer within --timeout %v %s", raddr, timeout, hint)
 	case errors.Is(err, rdmacm.ErrTimeout):
@@ -327,6 +342,9 @@ func kvDialErr(ctx context.Context, raddr netip.AddrPort, timeout time.Duration,
 func kvRDMADialer(ctx context.Context, dev *ib.Device, srv netip.AddrPort, spin time.Duration, readAhead int) func() (kv.Client, error) {
 	return func() (kv.Client, error) {
 		c, err := kv.DialRDMA(ctx, dev, srv, &kv.RDMAClientConfig{Spin: waiterSpin(spin), ReadAhead: readAhead})
+		if errors.Is(err, kv.ErrServerBusy) {
+			return nil, err // its own words, not cmError's bare REJ (kvBusyHint)
+		}
 		if err != nil {
 			return nil, cmError(err)
 		}
@@ -488,7 +506,7 @@ func runKVBench(args []string, stdout, stderr io.Writer) int {
 	rs, err := kv.Bench(ctx, cfg)
 	kv.WriteBenchTable(stdout, rs)
 	if err != nil {
-		return fail(stderr, "kv bench", err)
+		return fail(stderr, "kv bench", kvBusyHint(err))
 	}
 	fmt.Fprintf(stdout, "# load after: %s\n", loadAvg())
 	return 0

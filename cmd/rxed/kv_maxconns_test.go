@@ -16,10 +16,14 @@ import (
 )
 
 // TestKVServeMaxConns: kv serve --max-conns N caps both sides: a TCP
-// connection beyond N is closed as it is accepted (its first call fails
-// with ErrConnLost), an RDMA one is refused with REJ "kv: too many
-// clients"; a freed slot serves the next client. Task: kv serve had no
-// flag for TCPServerConfig.MaxConns (nor RDMAServerConfig.MaxConns).
+// connection beyond N is answered busy and closed as it is accepted (its
+// first call fails with ErrServerBusy), an RDMA one is refused with REJ
+// "kv: too many clients" (ErrServerBusy too); a freed slot serves the
+// next client; kv get, turned away, says to raise --max-conns. Task: kv
+// serve had no flag for TCPServerConfig.MaxConns (nor
+// RDMAServerConfig.MaxConns). Bug (workload edges, task N): the TCP
+// client saw ErrConnLost, as from a crash, and kv get over RDMA said
+// "rejected: consumer defined (28)".
 func TestKVServeMaxConns(t *testing.T) {
 	srv, cli := addrPair(t)
 	tcpAddr := srv + ":17472"
@@ -39,8 +43,12 @@ func TestKVServeMaxConns(t *testing.T) {
 	c2, err := kv.DialTCP(octx, tcpAddr)
 	require.NoError(t, err, "the refusal comes after the handshake")
 	_, err = c2.Get(octx, []byte("k"))
-	require.ErrorIs(t, err, kv.ErrConnLost, "a second TCP connection with --max-conns 1")
+	require.ErrorIs(t, err, kv.ErrServerBusy, "a second TCP connection with --max-conns 1")
+	require.NotErrorIs(t, err, kv.ErrConnLost)
 	c2.Close()
+	r := runCmd("kv", "get", "--tcp", tcpAddr, "x", "k")
+	t.Log(r.stderr)
+	requireOneLineError(t, r, "rxed kv get", "server busy: too many clients", "raise --max-conns on the server")
 	require.NoError(t, c1.Close())
 
 	// RDMA: the first client holds the one slot, the second is refused.
@@ -55,11 +63,36 @@ func TestKVServeMaxConns(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "over tcp", string(v))
 	_, err = kv.DialRDMA(octx, en.dev, raddr, nil)
+	require.ErrorIs(t, err, kv.ErrServerBusy, "a second RDMA client with --max-conns 1")
 	var rej *rdmacm.RejectError
 	require.True(t, errors.As(err, &rej), "a second RDMA client with --max-conns 1: %v", err)
 	require.Equal(t, "kv: too many clients", string(trimZeros(rej.PrivateData)))
+	other, _ := addrPair(t) // kv get's own engine
+	r = runCmd("kv", "get", "--addr", other, "--timeout", "20s", srv, "k")
+	t.Log(r.stderr)
+	requireOneLineError(t, r, "rxed kv get", "server busy: too many clients", "raise --max-conns on the server")
 	require.NoError(t, r1.Close())
 
+	stop()
+	requireOK(t, "serve", await(t, sdone, 30*time.Second))
+}
+
+// TestKVBenchReportsABusyServer: kv bench against a running server
+// (--spawn=false) whose --max-conns is below its --clients fails with the
+// server's refusal and the hint, not "connection lost". Bug (workload
+// edges, task N): as TestKVServeMaxConns.
+func TestKVBenchReportsABusyServer(t *testing.T) {
+	srv, cli := addrPair(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	kvServeContext = func() context.Context { return ctx }
+	defer func() { kvServeContext = context.Background }()
+	sout, _, sdone := startCmd("kv", "serve", "--addr", srv, "--tcp", srv+":17474", "--buckets", "64", "--extent", "256", "--max-conns", "1")
+	sout.waitFor(t, "kv: serving 64 buckets", 20*time.Second)
+	r := runCmd("kv", "bench", "--spawn=false", "--addr", cli, "--server", srv, "--tcp-port", "17474",
+		"--clients", "2", "--get", "100", "-n", "1", "--keys", "2", "--buckets", "64", "--extent", "256", "-s", "8")
+	t.Log(r.stderr)
+	requireOneLineError(t, r, "rxed kv bench", "server busy: too many clients", "raise --max-conns on the server")
 	stop()
 	requireOK(t, "serve", await(t, sdone, 30*time.Second))
 }

@@ -35,6 +35,9 @@ const (
 	statusBadKey
 	statusBadValue
 	statusBadRequest
+	// statusBusy is the TCP server's only message on a connection over
+	// its cap (busy.go): never the answer to a request it read.
+	statusBusy
 )
 
 var errBadRequest = errors.New("kv: malformed request")
@@ -69,6 +72,8 @@ func (s status) err() error {
 		return ErrValueLen
 	case statusBadRequest:
 		return errBadRequest
+	case statusBusy:
+		return ErrServerBusy
 	}
 	return fmt.Errorf("kv: unknown status %d from the server", s)
 }

@@ -158,6 +158,11 @@ func (c *RDMAClient) connect(ctx context.Context) error {
 		RetryCount: 7, RNRRetryCount: 7, ACKTimeout: c.cfg.ACKTimeout, Timeout: 10 * time.Second})
 	if err != nil {
 		_ = q.Destroy()
+		if isBusyReject(err) {
+			// Not ErrConnLost nor a bare "rejected: consumer defined
+			// (28)": the server is up and at its cap (busy.go).
+			return fmt.Errorf("kv: %v refused the connection: %w (its connection cap, MaxConns; %w); reconnect later", c.server, ErrServerBusy, err)
+		}
 		return fmt.Errorf("kv: connecting to %v: %w", c.server, err)
 	}
 	h, err := parseHello(conn.PrivateData())

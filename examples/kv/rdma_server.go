@@ -106,8 +106,9 @@ type RDMAServerConfig struct {
 	// fails. A dead idle client is thus freed within about twice
 	// KeepAlive. 0: DefaultKeepAlive; negative: no probes.
 	KeepAlive time.Duration
-	// MaxConns bounds the connected clients; more are refused (REJ with
-	// "kv: too many clients"). 0: DefaultMaxConns.
+	// MaxConns bounds the connected clients; more are refused (REJ 28
+	// with "kv: too many clients", busyRejectReason, which DialRDMA
+	// reports as ErrServerBusy). 0: DefaultMaxConns.
 	MaxConns int
 	// ACKTimeout is the local ACK timeout exponent of the clients' QPs
 	// on the server (4.096 us * 2^N), 1..31. 0: DefaultServerACKTimeout.
@@ -224,7 +225,7 @@ func (s *RDMAServer) accept(req *rdmacm.Request) error {
 	full := len(s.conns) >= s.maxConns
 	s.mu.Unlock()
 	if full {
-		_ = req.Reject([]byte("kv: too many clients"))
+		_ = req.Reject([]byte(busyRejectReason))
 		return errors.New("too many clients")
 	}
 	q, err := s.pd.CreateQP(ib.QPInitAttr{Type: ib.RC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,

@@ -41,11 +41,12 @@ type TCPServer struct {
 // TCPServerConfig configures ServeTCPWith. Zero values take the defaults.
 type TCPServerConfig struct {
 	// MaxConns bounds the connections served at once, those lingering
-	// after a refused request included. One beyond them is closed as it
-	// is accepted, before anything is read from it or allocated for it:
-	// the protocol has no greeting to carry a refusal (the RDMA server's
-	// REJ says "kv: too many clients"), so its client's first call fails
-	// with ErrConnLost. 0: DefaultMaxConns, as over RDMA.
+	// after a refused request included. One beyond them is answered with
+	// one busy response and closed as it is accepted, before anything is
+	// read from it or allocated for it (busy.go), so its client's first
+	// call fails with ErrServerBusy (the RDMA server's REJ says "kv: too
+	// many clients", which its client reports the same way). 0:
+	// DefaultMaxConns, as over RDMA.
 	MaxConns int
 }
 
@@ -97,13 +98,16 @@ func (s *TCPServer) acceptLoop() {
 			return
 		}
 		if len(s.conns) >= s.maxConns {
-			// Over the cap: closed before it costs a goroutine or a
-			// buffer (a flood of connections costs the accept loop
-			// only). Bug (workload review, task BF): there was no cap
-			// (TestTCPServerCapsConnections).
+			// Over the cap: answered busy and closed before it costs a
+			// goroutine or a buffer (a flood of connections costs the
+			// accept loop only). Bug (workload review, task BF): there
+			// was no cap (TestTCPServerCapsConnections). Bug (workload
+			// edges, task N): it was closed without a word, and its
+			// client saw ErrConnLost, as from a crash
+			// (TestTCPClientSeesServerBusy).
 			s.mu.Unlock()
 			s.refused.Add(1)
-			c.Close()
+			refuseBusy(c)
 			continue
 		}
 		s.conns[c] = struct{}{}
@@ -186,8 +190,8 @@ func oversizeStatus(h []byte) status {
 	return statusBadValue
 }
 
-// Refused is how many connections the server closed as it accepted them,
-// over TCPServerConfig.MaxConns.
+// Refused is how many connections the server answered busy and closed as
+// it accepted them, over TCPServerConfig.MaxConns.
 func (s *TCPServer) Refused() uint64 { return s.refused.Load() }
 
 // Close stops the server and closes every connection.
@@ -294,6 +298,14 @@ func (cl *TCPClient) call(ctx context.Context, o op, key, val []byte) (v []byte,
 		return nil, cl.lost(err)
 	}
 	r, _ := parseResponseHdr(h[:])
+	if r.status == statusBusy && r.valLen == 0 {
+		// The server's only message on a connection over its cap,
+		// whatever request it answers (it read none): the connection
+		// is closed.
+		_ = cl.c.Close()
+		cl.closed = true
+		return nil, busyError(cl.addr)
+	}
 	if r.id != cl.id {
 		return nil, cl.lost(fmt.Errorf("response to request %d while waiting for %d", r.id, cl.id))
 	}
