@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rxed/rxed/pkg/qp"
 )
@@ -27,6 +28,12 @@ const (
 	DefaultMADRecvDepth = 128
 	DefaultMADSendDepth = 64
 )
+
+// madCloseSettle bounds how long Close waits for the MADs already posted
+// to leave before it destroys QP1. A UD send completes as soon as its
+// packet is handed to the transport, so the wait is a worker's round at
+// most; the bound is for a transport that stopped taking datagrams.
+const madCloseSettle = time.Second
 
 // MADHandler receives one MAD that arrived on QP1: src is the peer's
 // address (its GID), dst the local one it was sent to, both from the
@@ -122,6 +129,11 @@ type MADAgent struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	// settleFor bounds Close's wait for the sends in flight
+	// (madCloseSettle); testSettleWait, nil in production, is called
+	// before each of its waits.
+	settleFor      time.Duration
+	testSettleWait func()
 
 	sent, sendErrs, received, recvErrs, badGRH, recoveries atomic.Uint64
 }
@@ -141,7 +153,7 @@ func OpenMADAgent(dev *Device, cfg MADAgentConfig) (*MADAgent, error) {
 		handler = func(src, dst netip.Addr, _ uint8, mad []byte) { h(src, dst, mad) }
 	}
 	a := &MADAgent{dev: dev, handler: handler, log: cfg.Logger,
-		recvDepth: cfg.RecvDepth, sendDepth: cfg.SendDepth, done: make(chan struct{})}
+		recvDepth: cfg.RecvDepth, sendDepth: cfg.SendDepth, settleFor: madCloseSettle, done: make(chan struct{})}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -440,19 +452,61 @@ func (a *MADAgent) recover() {
 	a.recoveries.Add(1) // QP1 is in RTS with every receive posted
 }
 
-// Close stops delivery (waiting for a running handler to return),
-// destroys QP1 and releases the agent's resources. Sends waiting for a
-// buffer, and later ones, fail with ErrMADAgentClosed.
+// Close stops delivery (waiting for a running handler to return), waits
+// for the MADs already sent to leave, destroys QP1 and releases the
+// agent's resources. Sends waiting for a buffer, and later ones, fail
+// with ErrMADAgentClosed.
+//
+// The wait is what makes "Send returned" mean "the MAD goes out" up to
+// Close, as in the kernel, whose ULP's post runs rxe's requester inline,
+// so that the MAD is built during the post. Here a post that finds QP1's
+// shard owned (the worker handing over a received MAD, say) only records
+// a kick for the owner to run, and DestroyQP's forget may reach the
+// owner before that kick does: the MAD then went with the QP, as
+// QP.Destroy discards what is posted before it (a device's rdma_cm
+// closing its connections lost their DREQs that way). It is bounded
+// (madCloseSettle) and skipped once the device is down, whose engine
+// sends nothing more.
 func (a *MADAgent) Close() error {
 	a.closeOnce.Do(func() {
 		a.cancel()
 		<-a.done
 		a.sendMu.Lock()
 		a.closed = true
+		a.settleSends()
 		a.sendMu.Unlock()
 		a.closeErr = a.release()
 	})
 	return a.closeErr
+}
+
+// settleSends waits until every send buffer is back, their completions
+// reaped, or for settleFor at most. Under sendMu, with closed set: no
+// send can start meanwhile (a sender waiting for sendMu then fails with
+// ErrMADAgentClosed), and none waits for a buffer (Close's cancel ended
+// that wait before sendMu was taken).
+func (a *MADAgent) settleSends() {
+	var wcs [16]WC
+	a.reapSends(wcs[:])
+	if len(a.free) == a.sendDepth {
+		return // the usual case: nothing in flight, no timer
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.settleFor)
+	defer cancel()
+	for len(a.free) < a.sendDepth {
+		if a.dev.down.Load() {
+			return // the engine has stopped: nothing more completes
+		}
+		if a.testSettleWait != nil {
+			a.testSettleWait()
+		}
+		if err := a.scq.Wait(ctx); err != nil {
+			a.log.Debug("ib: MAD agent: closing with sends in flight",
+				"in_flight", a.sendDepth-len(a.free), "err", err)
+			return
+		}
+		a.reapSends(wcs[:])
+	}
 }
 
 // release frees whatever open allocated, in reverse order.
