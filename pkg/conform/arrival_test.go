@@ -1,7 +1,6 @@
 package conform
 
 import (
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -22,17 +21,7 @@ import (
 // the lock is released (it is blocked recording the first, or has not
 // read it yet), so read-time stamping gives at least the wait.
 func TestArrivalIsStampedByTheKernel(t *testing.T) {
-	peer := netip.MustParseAddr("127.0.0.2")
-	var pc *net.UDPConn
-	var port uint16
-	for range 20 {
-		_, port = freePorts(t)
-		if c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(peer, port))); err == nil {
-			pc = c
-			break
-		}
-	}
-	require.NotNil(t, pc, "binding 127.0.0.2")
+	pc, peer, port := bindFakePeer(t)
 	defer pc.Close()
 	l, err := openLinkClock(netip.AddrPortFrom(loopback, port), netip.AddrPortFrom(peer, port), realClock{})
 	require.NoError(t, err)

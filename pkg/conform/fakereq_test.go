@@ -44,17 +44,7 @@ type fakeRequester struct {
 // towards it; the peer's first request is expected at psn.
 func fakeRequesterConn(t *testing.T, clk linkClock, psn uint32, tune ...func(*Config)) (*Conn, *net.UDPConn, wire.Flow) {
 	t.Helper()
-	peer := netip.MustParseAddr("127.0.0.2")
-	var pc *net.UDPConn
-	var port uint16
-	for range 20 {
-		_, port = freePorts(t)
-		if c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(peer, port))); err == nil {
-			pc = c
-			break
-		}
-	}
-	require.NotNil(t, pc, "binding 127.0.0.2")
+	pc, peer, port := bindFakePeer(t)
 	cfg := &Config{Tool: IBVRCPingpong, Local: loopback, Peer: peer, RoCEPort: port, Serve: true, PeerIters: 1}
 	for _, f := range tune {
 		f(cfg)
@@ -66,6 +56,21 @@ func fakeRequesterConn(t *testing.T, clk linkClock, psn uint32, tune ...func(*Co
 		srv: &serveState{ePSN: psn, atomics: map[uint32]uint64{}, words: map[uint64]uint64{}}}
 	l.ourQPN, l.peerQPN = c.OurQPN, c.PeerQPN
 	return c, pc, wire.Flow{Src: netip.AddrPortFrom(peer, port), Dst: netip.AddrPortFrom(loopback, port)}
+}
+
+// bindFakePeer binds a UDP socket for a fake peer on 127.0.0.2, at a
+// port free on both addresses (the link binds loopback at the same one).
+func bindFakePeer(t *testing.T) (*net.UDPConn, netip.Addr, uint16) {
+	t.Helper()
+	peer := netip.MustParseAddr("127.0.0.2")
+	for range 20 {
+		_, port := freePorts(t)
+		if c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(peer, port))); err == nil {
+			return c, peer, port
+		}
+	}
+	t.Fatal("binding 127.0.0.2")
+	return nil, netip.Addr{}, 0
 }
 
 // runFakeRequester runs requester scenario id against a fakeRequester.
