@@ -1,7 +1,9 @@
 package rdmacm_test
 
 import (
+	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -144,19 +146,7 @@ func TestCMMADsCarryTheTOS(t *testing.T) {
 	require.Equal(t, []string{"REP 0x68/64", "DREP 0x68/64", "REJ 0x00/64"}, cmTraffic(stap))
 
 	// SIDR: the SIDR_REQ on the dialer's path, the SIDR_REP an answer.
-	ul, err := rdmacm.Listen(srv.dev, ap("10.12.10.1:7488"), &rdmacm.ListenOptions{PortSpace: mad.PortSpaceUDP})
-	require.NoError(t, err)
-	defer ul.Close()
-	uq := srv.qp(ib.UD)
-	require.NoError(t, ib.ConnectQP(uq, ib.RemoteQP{}, ib.ConnectAttr{QKey: 5}))
-	go func() {
-		req, err := ul.Accept(ctx)
-		if err == nil {
-			_ = req.AcceptUD(uq, 5, nil)
-		}
-	}()
-	_, err = rdmacm.DialUD(ctx, cli.dev, ap("10.12.10.1:7488"), &rdmacm.ConnParam{TOS: 0x68})
-	require.NoError(t, err)
+	resolveUDAtTOS(t, ctx, srv, cli, ap("10.12.10.1:7488"), 0x68)
 	require.Equal(t, "SIDRREQ 0x68/64", cmTraffic(ctap)[4])
 	require.Equal(t, "SIDRREP 0x00/64", cmTraffic(stap)[3])
 }
@@ -186,9 +176,18 @@ func TestCMAnswersOverIPv6TakeTheReceivedTrafficClass(t *testing.T) {
 	require.Equal(t, []string{"REQ 0x68/64"}, cmTraffic(ctap))
 	require.Equal(t, []string{"REJ 0x68/64"}, cmTraffic(stap), "nobody listens")
 
-	ul, err := rdmacm.Listen(srv.dev, ap("[fd00:12:11::1]:7492"), &rdmacm.ListenOptions{PortSpace: mad.PortSpaceUDP})
+	resolveUDAtTOS(t, ctx, srv, cli, ap("[fd00:12:11::1]:7492"), 0x68)
+	require.Equal(t, []string{"REQ 0x68/64", "SIDRREQ 0x68/64"}, cmTraffic(ctap))
+	require.Equal(t, []string{"REJ 0x68/64", "SIDRREP 0x68/64"}, cmTraffic(stap))
+}
+
+// resolveUDAtTOS has cli resolve a UD service that srv listens for at
+// addr and accepts, dialling at TOS tos (a SIDR_REQ and its SIDR_REP).
+func resolveUDAtTOS(t *testing.T, ctx context.Context, srv, cli *host, addr netip.AddrPort, tos uint8) {
+	t.Helper()
+	ul, err := rdmacm.Listen(srv.dev, addr, &rdmacm.ListenOptions{PortSpace: mad.PortSpaceUDP})
 	require.NoError(t, err)
-	defer ul.Close()
+	t.Cleanup(func() { ul.Close() })
 	uq := srv.qp(ib.UD)
 	require.NoError(t, ib.ConnectQP(uq, ib.RemoteQP{}, ib.ConnectAttr{QKey: 5}))
 	go func() {
@@ -197,8 +196,6 @@ func TestCMAnswersOverIPv6TakeTheReceivedTrafficClass(t *testing.T) {
 			_ = req.AcceptUD(uq, 5, nil)
 		}
 	}()
-	_, err = rdmacm.DialUD(ctx, cli.dev, ap("[fd00:12:11::1]:7492"), &rdmacm.ConnParam{TOS: 0x68})
+	_, err = rdmacm.DialUD(ctx, cli.dev, addr, &rdmacm.ConnParam{TOS: tos})
 	require.NoError(t, err)
-	require.Equal(t, []string{"REQ 0x68/64", "SIDRREQ 0x68/64"}, cmTraffic(ctap))
-	require.Equal(t, []string{"REJ 0x68/64", "SIDRREP 0x68/64"}, cmTraffic(stap))
 }
