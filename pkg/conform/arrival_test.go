@@ -86,3 +86,45 @@ func lateRead(t *testing.T, l *Link, pc *net.UDPConn, port uint16, lateBy time.D
 	}
 	return at, sent
 }
+
+// steppedClock is the real clock whose wall clock (the one the kernel's
+// arrival stamps are on) was stepped forward by step after every stamp
+// and before every read: what an NTP step or a resumed VM does once.
+type steppedClock struct {
+	realClock
+	step time.Duration
+}
+
+func (c steppedClock) wallNow() time.Time { return time.Now().Add(c.step) }
+
+// TestArrivalSurvivesAWallClockStep: the kernel's arrival stamp is on the
+// wall clock and the link's time is monotonic, so a wall clock stepped
+// forward between a packet's arrival and its read made the packet look
+// that much older: an hour's step timed it an hour before the link
+// opened, and before the packet that came ahead of it, and a verdict
+// measuring from it (Q-RNR-TIMER's "resent after the RNR NAK") judged a
+// negative wait. A packet is never timed before the one that arrived
+// ahead of it on the socket, nor before the link opened, nor after it was
+// read. Bug: review of 8b9ded3 (SO_TIMESTAMPNS arrival stamps).
+func TestArrivalSurvivesAWallClockStep(t *testing.T) {
+	pc, port := peerSocket(t)
+	l, err := openLinkClock(netip.AddrPortFrom(loopback, port), netip.AddrPortFrom(peerAddr, port), steppedClock{step: time.Hour})
+	require.NoError(t, err)
+	defer l.Close()
+
+	var prev time.Duration
+	for i := range 3 {
+		_, err := pc.WriteToUDPAddrPort([]byte{byte(i)}, netip.AddrPortFrom(loopback, port))
+		require.NoError(t, err)
+		var r *Rx
+		select {
+		case r = <-l.rx:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("packet %d not delivered", i)
+		}
+		read := l.Since()
+		require.GreaterOrEqual(t, r.At, prev, "packet %d timed %v, before the packet ahead of it (%v) or the link's opening", i, r.At, prev)
+		require.LessOrEqual(t, r.At, read, "packet %d timed after it was read", i)
+		prev = r.At
+	}
+}

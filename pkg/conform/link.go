@@ -303,7 +303,8 @@ func (l *Link) receive() {
 	defer close(l.done)
 	rev := l.flow.Reverse()
 	oob := make([]byte, rxOOBLen)
-	_, realTime := l.clk.(realClock)
+	kt, stamped := l.clk.(kernelTimed)
+	var prevAt time.Duration // the arrival of the peer's packet before
 	for {
 		buf := make([]byte, 65536)
 		n, oobn, _, from, err := l.conn.ReadMsgUDPAddrPort(buf, oob)
@@ -323,11 +324,15 @@ func (l *Link) receive() {
 		// milliseconds later, and a verdict that measures the peer's
 		// timers between two packets (Q-SEQ-GOBACK's "driven by the NAK,
 		// not its timer") was then misjudged (TestArrivalIsStampedByTheKernel).
-		// The kernel's stamp is wall clock; a test's fake clock has no
-		// kernel, and its packets are timed as read.
-		if lag, ok := arrivalLag(oob[:oobn], time.Now()); ok && realTime {
-			r.At -= lag
+		// The kernel's stamp is wall clock (arrivedAt bounds it); a
+		// test's fake clock has no kernel, and its packets are timed as
+		// read.
+		if stamped {
+			if lag, ok := arrivalLag(oob[:oobn], kt.wallNow()); ok {
+				r.At = arrivedAt(r.At, lag, prevAt)
+			}
 		}
+		prevAt = r.At
 		ev := Event{At: r.At, Dir: In, Raw: b}
 		if err := r.Pkt.Parse(b); err != nil {
 			r.Err = err
