@@ -58,7 +58,7 @@ var cmCounterHelp = map[string]string{
 	"rej_src_mismatch":       "REQs refused with REJ 28 and SIDR_REQs with SIDR_REP REJECT by rdma_cm: their rdma_cm header names another source address than the one they came from",
 	"req_evicted":            "queued requests an rdma_cm listener's full backlog refused (REJ 28, SIDR_REP REJECT) to make room for a request from a source holding fewer",
 	"req_source_full":        "REQs dropped without a REJ (SIDR_REQs refused) by an rdma_cm listener: their source address held the cap ListenOptions.MaxPerSource set (none by default)",
-	"req_expired":            "queued requests an rdma_cm listener refused (REJ 28) instead of handing them to Accept or keeping their place: their active side had given up, its REQ's timeouts and retries all over",
+	"req_expired":            "queued requests an rdma_cm listener refused (REJ 28; SIDR_REP REJECT for a UD request) instead of handing them to Accept or keeping their place: their active side had given up (its retries all over), or they had waited 2 minutes",
 }
 
 // cmKnownCounters are the counters served even before they count

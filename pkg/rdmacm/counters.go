@@ -14,8 +14,9 @@ import "github.com/rxed/rxed/pkg/ib"
 // source, and req_source_full, the requests turned away because their
 // source held the cap ListenOptions.MaxPerSource set it
 // (listen_backlog.go); req_expired,
-// the queued requests refused because their peer's REQ retries were over
-// (listen_expiry.go). A counter appears once
+// the queued requests refused because their peer's retries were over or
+// they had waited 2 minutes (REJ 28; SIDR_REP REJECT for a SIDR_REQ
+// after 65.5 s) (listen_expiry.go). A counter appears once
 // it has counted something: a running manager that has seen nothing
 // returns an empty, non-nil map.
 //
