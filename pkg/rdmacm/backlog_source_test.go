@@ -12,6 +12,7 @@ import (
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/rdmacm"
 	"github.com/rxed/rxed/pkg/wire/mad"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,6 +36,25 @@ func flooder(t *testing.T, h *host, raddr netip.AddrPort, n int) (results <-chan
 	stop = func() { cancel(); wg.Wait() }
 	t.Cleanup(stop)
 	return out, stop
+}
+
+// backlogSettles waits until srv's counters and l's backlog are as want
+// asserts, reading the counters before the backlog. The CM counts a REQ
+// (rx_req) when it receives it, before rdma_cm's handler admits it,
+// evicts or drops another and queues it: a test that waited for rx_req
+// and then asserted the rest raced that handler (session R's flake hunt:
+// TestFullBacklogMakesRoomForALighterSource saw 3 queued where 4 would
+// be, the eviction done and the client's request not yet queued, in a
+// loaded -race run). The rules' counters are counted before the handler
+// queues, so a backlog read after them that shows the expected count
+// shows the handler done. On timeout the last attempt's failures are
+// reported.
+func backlogSettles(t *testing.T, srv *host, l *rdmacm.Listener, want func(ct *assert.CollectT, c map[string]uint64, queued int)) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		c := rdmacm.Counters(srv.dev)
+		want(ct, c, rdmacm.Queued(l))
+	}, 20*time.Second, time.Millisecond)
 }
 
 // acceptFrom accepts the first request from src, rejecting (REJ 28) the
@@ -92,13 +112,13 @@ func TestREQsFromOneSourceTakeAtMostTheCapSetForThem(t *testing.T) {
 
 	const flood = 6
 	_, stop := flooder(t, forger, l.Addr(), flood)
-	require.Eventually(t, func() bool { return rdmacm.Counters(srv.dev)["rx_req"] == flood },
-		20*time.Second, time.Millisecond)
-	c := rdmacm.Counters(srv.dev)
-	require.Equal(t, 2, rdmacm.Queued(l), "one source holds its cap")
-	require.Equal(t, uint64(flood-2), c["req_dropped"], "the rest dropped, as over a full backlog")
-	require.Equal(t, uint64(flood-2), c["req_source_full"])
-	require.Zero(t, c["tx_rej"], "REQs over a source's cap are not refused")
+	backlogSettles(t, srv, l, func(ct *assert.CollectT, c map[string]uint64, queued int) {
+		assert.Equal(ct, uint64(flood), c["rx_req"])
+		assert.Equal(ct, uint64(flood-2), c["req_dropped"], "the rest dropped, as over a full backlog")
+		assert.Equal(ct, uint64(flood-2), c["req_source_full"])
+		assert.Zero(ct, c["tx_rej"], "REQs over a source's cap are not refused")
+		assert.Equal(ct, 2, queued, "one source holds its cap")
+	})
 
 	// A real client from another address finds room.
 	a := acceptFrom(ctx, srv, l, cli.ip)
@@ -141,11 +161,12 @@ func TestFullBacklogMakesRoomForALighterSource(t *testing.T) {
 		c, err := rdmacm.Dial(ctx, cli.qp(ib.RC), l.Addr(), nil)
 		cliDial <- dialed{c, err}
 	}()
-	require.Eventually(t, func() bool { return rdmacm.Counters(srv.dev)["rx_req"] == 5 }, 20*time.Second, time.Millisecond)
-	c := rdmacm.Counters(srv.dev)
-	require.Equal(t, uint64(1), c["req_evicted"], "the client's REQ made room")
-	require.Zero(t, c["req_dropped"])
-	require.Equal(t, 4, rdmacm.Queued(l))
+	backlogSettles(t, srv, l, func(ct *assert.CollectT, c map[string]uint64, queued int) {
+		assert.Equal(ct, uint64(5), c["rx_req"])
+		assert.Equal(ct, uint64(1), c["req_evicted"], "the client's REQ made room")
+		assert.Zero(ct, c["req_dropped"])
+		assert.Equal(ct, 4, queued, "the client's request in the evicted one's place")
+	})
 	var rej *rdmacm.RejectError
 	require.ErrorAs(t, <-results, &rej, "the evicted request's Dial")
 	require.Equal(t, mad.REJConsumerDefined, rej.Reason)
@@ -203,12 +224,12 @@ func TestALoneHostsBurstIsQueuedWhole(t *testing.T) {
 			dials <- dialed{c, err}
 		}()
 	}
-	require.Eventually(t, func() bool { return rdmacm.Counters(srv.dev)["rx_req"] == burst },
-		20*time.Second, time.Millisecond)
-	c := rdmacm.Counters(srv.dev)
-	require.Zero(t, c["req_dropped"], "no REQ of the burst dropped")
-	require.Zero(t, c["req_source_full"])
-	require.Equal(t, burst, rdmacm.Queued(l), "the whole burst queued")
+	backlogSettles(t, srv, l, func(ct *assert.CollectT, c map[string]uint64, queued int) {
+		assert.Equal(ct, uint64(burst), c["rx_req"])
+		assert.Zero(ct, c["req_dropped"], "no REQ of the burst dropped")
+		assert.Zero(ct, c["req_source_full"])
+		assert.Equal(ct, burst, queued, "the whole burst queued")
+	})
 
 	for range burst {
 		req, err := l.Accept(ctx)

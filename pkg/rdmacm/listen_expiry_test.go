@@ -10,6 +10,7 @@ import (
 	"github.com/rxed/rxed/pkg/ib"
 	"github.com/rxed/rxed/pkg/rdmacm"
 	"github.com/rxed/rxed/pkg/wire/mad"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -123,12 +124,13 @@ func TestExpiredRequestsMakeRoom(t *testing.T) {
 		c, err := rdmacm.Dial(ctx, cli.qp(ib.RC), l.Addr(), nil)
 		cliDial <- dialed{c, err}
 	}()
-	require.Eventually(t, func() bool { return rdmacm.Counters(srv.dev)["rx_req"] == 3 }, 20*time.Second, time.Millisecond)
-	c := rdmacm.Counters(srv.dev)
-	require.Equal(t, uint64(2), c["req_expired"], "both dead requests refused")
-	require.Zero(t, c["req_dropped"], "the client's REQ was not dropped")
-	require.Zero(t, c["req_evicted"])
-	require.Equal(t, 1, rdmacm.Queued(l))
+	backlogSettles(t, srv, l, func(ct *assert.CollectT, c map[string]uint64, queued int) {
+		assert.Equal(ct, uint64(3), c["rx_req"])
+		assert.Equal(ct, uint64(2), c["req_expired"], "both dead requests refused")
+		assert.Zero(ct, c["req_dropped"], "the client's REQ was not dropped")
+		assert.Zero(ct, c["req_evicted"])
+		assert.Equal(ct, 1, queued, "the client's request")
+	})
 	for _, res := range []<-chan error{r1, r2} {
 		var rej *rdmacm.RejectError
 		require.ErrorAs(t, <-res, &rej)
