@@ -1,8 +1,8 @@
 package cm_test
 
 import (
-	"runtime"
 	"testing"
+	"time"
 
 	"github.com/rxed/rxed/pkg/cm"
 	"github.com/rxed/rxed/pkg/wire/mad"
@@ -54,12 +54,10 @@ func TestCloseSendsWhatItsStepsQueued(t *testing.T) {
 	// Close has forgotten every ID (what it does under the Manager's
 	// lock, with the outbox) before the drain goes on: the first
 	// connection's ID is gone from the table.
-	for {
-		if ids, _, _, _, _ := l.a.m.TableSizes(); ids == 0 {
-			break
-		}
-		runtime.Gosched()
-	}
+	require.Eventually(t, func() bool {
+		ids, _, _, _, _ := l.a.m.TableSizes()
+		return ids == 0
+	}, 30*time.Second, 100*time.Microsecond, "Close did not forget the IDs")
 	close(release)
 	<-closed
 	<-delivered
