@@ -176,13 +176,7 @@ func TestForgedREQTimeoutsAreCapped(t *testing.T) {
 	require.Eventually(t, func() bool { return rdmacm.Queued(l) == 1 }, 20*time.Second, time.Millisecond)
 
 	fc.Advance(2 * time.Minute)
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	req, err := l.Accept(done)
-	require.ErrorIs(t, err, context.Canceled, "no request: the forged one expired")
-	require.Nil(t, req)
-	require.Equal(t, uint64(1), rdmacm.Counters(srv.dev)["req_expired"])
-	require.Zero(t, rdmacm.Queued(l))
+	requireOneExpired(t, ctx, srv, l, "the forged one")
 	ev := <-answer
 	require.Equal(t, cm.EventREJ, ev.Type, "the forger is refused")
 	require.Equal(t, mad.REJConsumerDefined, ev.Reason)
@@ -213,13 +207,7 @@ func TestQueuedSIDRREQExpires(t *testing.T) {
 	require.Eventually(t, func() bool { return rdmacm.Queued(l) == 1 }, 20*time.Second, time.Millisecond)
 
 	fc.Advance(65536 * time.Millisecond)
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	req, err := l.Accept(done)
-	require.ErrorIs(t, err, context.Canceled, "no request: the SIDR_REQ expired")
-	require.Nil(t, req)
-	require.Equal(t, uint64(1), rdmacm.Counters(srv.dev)["req_expired"])
-	require.Zero(t, rdmacm.Queued(l))
+	requireOneExpired(t, ctx, srv, l, "the SIDR_REQ")
 	var se *rdmacm.SIDRError
 	require.ErrorAs(t, <-dialErr, &se, "the requester is refused")
 	require.Equal(t, mad.SIDRReject, se.Status)
@@ -266,4 +254,18 @@ func TestQueuedRequestsExpireWithoutTraffic(t *testing.T) {
 	require.Equal(t, uint64(2), rdmacm.Counters(srv.dev)["req_expired"])
 	require.ErrorAs(t, <-r2, &rej)
 	require.Equal(t, mad.REJConsumerDefined, rej.Reason)
+}
+
+// requireOneExpired checks that l's one queued request (what) expired:
+// Accept has nothing to hand out, the backlog is empty and req_expired
+// counts it.
+func requireOneExpired(t *testing.T, ctx context.Context, srv *host, l *rdmacm.Listener, what string) {
+	t.Helper()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	req, err := l.Accept(done)
+	require.ErrorIs(t, err, context.Canceled, "no request: %s expired", what)
+	require.Nil(t, req)
+	require.Equal(t, uint64(1), rdmacm.Counters(srv.dev)["req_expired"])
+	require.Zero(t, rdmacm.Queued(l))
 }
