@@ -2,6 +2,7 @@ package rdmacm_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -64,4 +65,31 @@ func TestDeviceCloseDrainsListenerBacklogs(t *testing.T) {
 
 	fc.Advance(3 * time.Minute)
 	require.Zero(t, rdmacm.ExpiredCount(l), "nothing counted req_expired")
+}
+
+// TestAcceptAfterListenerAndDeviceClosedSaysErrClosed: once both the
+// listener and its device are closed, every Accept says ErrClosed, the
+// application's own close, and a blocked one wakes to the same. Bug
+// (review of session AK's device-close change): Accept selected on both
+// closings at once and returned ErrClosed or ib.ErrDeviceClosed at
+// random.
+func TestAcceptAfterListenerAndDeviceClosedSaysErrClosed(t *testing.T) {
+	hs, _ := expiryHosts(t, "10.12.11.3", "10.12.11.4")
+	srv := hs[0]
+	ctx := testCtx(t)
+	l, err := rdmacm.Listen(srv.dev, ap("10.12.11.3:7493"), nil)
+	require.NoError(t, err)
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := l.Accept(ctx)
+		blocked <- err
+	}()
+	require.NoError(t, srv.dev.Close())
+	require.NoError(t, l.Close())
+	err = <-blocked
+	require.True(t, errors.Is(err, rdmacm.ErrClosed) || errors.Is(err, ib.ErrDeviceClosed), "%v", err)
+	for i := range 200 {
+		_, err := l.Accept(ctx)
+		require.ErrorIs(t, err, rdmacm.ErrClosed, "Accept %d", i)
+	}
 }

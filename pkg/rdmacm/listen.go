@@ -44,7 +44,7 @@ type ListenOptions struct {
 	// MaxPerSource, if set, is how many of the Backlog requests one
 	// source IP address may hold: one more from it is turned away as
 	// over a full backlog, even while the backlog has room (req_source_full
-	// in Counters). 0 (or Backlog or more) sets no such cap: a source may
+	// in Counters). 0 (or less, as for Backlog, or Backlog or more) sets no such cap: a source may
 	// take whatever room there is, so a host opening many connections at
 	// once has them all queued. Either way a full backlog makes room for a
 	// source that holds at least two fewer than the heaviest one by
@@ -121,14 +121,8 @@ func (l *Listener) Addr() netip.AddrPort { return l.addr }
 // it before reaching the next.
 func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 	for {
-		select {
-		case <-l.closed:
-			return nil, ErrClosed
-		case <-l.a.gone:
-			// The device's close refused what was queued; a request
-			// taken now would be one of a closed CM.
-			return nil, ib.ErrDeviceClosed
-		default:
+		if err := l.ended(); err != nil {
+			return nil, err
 		}
 		r, expired := l.reqs.take(l.a.clock.Now())
 		l.expire(expired)
@@ -137,14 +131,33 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 		}
 		select {
 		case <-l.reqs.ready:
-		case <-l.closed:
-			return nil, ErrClosed
+		case <-l.closed: // ended says which, both may have happened
 		case <-l.a.gone:
-			return nil, ib.ErrDeviceClosed
 		case <-ctx.Done():
 			return nil, qp.ContextError(ctx)
 		}
 	}
+}
+
+// ended is why Accept hands out nothing more, nil while it may: the
+// listener's own Close (ErrClosed) before its device's (the device's
+// close refused what was queued, and a request taken now would be one of
+// a closed CM: ib.ErrDeviceClosed). Both may have happened by the time
+// Accept looks; a select on both picked either at random, so a caller
+// that closed its listener on the device's close saw one error or the
+// other from run to run.
+func (l *Listener) ended() error {
+	select {
+	case <-l.closed:
+		return ErrClosed
+	default:
+	}
+	select {
+	case <-l.a.gone:
+		return ib.ErrDeviceClosed
+	default:
+	}
+	return nil
 }
 
 // Close stops the listener; requests not yet accepted are rejected.
