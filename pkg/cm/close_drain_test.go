@@ -1,6 +1,7 @@
 package cm_test
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -69,4 +70,64 @@ func TestCloseSendsWhatItsStepsQueued(t *testing.T) {
 		}
 	}
 	require.Equal(t, []uint32{a2.LocalCommID()}, dreqs, "the destroyed ID's DREQ left")
+}
+
+// TestSecondCloseReturnsWhenTheFirstHas: a Close that finds another one
+// running returns only when that one has, so that each caller may close
+// what Send writes to once its Close returned. Bug (review of session
+// AK's Close change): the second Close returned at once, while the first
+// still waited for a handler's drain to send the queued DREQ.
+func TestSecondCloseReturnsWhenTheFirstHas(t *testing.T) {
+	l := newLink(t, nil)
+	l.listen()
+	_, b1 := l.established(0x11, 0x21)
+	a2, _ := l.established(0x12, 0x22)
+	require.NoError(t, b1.Disconnect(nil))
+	require.Len(t, l.queue, 1)
+	dreq := l.queue[0]
+	l.queue = nil
+	entered, release := make(chan struct{}), make(chan struct{})
+	l.a.react = func(ev cm.Event) {
+		if ev.Type == cm.EventDREQ {
+			close(entered)
+			<-release
+		}
+	}
+	delivered := make(chan struct{})
+	go func() {
+		defer close(delivered)
+		l.a.m.HandleMADTraffic(dreq.src, dreq.dst, dreq.traffic.TrafficClass, dreq.b)
+	}()
+	<-entered
+	a2.Destroy()
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		l.a.m.Close()
+	}()
+	require.Eventually(t, func() bool {
+		ids, _, _, _, _ := l.a.m.TableSizes()
+		return ids == 0
+	}, 30*time.Second, 100*time.Microsecond, "the first Close did not forget the IDs")
+	second := make(chan struct{})
+	go func() {
+		defer close(second)
+		l.a.m.Close()
+	}()
+	// The second Close is runnable: yielding lets it run to its end,
+	// which without the wait is a return.
+	for range 1000 {
+		select {
+		case <-second:
+			t.Fatal("the second Close returned while the first still waited for the drain")
+		case <-first:
+			t.Fatal("the first Close returned before the drain it waits for")
+		default:
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	<-second
+	<-first
+	<-delivered
 }

@@ -79,6 +79,7 @@ type Manager struct {
 	mu sync.Mutex
 	// Guarded by mu.
 	closed    bool
+	closeDone chan struct{} // closed when the first Close has returned
 	rnd       *rand.Rand
 	hiTID     uint32
 	ids       map[uint32]*ID         // by local comm ID (connections and SIDR queries)
@@ -189,14 +190,21 @@ func (m *Manager) NewPSN() uint32 {
 // Config.Send, so that the caller may then close what Send writes to.
 // Dropping them lost a destroyed connection's DREQ for good
 // (TestCloseSendsWhatItsStepsQueued). Close must not be called from a
-// handler, whose drain it would wait for.
+// handler, whose drain it would wait for. A second Close returns when the
+// first has.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	if m.closed {
+		// Another Close runs or ran: return when it has, so that every
+		// caller may count on its MADs having been handed to Send.
+		done := m.closeDone
 		m.mu.Unlock()
+		<-done
 		return
 	}
 	m.closed = true
+	m.closeDone = make(chan struct{})
+	defer close(m.closeDone)
 	for _, id := range m.ids {
 		id.stopTimers()
 		id.freed = true
