@@ -19,6 +19,11 @@ func setSockOpts(fd int, ipv4 bool) error {
 	if ipv4 {
 		return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 	}
+	// Flow label 0, as rxe's prepare6 writes it: a UDP socket otherwise
+	// labels its datagrams with a hash of the flow (net.ipv6.auto_flowlabels,
+	// on by default), and a crafted packet should leave as rxe's would.
+	// Best effort, as the engine's sockets do it (the ICRC masks the label).
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_AUTOFLOWLABEL, 0)
 	return unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
 }
 
