@@ -107,11 +107,14 @@ func TestCloseDuringAllReduce(t *testing.T) {
 			require.ErrorIs(t, r.AllReduce(context.Background()), ErrClosed)
 			require.ErrorIs(t, r.Leave(context.Background()), ErrClosed)
 
-			// Rank 0's Close disconnected its neighbours (over RDMA, rank
-			// 1 learns it from its watcher or its flushed receives,
-			// whichever comes first).
+			// Rank 0's Close disconnected its neighbours: rank 1 learns
+			// it from its watcher or its flushed receives, whichever
+			// comes first, and both say rank 0 left (over RDMA a flush
+			// the DREQ caused waits for the connection's end). Bug (flake
+			// hunt, session AK): a flush first said only "WR_FLUSH_ERR
+			// on the connection to rank 0".
 			err = within(t, timeout/2, "rank 1's AllReduce", func() error { return ms[1].AllReduce(context.Background()) })
-			require.Regexp(t, "rank 0 left the ring|connection to rank 0 ", err.Error())
+			require.ErrorContains(t, err, "rank 0 left the ring")
 			closeAll(ms)
 			leaks.CheckNoneLeft(t)
 		})

@@ -219,6 +219,33 @@ func (l *rdmaLink) peerOf(qpn uint32) int {
 	return l.cfg.next()
 }
 
+// connOf is the connection of QP qpn, nil before it is connected.
+func (l *rdmaLink) connOf(qpn uint32) *rdmacm.Conn {
+	if l.side(qpn) == toPrev {
+		return l.cPrev
+	}
+	return l.cNext
+}
+
+// connEnds reports whether c has ended or ends within flushEndWait: a
+// flushed work request whose QP a DREQ moved to ERR sees the connection
+// end right after (the same handler step); one flushed for another
+// reason costs the wait before its error is reported.
+func connEnds(c *rdmacm.Conn) bool {
+	t := time.NewTimer(flushEndWait)
+	defer t.Stop()
+	select {
+	case <-c.Done():
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// flushEndWait bounds connEnds' wait: a handler step, with room for a
+// loaded host's scheduling.
+const flushEndWait = time.Second
+
 // RDMAConfig says where a rank listens and where its next rank is.
 type RDMAConfig struct {
 	Listen netip.AddrPort // our rdma_cm address
@@ -690,6 +717,14 @@ func (l *rdmaLink) handle(wc ib.WC) error {
 		case ib.WCRetryExcErr:
 			why = fmt.Sprintf(" (rank %d stopped acknowledging: did it die?)", peer)
 		case ib.WCWRFlushErr:
+			// A neighbour's DREQ moves the QP to ERR and then ends
+			// the connection (pkg/rdmacm, in one step of its
+			// handler), so a flush it caused finds the connection
+			// ended at once or a moment later: say so, as the watcher
+			// would.
+			if c := l.connOf(wc.QPNum); c != nil && connEnds(c) {
+				return fmt.Errorf("rank %d left the ring (%v): work completion %v on the connection to it", peer, c.Err(), wc.Status)
+			}
 			why = " (the connection was closed under it)"
 		}
 		return fmt.Errorf("work completion %v on the connection to rank %d%s", wc.Status, peer, why)
