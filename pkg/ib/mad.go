@@ -2,7 +2,6 @@ package ib
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/rxed/rxed/pkg/qp"
+
+	"github.com/rxed/rxed/pkg/wire"
 )
 
 // MADLen is the size of a management datagram (IBA 13.4.2): the payload
@@ -547,12 +548,11 @@ func grhAddrs(grh []byte) (src, dst netip.Addr, ok bool) {
 }
 
 // grhTrafficClass reads the received IP traffic class out of a GRH of a
-// layout grhAddrs accepted: bits 20-27 of the IPv6 header's first word
-// (version_tclass_flow), or the TOS, byte 1 of the IPv4 header after the
-// 20 zero bytes.
+// layout grhAddrs accepted: the IPv6 header's, or the IPv4 header's TOS
+// after the 20 zero bytes (wire.IPTrafficClass).
 func grhTrafficClass(grh []byte) uint8 {
 	if grh[0]>>4 == 6 {
-		return uint8(binary.BigEndian.Uint32(grh[0:4]) >> 20)
+		return wire.IPTrafficClass(grh)
 	}
-	return grh[20+1]
+	return wire.IPTrafficClass(grh[20:])
 }

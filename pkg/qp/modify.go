@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+
+	"github.com/rxed/rxed/pkg/wire"
 )
 
 // Sentinel kinds of ModifyError, for errors.Is.
@@ -347,7 +349,7 @@ func (l *Limits) checkAV(av *AddrVector) string {
 		return fmt.Sprintf("destination GID %v is unspecified", av.DGID)
 	case int(av.SGIDIndex) >= l.GIDTableLen:
 		return fmt.Sprintf("sgid_index %d out of range (GID table has %d entries)", av.SGIDIndex, l.GIDTableLen)
-	case av.FlowLabel > 0xFFFFF:
+	case av.FlowLabel > wire.FlowLabelMask:
 		return fmt.Sprintf("flow_label %#x does not fit 20 bits", av.FlowLabel)
 	case av.SL > 15:
 		return fmt.Sprintf("sl %d out of range (max 15)", av.SL)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/rxed/rxed/pkg/wire"
 )
 
 // Socket options of a flow label's sender (include/uapi/linux/in6.h),
@@ -96,14 +98,14 @@ func TestKernelSendsFlowLabelZero(t *testing.T) {
 		defer plain.Close()
 		_, err = plain.Write([]byte{1})
 		require.NoError(t, err)
-		require.NotZero(t, r.next(t)&ipv6FlowLabelMask, "a plain socket's datagram (auto_flowlabels=1) is labelled")
+		require.NotZero(t, r.next(t)&wire.FlowLabelMask, "a plain socket's datagram (auto_flowlabels=1) is labelled")
 	}
 
 	c := openTestUDP(t, UDPConfig{Addrs: []netip.Addr{lo6}})
 	for _, class := range []uint8{0, 0x68} {
 		require.NoError(t, c.Send([][]byte{payload(int(class), 100)}, Endpoint{Remote: to, TrafficClass: class}))
 		info := r.next(t)
-		require.Equal(t, uint32(0), info&ipv6FlowLabelMask, "flow label (class %#x; flow info %#08x)", class, info)
+		require.Equal(t, uint32(0), info&wire.FlowLabelMask, "flow label (class %#x; flow info %#08x)", class, info)
 		require.Equal(t, uint32(class), info>>20, "traffic class")
 	}
 }

@@ -1,6 +1,10 @@
 package transport
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/rxed/rxed/pkg/wire"
+)
 
 // The in-memory network's IP TOS and TTL (IPv6 traffic class and hop
 // limit), as a host's kernel handles them: the datagram carries the
@@ -36,7 +40,7 @@ func (c *memConn) arrival(local, from netip.AddrPort, sent Endpoint) Endpoint {
 			ep.HopLimit = DefaultHopLimit
 		}
 		if !from.Addr().Unmap().Is4() {
-			ep.FlowLabel = sent.FlowLabel & 0xFFFFF
+			ep.FlowLabel = sent.FlowLabel & wire.FlowLabelMask
 		}
 	}
 	return ep

@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rxed/rxed/pkg/wire"
 )
 
 // txTrafficSpace is the room of the control messages putTrafficCmsgs
@@ -67,9 +69,6 @@ const (
 	// (ip6_datagram_recv_specific_ctl, rxopt.bits.rxflow); the kernel
 	// leaves it out when that word is 0.
 	ipv6FlowInfo = 11
-	// ipv6FlowLabelMask is the flow label's part of the flow info
-	// (IPV6_FLOWINFO_FLOWLABEL); the traffic class sits above it.
-	ipv6FlowLabelMask = 0x000FFFFF
 )
 
 // recvTraffic switches the kernel's control messages carrying a received
@@ -122,6 +121,6 @@ func parseTrafficCmsg(m *rxMsg, level, typ int32, data []byte) {
 	case level == unix.IPPROTO_IPV6 && typ == unix.IPV6_HOPLIMIT && len(data) >= 4:
 		m.hops = uint8(binary.NativeEndian.Uint32(data))
 	case level == unix.IPPROTO_IPV6 && typ == ipv6FlowInfo && len(data) >= 4:
-		m.flow = binary.BigEndian.Uint32(data) & ipv6FlowLabelMask
+		m.flow = binary.BigEndian.Uint32(data) & wire.FlowLabelMask
 	}
 }
